@@ -1,0 +1,212 @@
+//! Flags and environment variables, validated at start-up.
+//!
+//! Every flag can also be set through the environment variable named in
+//! `--help`; names and defaults are the public contract (`DESIGN.md`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::queue::{Policy, QueueName};
+
+/// waitroom: a virtual waiting room in front of an order API.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "waitroom", version, about)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "WAITROOM_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+
+    /// Redis URL (redis://host:port/db). Unset: the embedded in-memory store
+    /// (one process only).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key, so several deployments can share a Redis.
+    #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "waitroom")]
+    pub key_prefix: String,
+
+    /// Queue names (comma-separated), each `[a-z0-9_-]{1,64}`.
+    #[arg(
+        long,
+        env = "WAITROOM_QUEUES",
+        default_value = "default",
+        value_delimiter = ','
+    )]
+    pub queues: Vec<String>,
+
+    /// Milliseconds between admission passes.
+    #[arg(long, env = "WAITROOM_ADMISSION_INTERVAL_MS", default_value_t = 1000)]
+    pub admission_interval_ms: u64,
+
+    /// Users admitted per interval, across all instances together.
+    #[arg(long, env = "WAITROOM_ADMISSION_BATCH", default_value_t = 50)]
+    pub admission_batch: u32,
+
+    /// Seconds an entry token stays valid.
+    #[arg(long, env = "WAITROOM_TOKEN_TTL_SECS", default_value_t = 300)]
+    pub token_ttl_secs: u64,
+
+    /// Most users holding a token at once, per queue. Unset: unlimited.
+    #[arg(long, env = "WAITROOM_MAX_ACTIVE")]
+    pub max_active: Option<u64>,
+
+    /// Drop waiting users with no open stream and no poll for this many
+    /// seconds. 0: never drop.
+    #[arg(long, env = "WAITROOM_ABANDON_AFTER_SECS", default_value_t = 120)]
+    pub abandon_after_secs: u64,
+
+    /// Secret (at least 16 bytes) signing queue tickets. Unset: with Redis,
+    /// one secret shared by all instances through Redis; in memory, random.
+    #[arg(long, env = "WAITROOM_TICKET_SECRET", hide_env_values = true)]
+    pub ticket_secret: Option<String>,
+
+    /// Seconds a claimed token stays claimed if the order service never
+    /// commits nor releases it.
+    #[arg(long, env = "WAITROOM_CLAIM_LEASE_SECS", default_value_t = 30)]
+    pub claim_lease_secs: u64,
+
+    /// Most open event streams on this instance. Unset: from the open-file
+    /// limit, with headroom for other sockets and files.
+    #[arg(long, env = "WAITROOM_MAX_STREAMS")]
+    pub max_streams: Option<usize>,
+
+    /// Seconds over which open streams are closed on shutdown, so clients
+    /// do not all reconnect at once.
+    #[arg(long, env = "WAITROOM_DRAIN_SECS", default_value_t = 5)]
+    pub drain_secs: u64,
+
+    /// Bearer token for the admin and token APIs. Unset: random, printed at
+    /// start.
+    #[arg(long, env = "WAITROOM_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// The demo order service: `on` serves /api/orders and /api/products,
+    /// `off` where the real order service lives elsewhere.
+    #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::On)]
+    pub orders: OrdersMode,
+
+    /// SQLite file of the demo order service, created and seeded on first
+    /// start.
+    #[arg(long, env = "WAITROOM_ORDERS_DB", default_value = "waitroom-orders.db")]
+    pub orders_db: PathBuf,
+}
+
+/// Whether the demo order service runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OrdersMode {
+    On,
+    Off,
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Checks what clap cannot: names, ranges and secrets.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError(m.to_owned()));
+        self.queue_names()?;
+        if self.admission_interval_ms == 0 {
+            return bad("--admission-interval-ms must be at least 1");
+        }
+        if self.admission_batch == 0 {
+            return bad("--admission-batch must be at least 1");
+        }
+        if self.token_ttl_secs == 0 {
+            return bad("--token-ttl-secs must be at least 1");
+        }
+        if self.claim_lease_secs == 0 {
+            return bad("--claim-lease-secs must be at least 1");
+        }
+        if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ' ']) {
+            return bad("--key-prefix must be non-empty, without braces or spaces");
+        }
+        if let Some(s) = &self.ticket_secret {
+            if s.len() < 16 {
+                return bad("--ticket-secret must be at least 16 bytes");
+            }
+        }
+        if let Some(t) = &self.admin_token {
+            if t.len() < 16 {
+                return bad("--admin-token must be at least 16 characters");
+            }
+        }
+        if self.max_streams == Some(0) {
+            return bad("--max-streams must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The configured queues, validated and without duplicates.
+    pub fn queue_names(&self) -> Result<Vec<QueueName>, ConfigError> {
+        let mut names: Vec<QueueName> = Vec::new();
+        for raw in &self.queues {
+            let name = QueueName::parse(raw.trim())
+                .map_err(|e| ConfigError(format!("--queues: {raw:?}: {e}")))?;
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        if names.is_empty() {
+            return Err(ConfigError("--queues names no queue".into()));
+        }
+        Ok(names)
+    }
+
+    /// The admission policy every queue follows.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            batch: self.admission_batch,
+            interval_ms: self.admission_interval_ms,
+            token_ttl_ms: self.token_ttl_secs * 1000,
+            max_active: self.max_active,
+            abandon_after_ms: (self.abandon_after_secs > 0)
+                .then_some(self.abandon_after_secs * 1000),
+        }
+    }
+
+    /// A configuration with every default, for tests and embedding.
+    pub fn defaults() -> Self {
+        Self::parse_from(["waitroom"])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = Config::defaults();
+        c.validate().unwrap();
+        assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
+        let p = c.policy();
+        assert_eq!(
+            (p.batch, p.interval_ms, p.token_ttl_ms),
+            (50, 1000, 300_000)
+        );
+        assert_eq!(p.max_active, None);
+        assert_eq!(p.abandon_after_ms, Some(120_000));
+        assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        let parse = |args: &[&str]| {
+            let mut v = vec!["waitroom"];
+            v.extend_from_slice(args);
+            Config::try_parse_from(v).map(|c| c.validate())
+        };
+        assert!(parse(&["--queues", "ok,Bad"]).unwrap().is_err());
+        assert!(parse(&["--admission-batch", "0"]).unwrap().is_err());
+        assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
+        assert!(parse(&["--admission-interval-ms", "-1"]).is_err());
+        assert!(parse(&["--abandon-after-secs", "0"]).unwrap().is_ok());
+        let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
+        assert_eq!(c.queue_names().unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,123 @@
+//! The HTTP API's one error type. Every error is JSON
+//! `{"error": "<snake_case_code>", "message": "<human text>"}`; 5xx bodies
+//! are opaque and the cause is logged instead.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+/// An error answered to a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// `400`: the request is malformed; nothing was changed.
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// `401`: a missing, forged or foreign ticket or token.
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
+    /// `404`: no such queue, product or order.
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
+    /// `409`: the request conflicts with the current state.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    /// `413`: the body is larger than this endpoint takes.
+    #[error("request body too large")]
+    PayloadTooLarge,
+    /// `429`: too many requests; try again later.
+    #[error("{message}")]
+    TooManyRequests { message: String },
+    /// `503`: the store is unreachable; the request was refused (fail-closed).
+    #[error("store unavailable")]
+    Unavailable(#[from] StoreError),
+    /// `500`: a bug or an unexpected failure; logged, never detailed.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A `400` with `code` and `message`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A `401` with `code` and `message`.
+    pub fn unauthorized(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Unauthorized {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A `404` with `code` and `message`.
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::NotFound {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A `409` with `code` and `message`.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Conflict {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            Self::BadRequest { code, message } => (StatusCode::BAD_REQUEST, code, message.clone()),
+            Self::Unauthorized { code, message } => {
+                (StatusCode::UNAUTHORIZED, code, message.clone())
+            }
+            Self::NotFound { code, message } => (StatusCode::NOT_FOUND, code, message.clone()),
+            Self::Conflict { code, message } => (StatusCode::CONFLICT, code, message.clone()),
+            Self::PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "the request body is too large".into(),
+            ),
+            Self::TooManyRequests { message } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                message.clone(),
+            ),
+            Self::Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the waiting room is briefly unavailable; please retry".into(),
+            ),
+            Self::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "something went wrong on our side".into(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            Self::Unavailable(e) => tracing::warn!(error = %e, "store unavailable"),
+            Self::Internal(e) => tracing::error!(error = %e, "internal error"),
+            _ => {}
+        }
+        let (status, code, message) = self.parts();
+        let mut response =
+            (status, Json(json!({ "error": code, "message": message }))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("2"));
+        }
+        response
+    }
+}

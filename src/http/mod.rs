@@ -1,0 +1,24 @@
+//! The HTTP API, one module per resource, each with its own `router()`.
+
+pub mod error;
+pub mod extract;
+
+mod entries;
+mod health;
+mod page;
+
+use axum::Router;
+use tower_http::trace::TraceLayer;
+
+use crate::AppState;
+pub use error::ApiError;
+
+/// Every route of the service.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(entries::router())
+        .merge(health::router())
+        .merge(page::router())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,219 @@
+//! waitroom: a virtual waiting room in front of an order API.
+//!
+//! [`run`] serves a configured instance until its shutdown token fires;
+//! [`app`] builds the router alone so tests can drive it without a socket.
+//! The layout follows the architecture: `queue` holds the rules, `store`
+//! the state (Redis or memory), `admission` the loop that lets people in,
+//! `push` the per-instance event fan-out, `http` the API.
+
+pub mod admission;
+pub mod config;
+pub mod http;
+pub mod push;
+pub mod queue;
+pub mod store;
+pub mod telemetry;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::Config;
+use queue::{Policy, QueueName, TicketSigner};
+use store::memory::MemoryStore;
+use store::redis::RedisStore;
+use store::{SharedStore, StoreError};
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("cannot reach the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot serve: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Everything a request handler or background task needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    policy: Policy,
+    queues: Vec<QueueName>,
+    queue_set: HashSet<QueueName>,
+    store: SharedStore,
+    signer: TicketSigner,
+    admin_token: String,
+    hub: push::Hub,
+    shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// Validates `config`, connects the store and sets up the ticket secret.
+    pub async fn new(config: Config, shutdown: CancellationToken) -> Result<Self, StartError> {
+        config.validate()?;
+        let (store, shared_secret): (SharedStore, Option<String>) = match &config.redis_url {
+            Some(url) => {
+                let redis = RedisStore::connect(url, &config.key_prefix).await?;
+                let secret = match config.ticket_secret {
+                    Some(_) => None,
+                    None => {
+                        tracing::warn!(
+                            "no --ticket-secret: using a secret shared through Redis; set one explicitly in production"
+                        );
+                        Some(redis.shared_secret().await?)
+                    }
+                };
+                (Arc::new(redis), secret)
+            }
+            None => (Arc::new(MemoryStore::new()), None),
+        };
+        Ok(Self::with_store(config, store, shared_secret, shutdown)?)
+    }
+
+    /// Builds the state around an existing store (tests share one between
+    /// several instances).
+    pub fn with_store(
+        config: Config,
+        store: SharedStore,
+        shared_secret: Option<String>,
+        shutdown: CancellationToken,
+    ) -> Result<Self, StartError> {
+        config.validate()?;
+        let queues = config.queue_names()?;
+        let signer = match (&config.ticket_secret, shared_secret) {
+            (Some(secret), _) => TicketSigner::new(secret.as_bytes().to_vec()),
+            (None, Some(shared)) => TicketSigner::new(shared.into_bytes()),
+            (None, None) => TicketSigner::random(),
+        };
+        let admin_token = config
+            .admin_token
+            .clone()
+            .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                policy: config.policy(),
+                queue_set: queues.iter().cloned().collect(),
+                hub: push::Hub::new(&queues),
+                queues,
+                config,
+                store,
+                signer,
+                admin_token,
+                shutdown,
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &SharedStore {
+        &self.inner.store
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The admission policy of every queue.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// The configured queues, in configuration order.
+    pub fn queue_names(&self) -> &[QueueName] {
+        &self.inner.queues
+    }
+
+    /// Whether `queue` is configured.
+    pub fn has_queue(&self, queue: &QueueName) -> bool {
+        self.inner.queue_set.contains(queue)
+    }
+
+    /// The ticket signer.
+    pub fn signer(&self) -> &TicketSigner {
+        &self.inner.signer
+    }
+
+    /// The bearer token of the admin and token APIs.
+    pub fn admin_token(&self) -> &str {
+        &self.inner.admin_token
+    }
+
+    /// The per-instance event hub.
+    pub fn hub(&self) -> &push::Hub {
+        &self.inner.hub
+    }
+
+    /// The shutdown signal shared by the server and every task.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// Admissions per second to estimate waits with: observed, or the
+    /// configured rate until there is data.
+    pub fn admission_rate(&self, queue: &QueueName) -> f64 {
+        self.inner
+            .hub
+            .rate(queue, self.inner.policy.configured_rate())
+    }
+
+    /// Starts the admission loop and the event subscription on `tasks`.
+    pub fn spawn_background(&self, tasks: &TaskTracker) {
+        tasks.spawn(admission::run(self.clone()));
+        tasks.spawn(push::run(self.clone()));
+    }
+}
+
+/// The router of the whole service.
+pub fn app(state: AppState) -> Router {
+    http::router(state)
+}
+
+/// Serves `config` on `listener` until `shutdown` fires, then stops every
+/// background task before returning.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    telemetry::install_metrics();
+    let state = AppState::new(config, shutdown.clone()).await?;
+    if state.config().admin_token.is_none() {
+        println!(
+            "admin token (set --admin-token to choose one): {}",
+            state.admin_token()
+        );
+    }
+    serve(state, listener).await
+}
+
+/// Serves an already built state; see [`run`].
+pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartError> {
+    let shutdown = state.shutdown().clone();
+    let tasks = TaskTracker::new();
+    state.spawn_background(&tasks);
+    tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
+    let served = axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await;
+    shutdown.cancel();
+    tasks.close();
+    if tokio::time::timeout(Duration::from_secs(10), tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("background tasks did not stop within 10 s");
+    }
+    Ok(served?)
+}

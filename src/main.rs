@@ -1,0 +1,42 @@
+//! The `waitroom` binary: parse the configuration, set up logging, serve
+//! until SIGINT or SIGTERM.
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use waitroom::{Config, telemetry};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    telemetry::init_tracing();
+    raise_open_file_limit();
+    let listener = tokio::net::TcpListener::bind(config.addr).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    waitroom::run(config, listener, shutdown).await?;
+    Ok(())
+}
+
+/// Each open event stream is a socket: use the whole hard limit.
+fn raise_open_file_limit() {
+    if let Ok(limit) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::debug!(limit, "open-file limit");
+    }
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}

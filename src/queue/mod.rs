@@ -1,0 +1,17 @@
+//! Queue rules: names, identities, a user's standing, the status shown to
+//! buyers, polling tiers, wait estimates, entry tokens and queue tickets.
+//!
+//! This module knows neither Redis nor HTTP, so every adapter and every
+//! endpoint applies the same rules, and they can be tested on their own.
+
+mod eta;
+mod names;
+mod status;
+mod ticket;
+mod token;
+
+pub use eta::RateEstimator;
+pub use names::{InvalidName, QueueName, UserId};
+pub use status::{Policy, QueueStatus, Snapshot, Standing, Status, polling_interval_secs};
+pub use ticket::{Ticket, TicketError, TicketSigner};
+pub use token::EntryToken;

@@ -1,0 +1,436 @@
+//! The in-memory store: the embedded default for a single process.
+//!
+//! Same behaviour as the Redis adapter, with one mutex standing in for Lua's
+//! atomicity and a broadcast channel standing in for pub/sub. The line is an
+//! order-statistic B-tree, so a rank is O(log n) like Redis's `ZRANK`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, StreamExt};
+use tokio::sync::broadcast;
+use tokio_stream::wrappers::BroadcastStream;
+
+use super::{
+    Abandoned, Admitted, ClaimOutcome, EnterOutcome, Pass, QueueEvent, Store, StoreEvent,
+    StoreResult,
+};
+use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
+
+/// Users dropped as absent in one pass at most, as in the Lua script, so a
+/// pass stays short however many left at once.
+const SWEEP_LIMIT: usize = 500;
+
+/// The in-memory store.
+pub struct MemoryStore {
+    queues: Mutex<HashMap<QueueName, QueueData>>,
+    events: broadcast::Sender<StoreEvent>,
+}
+
+#[derive(Default)]
+struct QueueData {
+    /// The line: arrival sequence → user.
+    line: indexset::BTreeMap<u64, String>,
+    seq_of: HashMap<String, u64>,
+    last_seq: u64,
+    entered_at: HashMap<String, u64>,
+    /// Last time each waiting user was seen, and the same ordered by time.
+    seen: HashMap<String, u64>,
+    seen_order: BTreeSet<(u64, String)>,
+    tokens: HashMap<String, TokenRecord>,
+    /// Token expiry order, for lazy clean-up; doubles as the active set.
+    expiry: BTreeSet<(u64, String)>,
+    bucket: Option<Bucket>,
+    pass: u64,
+}
+
+struct TokenRecord {
+    token: EntryToken,
+    entered_at: u64,
+    expires_at: u64,
+    claim: Option<(String, u64)>,
+}
+
+/// The admission budget: `level` admissions available as of `at`.
+struct Bucket {
+    level: f64,
+    at: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(4096);
+        Self {
+            queues: Mutex::new(HashMap::new()),
+            events,
+        }
+    }
+
+    fn with_queue<T>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueData, u64) -> T) -> T {
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let data = queues.entry(queue.clone()).or_default();
+        let now = now_ms();
+        data.expire_tokens(now);
+        f(data, now)
+    }
+
+    fn publish(&self, queue: &QueueName, event: QueueEvent) {
+        // No subscriber is not an error: nobody is streaming.
+        let _ = self.events.send(StoreEvent::Queue {
+            queue: queue.clone(),
+            event,
+        });
+    }
+}
+
+impl QueueData {
+    fn expire_tokens(&mut self, now: u64) {
+        while let Some((at, user)) = self.expiry.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.expiry.pop_first();
+            self.tokens.remove(&user);
+        }
+    }
+
+    fn refill(&mut self, policy: &Policy, now: u64) -> f64 {
+        let capacity = policy.batch as f64;
+        let per_ms = capacity / policy.interval_ms.max(1) as f64;
+        let bucket = self.bucket.get_or_insert(Bucket {
+            level: capacity,
+            at: now,
+        });
+        let elapsed = now.saturating_sub(bucket.at) as f64;
+        bucket.level = (bucket.level + elapsed * per_ms).min(capacity);
+        bucket.at = now.max(bucket.at);
+        bucket.level
+    }
+
+    fn spend(&mut self, n: usize) {
+        if let Some(b) = self.bucket.as_mut() {
+            b.level -= n as f64;
+        }
+    }
+
+    fn room(&self, policy: &Policy) -> u64 {
+        match policy.max_active {
+            Some(max) => max.saturating_sub(self.tokens.len() as u64),
+            None => u64::MAX,
+        }
+    }
+
+    fn issue(&mut self, user: &str, token: &EntryToken, entered_at: u64, ttl_ms: u64, now: u64) {
+        let expires_at = now + ttl_ms;
+        self.tokens.insert(
+            user.to_owned(),
+            TokenRecord {
+                token: token.clone(),
+                entered_at,
+                expires_at,
+                claim: None,
+            },
+        );
+        self.expiry.insert((expires_at, user.to_owned()));
+    }
+
+    fn drop_token(&mut self, user: &str) -> Option<TokenRecord> {
+        let record = self.tokens.remove(user)?;
+        self.expiry.remove(&(record.expires_at, user.to_owned()));
+        Some(record)
+    }
+
+    /// Removes `user` from the line and its indexes; their sequence number.
+    fn unline(&mut self, user: &str) -> Option<(u64, u64)> {
+        let seq = self.seq_of.remove(user)?;
+        self.line.remove(&seq);
+        let entered = self.entered_at.remove(user).unwrap_or(0);
+        if let Some(seen) = self.seen.remove(user) {
+            self.seen_order.remove(&(seen, user.to_owned()));
+        }
+        Some((seq, entered))
+    }
+
+    fn mark_seen(&mut self, user: &str, now: u64) {
+        if let Some(seen) = self.seen.get_mut(user) {
+            self.seen_order.remove(&(*seen, user.to_owned()));
+            *seen = now;
+            self.seen_order.insert((now, user.to_owned()));
+        }
+    }
+
+    fn snapshot(&self, user: &str, now: u64) -> Snapshot {
+        let total_waiting = self.line.len() as u64;
+        if let Some(t) = self.tokens.get(user) {
+            return Snapshot {
+                standing: Standing::Ready {
+                    token: t.token.clone(),
+                    expires_in_ms: t.expires_at.saturating_sub(now),
+                },
+                total_waiting,
+                entered_at_ms: Some(t.entered_at),
+                pass: self.pass,
+            };
+        }
+        if let Some(&seq) = self.seq_of.get(user) {
+            return Snapshot {
+                standing: Standing::Waiting {
+                    rank: self.line.rank(&seq) as u64,
+                    seq,
+                },
+                total_waiting,
+                entered_at_ms: self.entered_at.get(user).copied(),
+                pass: self.pass,
+            };
+        }
+        Snapshot {
+            standing: Standing::NotEntered,
+            total_waiting,
+            entered_at_ms: None,
+            pass: self.pass,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn enter(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        policy: &Policy,
+        fast_track_token: &EntryToken,
+    ) -> StoreResult<EnterOutcome> {
+        let user = user.as_str();
+        Ok(self.with_queue(queue, |q, now| {
+            if q.tokens.contains_key(user) || q.seq_of.contains_key(user) {
+                q.mark_seen(user, now);
+                return EnterOutcome {
+                    created: false,
+                    snapshot: q.snapshot(user, now),
+                };
+            }
+            if q.line.is_empty() && q.room(policy) > 0 && q.refill(policy, now) >= 1.0 {
+                q.spend(1);
+                q.issue(user, fast_track_token, now, policy.token_ttl_ms, now);
+            } else {
+                q.last_seq += 1;
+                let seq = q.last_seq;
+                q.line.insert(seq, user.to_owned());
+                q.seq_of.insert(user.to_owned(), seq);
+                q.entered_at.insert(user.to_owned(), now);
+                q.seen.insert(user.to_owned(), now);
+                q.seen_order.insert((now, user.to_owned()));
+            }
+            EnterOutcome {
+                created: true,
+                snapshot: q.snapshot(user, now),
+            }
+        }))
+    }
+
+    async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {
+        Ok(self.with_queue(queue, |q, now| {
+            if touch {
+                q.mark_seen(user.as_str(), now);
+            }
+            q.snapshot(user.as_str(), now)
+        }))
+    }
+
+    async fn statuses(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<Vec<Snapshot>> {
+        Ok(self.with_queue(queue, |q, now| {
+            users.iter().map(|u| q.snapshot(u.as_str(), now)).collect()
+        }))
+    }
+
+    async fn touch(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<()> {
+        self.with_queue(queue, |q, now| {
+            for u in users {
+                q.mark_seen(u.as_str(), now);
+            }
+        });
+        Ok(())
+    }
+
+    async fn leave(&self, queue: &QueueName, user: &UserId) -> StoreResult<bool> {
+        let (had_token, seq) = self.with_queue(queue, |q, _| {
+            let had_token = q.drop_token(user.as_str()).is_some();
+            (had_token, q.unline(user.as_str()).map(|(seq, _)| seq))
+        });
+        let left = had_token || seq.is_some();
+        if left {
+            self.publish(
+                queue,
+                QueueEvent::Left {
+                    user: user.to_string(),
+                    seq,
+                },
+            );
+        }
+        Ok(left)
+    }
+
+    async fn admit(
+        &self,
+        queue: &QueueName,
+        policy: &Policy,
+        tokens: &[EntryToken],
+    ) -> StoreResult<Pass> {
+        let pass = self.with_queue(queue, |q, now| {
+            let busy = !q.line.is_empty();
+            let mut abandoned = Vec::new();
+            if let Some(after) = policy.abandon_after_ms {
+                let cutoff = now.saturating_sub(after);
+                let stale: Vec<String> = q
+                    .seen_order
+                    .iter()
+                    .take_while(|(seen, _)| *seen < cutoff)
+                    .take(SWEEP_LIMIT)
+                    .map(|(_, u)| u.clone())
+                    .collect();
+                for user in stale {
+                    if let Some((seq, _)) = q.unline(&user) {
+                        abandoned.push(Abandoned { user, seq });
+                    }
+                }
+            }
+            let budget = q.refill(policy, now).floor().max(0.0) as u64;
+            let n = budget
+                .min(q.room(policy))
+                .min(tokens.len() as u64)
+                .min(policy.batch as u64) as usize;
+            let mut admitted = Vec::with_capacity(n);
+            while admitted.len() < n {
+                let Some((&seq, user)) = q.line.first_key_value() else {
+                    break;
+                };
+                let user = user.clone();
+                let (_, entered) = q.unline(&user).unwrap_or((seq, now));
+                let token = &tokens[admitted.len()];
+                q.issue(&user, token, entered, policy.token_ttl_ms, now);
+                admitted.push(Admitted {
+                    user,
+                    seq,
+                    token: token.as_str().to_owned(),
+                    ttl_ms: policy.token_ttl_ms,
+                });
+            }
+            q.spend(admitted.len());
+            q.pass += 1;
+            Pass {
+                pass: q.pass,
+                at: now,
+                admitted,
+                abandoned,
+                waiting: q.line.len() as u64,
+                busy,
+            }
+        });
+        if pass.busy || !pass.abandoned.is_empty() {
+            self.publish(queue, QueueEvent::Pass(pass.clone()));
+        }
+        Ok(pass)
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        presented: &str,
+        lease_ms: u64,
+    ) -> StoreResult<ClaimOutcome> {
+        Ok(self.with_queue(queue, |q, now| {
+            let user = user.as_str();
+            let Some(record) = q.tokens.get_mut(user) else {
+                return ClaimOutcome::Invalid;
+            };
+            if !record.token.matches(presented) {
+                return ClaimOutcome::Invalid;
+            }
+            if matches!(record.claim, Some((_, until)) if until > now) {
+                return ClaimOutcome::InUse;
+            }
+            let claim_id = EntryToken::generate().as_str().to_owned();
+            let until = now + lease_ms;
+            record.claim = Some((claim_id.clone(), until));
+            if record.expires_at < until {
+                let old = record.expires_at;
+                record.expires_at = until;
+                q.expiry.remove(&(old, user.to_owned()));
+                q.expiry.insert((until, user.to_owned()));
+            }
+            ClaimOutcome::Claimed { claim_id }
+        }))
+    }
+
+    async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
+        let consumed = self.with_queue(queue, |q, _| {
+            let holds = matches!(q.tokens.get(user.as_str()),
+                Some(TokenRecord { claim: Some((id, _)), .. }) if id == claim_id);
+            if holds {
+                q.drop_token(user.as_str());
+            }
+            holds
+        });
+        if consumed {
+            self.publish(
+                queue,
+                QueueEvent::Consumed {
+                    user: user.to_string(),
+                },
+            );
+        }
+        Ok(consumed)
+    }
+
+    async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
+        Ok(
+            self.with_queue(queue, |q, _| match q.tokens.get_mut(user.as_str()) {
+                Some(record) if matches!(&record.claim, Some((id, _)) if id == claim_id) => {
+                    record.claim = None;
+                    true
+                }
+                _ => false,
+            }),
+        )
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent> {
+        let wanted: Vec<QueueName> = queues.to_vec();
+        BroadcastStream::new(self.events.subscribe())
+            .filter_map(move |item| {
+                let out = match item {
+                    Ok(StoreEvent::Queue { queue, event }) if wanted.contains(&queue) => {
+                        Some(StoreEvent::Queue { queue, event })
+                    }
+                    Ok(StoreEvent::Queue { .. }) => None,
+                    Ok(StoreEvent::Resync) => Some(StoreEvent::Resync),
+                    // A slow listener missed events: it must re-read state.
+                    Err(_) => Some(StoreEvent::Resync),
+                };
+                futures::future::ready(out)
+            })
+            .boxed()
+    }
+}

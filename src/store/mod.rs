@@ -1,0 +1,223 @@
+//! The store: where queues, tokens and the admission budget live.
+//!
+//! One trait, two adapters: [`redis::RedisStore`] for production (many
+//! instances, one Redis) and [`memory::MemoryStore`] for a single process
+//! with nothing else installed. Every state change is atomic in both, and
+//! one conformance suite (`tests/store_conformance.rs`) runs against both.
+
+pub mod memory;
+pub mod redis;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+use crate::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
+
+/// Why a store call failed. Both variants fail closed: callers answer `503`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or timed out.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered something this version does not understand.
+    #[error("unexpected store reply: {0}")]
+    Protocol(String),
+}
+
+/// The result of a store call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What `enter` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnterOutcome {
+    /// True when the user was not in line nor holding a token before.
+    pub created: bool,
+    /// The user's standing after the call (READY at once on the fast track).
+    pub snapshot: Snapshot,
+}
+
+/// One user admitted by a pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admitted {
+    pub user: String,
+    pub seq: u64,
+    pub token: String,
+    #[serde(rename = "ttlMs")]
+    pub ttl_ms: u64,
+}
+
+/// One user dropped by a pass for not being seen for `abandonAfter`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Abandoned {
+    pub user: String,
+    pub seq: u64,
+}
+
+/// What one admission pass did, as published to every instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pass {
+    /// The queue's pass counter after this pass (strictly increasing).
+    pub pass: u64,
+    /// When the pass ran, store clock, ms since the epoch.
+    pub at: u64,
+    /// Users admitted, head first.
+    #[serde(default, deserialize_with = "lua_list")]
+    pub admitted: Vec<Admitted>,
+    /// Users dropped as absent.
+    #[serde(default, deserialize_with = "lua_list")]
+    pub abandoned: Vec<Abandoned>,
+    /// How many still wait after the pass.
+    pub waiting: u64,
+    /// True when someone was waiting at the start of the pass, so the pass
+    /// says something about throughput.
+    pub busy: bool,
+}
+
+/// A change that streams on any instance may need to hear about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum QueueEvent {
+    /// An admission pass ran.
+    Pass(Pass),
+    /// A user left the line or gave up their token (`seq` when they waited).
+    Left { user: String, seq: Option<u64> },
+    /// A user's token was used for an order.
+    Consumed { user: String },
+}
+
+/// What a subscription yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// An event in `queue`.
+    Queue { queue: QueueName, event: QueueEvent },
+    /// The subscription was interrupted and is back: events may have been
+    /// lost, so every listener must re-read state from the store.
+    Resync,
+}
+
+/// The outcome of claiming an entry token for one order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The token is now claimed under `claim_id` until the lease ends.
+    Claimed { claim_id: String },
+    /// No such token for this user (missing, wrong, foreign or expired).
+    Invalid,
+    /// Another order holds a live claim on it.
+    InUse,
+}
+
+/// The store port. Implementations are cheap to share (`Arc<dyn Store>`).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Puts `user` in line, or keeps their place (or token) if they have
+    /// one. When nobody waits and the budget and `max_active` allow, the
+    /// user goes straight to READY with `fast_track_token`.
+    async fn enter(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        policy: &Policy,
+        fast_track_token: &EntryToken,
+    ) -> StoreResult<EnterOutcome>;
+
+    /// Reads `user`'s standing, token first. With `touch`, also marks them
+    /// as seen (a poll keeps an absent user from being dropped).
+    async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot>;
+
+    /// Reads many users' standings in one round trip (stream refreshes).
+    async fn statuses(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<Vec<Snapshot>>;
+
+    /// Marks waiting users as seen (open streams), in one write.
+    async fn touch(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<()>;
+
+    /// Takes `user` out of line and drops their token. True if they had either.
+    async fn leave(&self, queue: &QueueName, user: &UserId) -> StoreResult<bool>;
+
+    /// One admission pass: refills the shared budget, drops absent users,
+    /// admits the head of the line with `tokens` (one per admitted user, at
+    /// most `policy.batch` are used), and publishes the pass.
+    async fn admit(
+        &self,
+        queue: &QueueName,
+        policy: &Policy,
+        tokens: &[EntryToken],
+    ) -> StoreResult<Pass>;
+
+    /// Claims `user`'s token for one order if `presented` matches it and no
+    /// live claim holds it; the claim is a lease of `lease_ms`, and the
+    /// token lives at least until the lease ends.
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        presented: &str,
+        lease_ms: u64,
+    ) -> StoreResult<ClaimOutcome>;
+
+    /// Deletes the token claimed under `claim_id` (the order committed) and
+    /// frees the user's active slot. True if it was there to delete.
+    async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool>;
+
+    /// Returns a claimed token to READY (the order rolled back). True if the
+    /// claim was still held.
+    async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool>;
+
+    /// Answers when the store is reachable.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Every queue event of `queues`, from every instance, plus `Resync`
+    /// after an interruption. The stream ends only when the store is dropped.
+    fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent>;
+}
+
+/// A shared store handle.
+pub type SharedStore = Arc<dyn Store>;
+
+/// Lua's cjson encodes an empty table as `{}`; accept that as an empty list.
+fn lua_list<'de, D, T>(de: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrEmpty<T> {
+        List(Vec<T>),
+        Empty(serde_json::Map<String, serde_json::Value>),
+    }
+    match ListOrEmpty::<T>::deserialize(de)? {
+        ListOrEmpty::List(v) => Ok(v),
+        ListOrEmpty::Empty(m) if m.is_empty() => Ok(Vec::new()),
+        ListOrEmpty::Empty(_) => Err(serde::de::Error::custom("expected a list")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_from_lua_json_with_empty_tables() {
+        let raw = r#"{"kind":"pass","pass":3,"at":17,"admitted":{},"abandoned":{},"waiting":0,"busy":false}"#;
+        let ev: QueueEvent = serde_json::from_str(raw).unwrap();
+        match ev {
+            QueueEvent::Pass(p) => {
+                assert_eq!(p.pass, 3);
+                assert!(p.admitted.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        let raw = r#"{"kind":"left","user":"a","seq":null}"#;
+        let ev: QueueEvent = serde_json::from_str(raw).unwrap();
+        assert_eq!(
+            ev,
+            QueueEvent::Left {
+                user: "a".into(),
+                seq: None
+            }
+        );
+    }
+}

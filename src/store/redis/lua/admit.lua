@@ -1,0 +1,54 @@
+-- admit.lua: one admission pass.
+-- KEYS, ARGV[1..2]: see common.lua.
+-- ARGV[3] token TTL ms  ARGV[4] batch  ARGV[5] interval ms
+-- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
+-- ARGV[8..] fresh entry tokens, one per user that may be admitted
+-- Returns the pass as JSON: {kind="pass", pass, at, admitted=[{user, seq,
+-- token, ttlMs}], abandoned=[{user, seq}], waiting, busy}, and publishes the
+-- same JSON on the queue's channel when anyone waited or was dropped.
+-- Atomic because popping the head and storing its tokens must be one step
+-- (a crash in between would lose users), the budget shared by every
+-- instance must be read and spent in the same step (N instances admit no
+-- more than one would), and the published pass must match what happened.
+local ttl, batch, interval, max_active, abandon_after =
+  tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = now_ms()
+expire_active(now)
+local busy = redis.call('ZCARD', K.waiting) > 0
+
+-- Absent users don't hold the line: drop those not seen for abandon_after
+-- (bounded per pass so a pass stays short).
+local abandoned = {}
+if abandon_after > 0 then
+  local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. (now - abandon_after), 'LIMIT', 0, 500)
+  for _, user in ipairs(stale) do
+    local seq = unline(user)
+    if seq then
+      abandoned[#abandoned + 1] = {user = user, seq = seq}
+    end
+  end
+end
+
+local admitted = {}
+local level, at = refill(batch, interval, now)
+local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch)
+if n > 0 then
+  local head = redis.call('ZRANGE', K.waiting, 0, n - 1)
+  for _, user in ipairs(head) do
+    local seq, entered = unline(user)
+    local token = ARGV[7 + #admitted + 1]
+    issue(user, token, entered or now, ttl, now)
+    admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
+  end
+end
+save_bucket(level - #admitted, at)
+
+local pass = redis.call('INCR', K.pass)
+local msg = cjson.encode({
+  kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
+  waiting = redis.call('ZCARD', K.waiting), busy = busy,
+})
+if busy or #abandoned > 0 then
+  redis.call('PUBLISH', K.channel, msg)
+end
+return msg

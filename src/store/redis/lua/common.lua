@@ -1,0 +1,105 @@
+-- common.lua: helpers prepended to every other script at load time (Redis
+-- scripts cannot include one another). Not a script on its own.
+--
+-- Every script receives the queue's keys in this order, all sharing the
+-- queue's {hash tag} so a script touches one cluster slot:
+--   KEYS[1] waiting  ZSET user -> arrival sequence (the line, strict FIFO)
+--   KEYS[2] seq      STRING arrival counter (INCR)
+--   KEYS[3] entered  HASH user -> entry time ms (waiting users)
+--   KEYS[4] seen     ZSET user -> last seen ms (waiting users; presence)
+--   KEYS[5] active   ZSET user -> token expiry ms (holders; maxActive)
+--   KEYS[6] bucket   HASH level, at (the shared admission budget)
+--   KEYS[7] pass     STRING admission pass counter
+--   ARGV[1] token key prefix: a user's token lives in HASH ARGV[1]..user
+--           (token, enteredAt, exp, claim, claimUntil) with PEXPIREAT exp.
+--           Built here rather than passed in KEYS because admit learns the
+--           users inside the script; the prefix carries the same hash tag.
+--   ARGV[2] pub/sub channel of the queue
+-- Script-specific arguments start at ARGV[3].
+
+local K = {
+  waiting = KEYS[1], seq = KEYS[2], entered = KEYS[3], seen = KEYS[4],
+  active = KEYS[5], bucket = KEYS[6], pass = KEYS[7],
+  tokprefix = ARGV[1], channel = ARGV[2],
+}
+
+-- The store clock: Redis TIME, so every instance shares one clock.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Token bucket: starts full, refills continuously at batch per interval
+-- (fractions carry over), holds at most one interval's worth.
+local function refill(batch, interval, now)
+  local b = redis.call('HMGET', K.bucket, 'level', 'at')
+  local level, at = tonumber(b[1]), tonumber(b[2])
+  if not level then
+    return batch, now
+  end
+  if now > at then
+    level = math.min(batch, level + (now - at) * batch / interval)
+    at = now
+  end
+  return level, at
+end
+
+local function save_bucket(level, at)
+  redis.call('HSET', K.bucket, 'level', string.format('%.17g', level), 'at', at)
+end
+
+-- Drops expired holders from the active set (lazy clean-up).
+local function expire_active(now)
+  redis.call('ZREMRANGEBYSCORE', K.active, '-inf', now)
+end
+
+local function room(max_active)
+  if max_active < 0 then
+    return math.huge
+  end
+  return math.max(0, max_active - redis.call('ZCARD', K.active))
+end
+
+local function issue(user, token, entered_at, ttl, now)
+  local key = K.tokprefix .. user
+  local exp = now + ttl
+  redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp)
+  redis.call('PEXPIREAT', key, exp)
+  redis.call('ZADD', K.active, exp, user)
+end
+
+-- Removes a waiting user from the line and its indexes; returns their
+-- sequence number and entry time, or nil if they were not in line.
+local function unline(user)
+  local seq = redis.call('ZSCORE', K.waiting, user)
+  if not seq then
+    return nil
+  end
+  local entered = redis.call('HGET', K.entered, user)
+  redis.call('ZREM', K.waiting, user)
+  redis.call('HDEL', K.entered, user)
+  redis.call('ZREM', K.seen, user)
+  return tonumber(seq), tonumber(entered)
+end
+
+-- One user's standing, token first:
+-- {kind, created, rank, seq, token, ttl_ms, entered_at, total, pass}
+-- with -1 / '' where a field does not apply.
+local function describe(user, now, created, total, pass)
+  local tok = redis.call('HMGET', K.tokprefix .. user, 'token', 'exp', 'enteredAt')
+  if tok[1] and tonumber(tok[2]) > now then
+    return {'ready', created, -1, -1, tok[1], tonumber(tok[2]) - now,
+            tonumber(tok[3]) or -1, total, pass}
+  end
+  local rank = redis.call('ZRANK', K.waiting, user)
+  if rank then
+    local seq = redis.call('ZSCORE', K.waiting, user)
+    local entered = redis.call('HGET', K.entered, user)
+    return {'waiting', created, rank, tonumber(seq), '', -1, tonumber(entered) or -1, total, pass}
+  end
+  return {'none', created, -1, -1, '', -1, -1, total, pass}
+end
+
+local function totals()
+  return redis.call('ZCARD', K.waiting), tonumber(redis.call('GET', K.pass) or '0')
+end

@@ -1,0 +1,16 @@
+-- consume.lua: deletes a claimed token after its order committed.
+-- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
+-- Returns 1 if the token was deleted, 0 if this claim no longer holds it;
+-- publishes {"kind":"consumed","user":..} when 1.
+-- Atomic so the token and the user's active slot go together (the slot is
+-- what lets admission admit the next person) and only the claim holder can
+-- delete it.
+local user, claim_id = ARGV[3], ARGV[4]
+local key = K.tokprefix .. user
+if redis.call('HGET', key, 'claim') ~= claim_id then
+  return 0
+end
+redis.call('DEL', key)
+redis.call('ZREM', K.active, user)
+redis.call('PUBLISH', K.channel, cjson.encode({kind = 'consumed', user = user}))
+return 1

@@ -1,0 +1,38 @@
+-- enter.lua: put a user in line, or keep the place or token they have.
+-- KEYS, ARGV[1..2]: see common.lua.
+-- ARGV[3] user   ARGV[4] fast-track token   ARGV[5] token TTL ms
+-- ARGV[6] batch  ARGV[7] interval ms        ARGV[8] max active (-1 = unlimited)
+-- Returns describe(): {kind, created, rank, seq, token, ttl_ms, entered_at, total, pass}.
+-- Atomic because the check and the add must be one step (two concurrent
+-- first enters of one user must not both add), the arrival number must be
+-- taken in the same step as the add (strict FIFO), and the fast track must
+-- spend from the shared budget in the same step as it issues the token (a
+-- burst cannot bypass the rate or maxActive).
+local user = ARGV[3]
+local ttl, batch, interval, max_active =
+  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local now = now_ms()
+expire_active(now)
+
+if redis.call('EXISTS', K.tokprefix .. user) == 1 or redis.call('ZSCORE', K.waiting, user) then
+  redis.call('ZADD', K.seen, 'XX', now, user)
+  local total, pass = totals()
+  return describe(user, now, 0, total, pass)
+end
+
+if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0 then
+  local level, at = refill(batch, interval, now)
+  if level >= 1 then
+    save_bucket(level - 1, at)
+    issue(user, ARGV[4], now, ttl, now)
+    local total, pass = totals()
+    return describe(user, now, 1, total, pass)
+  end
+end
+
+local seq = redis.call('INCR', K.seq)
+redis.call('ZADD', K.waiting, seq, user)
+redis.call('HSET', K.entered, user, now)
+redis.call('ZADD', K.seen, now, user)
+local total, pass = totals()
+return describe(user, now, 1, total, pass)

@@ -1,0 +1,804 @@
+// The buyer-facing waiting-room page: join, wait, order.
+
+import { api } from './api.js';
+import { StatusFeed, fromQueueStatus } from './feed.js';
+import { TabBus } from './tabs.js';
+import * as fmt from './format.js';
+
+const QUEUE_NAME = /^[a-z0-9_-]{1,64}$/;
+const USER_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
+/** Most items one order may ask for, whatever the stock. */
+const MAX_QUANTITY = 10;
+/** A confirmed order is shown again on reload for this long, instead of joining anew. */
+const ORDER_MEMORY_MS = 30 * 60 * 1000;
+const JOIN_RETRY_MIN_MS = 2_000;
+const JOIN_RETRY_MAX_MS = 30_000;
+const CURRENCY = document.querySelector('meta[name="waitroom-currency"]')?.content || 'USD';
+
+const el = (id) => document.getElementById(id);
+const VIEWS = ['joining', 'waiting', 'ready', 'confirmed', 'ended', 'error'];
+
+// --- storage ---------------------------------------------------------------
+
+const storage = {
+  get(area, key) {
+    try {
+      return globalThis[area].getItem(key);
+    } catch {
+      return null;
+    }
+  },
+  set(area, key, value) {
+    try {
+      globalThis[area].setItem(key, value);
+    } catch {
+      // Private mode or a full quota: the page still works, it just forgets.
+    }
+  },
+  remove(area, key) {
+    try {
+      globalThis[area].removeItem(key);
+    } catch {
+      // ignore
+    }
+  },
+  getJSON(area, key) {
+    const raw = this.get(area, key);
+    if (!raw) return null;
+    try {
+      return JSON.parse(raw);
+    } catch {
+      return null;
+    }
+  },
+  setJSON(area, key, value) {
+    this.set(area, key, JSON.stringify(value));
+  },
+};
+
+function randomUserId() {
+  const bytes = new Uint8Array(8);
+  crypto.getRandomValues(bytes);
+  return `buyer-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+/** The buyer's id: made up once and remembered, shared by all tabs. */
+function loadUserId() {
+  let id = storage.get('localStorage', 'waitroom.userId');
+  if (!id || !USER_ID.test(id)) {
+    id = randomUserId();
+    storage.set('localStorage', 'waitroom.userId', id);
+  }
+  return id;
+}
+
+const queue = new URLSearchParams(location.search).get('queue') ?? 'default';
+const userId = loadUserId();
+document.documentElement.dataset.userId = userId;
+document.documentElement.dataset.queue = queue;
+
+const keys = {
+  ticket: `waitroom.ticket.${queue}`,
+  start: `waitroom.start.${queue}.${userId}`,
+  order: `waitroom.order.${queue}.${userId}`,
+};
+
+const bus = new TabBus(`waitroom-${queue}`);
+
+const app = {
+  view: null,
+  feed: null,
+  joining: false,
+  joinFailures: 0,
+  joinTimer: null,
+  lastAuthRejoin: 0,
+  start: null,
+  lastMilestone: null,
+  ready: null,
+  countdownTimer: null,
+  products: null,
+  productsLoading: false,
+  selectedId: null,
+  ordering: false,
+};
+
+// --- view plumbing ---------------------------------------------------------
+
+function setView(name, { focus = false } = {}) {
+  if (app.view === name) return false;
+  app.view = name;
+  for (const v of VIEWS) el(`view-${v}`).hidden = v !== name;
+  document.body.dataset.state = name;
+  el('main').setAttribute('aria-busy', String(name === 'joining'));
+  if (name !== 'ready') stopCountdown();
+  if (name !== 'waiting') closeLeaveConfirm();
+  if (focus) el(`${name}-heading`)?.focus();
+  return true;
+}
+
+function setTitle(prefix) {
+  document.title = prefix ? `${prefix} · Waiting room` : 'Waiting room';
+}
+
+let announceTimer = null;
+/** Say something politely to screen readers (the region is aria-live="polite"). */
+function announce(text) {
+  const region = el('announcer');
+  clearTimeout(announceTimer);
+  region.textContent = '';
+  announceTimer = setTimeout(() => {
+    region.textContent = text;
+  }, 120);
+}
+
+function setText(id, text) {
+  const node = el(id);
+  if (node.textContent !== text) node.textContent = text;
+}
+
+const capitalise = (s) => s.charAt(0).toUpperCase() + s.slice(1);
+
+// --- joining ---------------------------------------------------------------
+
+async function join({ quiet = false } = {}) {
+  clearTimeout(app.joinTimer);
+  if (app.joining) return;
+  app.joining = true;
+  app.feed?.stop();
+  app.feed = null;
+  if (!quiet) {
+    setView('joining');
+    setText('joining-heading', 'Finding your place in line…');
+    setText('joining-text', 'This only takes a moment.');
+    el('joining-retry').hidden = true;
+    setTitle('Joining');
+  }
+  let status;
+  try {
+    status = await api.enter(queue, userId);
+  } catch (err) {
+    app.joining = false;
+    joinFailed(err, { quiet });
+    return;
+  }
+  app.joining = false;
+  app.joinFailures = 0;
+  if (status && typeof status.ticket === 'string') storage.set('sessionStorage', keys.ticket, status.ticket);
+  const update = fromQueueStatus(status);
+  if (update.status === 'GONE') {
+    showGone(update.reason);
+    return;
+  }
+  rememberStart(status);
+  startFeed(status);
+  applyUpdate(update);
+  bus.post('joined', { userId });
+}
+
+function joinFailed(err, { quiet }) {
+  if (err.status === 404) {
+    showError(
+      "This waiting room doesn't exist",
+      `There's no queue called “${queue}” here. Please check the link you followed.`,
+      { retry: false },
+    );
+    return;
+  }
+  if (!err.transient) {
+    showError("We couldn't add you to the line", `${err.message || 'The waiting room refused the request.'} Please try again.`);
+    return;
+  }
+  app.joinFailures += 1;
+  const backoff = Math.min(JOIN_RETRY_MAX_MS, JOIN_RETRY_MIN_MS * 2 ** (app.joinFailures - 1));
+  const hinted = Number.isFinite(err.retryAfterSeconds) ? err.retryAfterSeconds * 1000 : 0;
+  const delay = Math.max(backoff, hinted) * (0.8 + Math.random() * 0.4);
+  if (quiet) {
+    setMode('reconnecting', { viaOtherTab: false });
+  } else {
+    setView('joining');
+    setText(
+      'joining-heading',
+      err.status === 0 ? "We can't reach the waiting room" : 'The waiting room is very busy',
+    );
+    setText(
+      'joining-text',
+      `No need to do anything — we'll try again in about ${Math.max(1, Math.round(delay / 1000))} seconds.`,
+    );
+    el('joining-retry').hidden = false;
+  }
+  app.joinTimer = setTimeout(() => join({ quiet }), delay);
+}
+
+/** Remember where in line the buyer started, for the progress bar (kept across reloads). */
+function rememberStart(status) {
+  if (status.status !== 'WAITING') return;
+  const saved = storage.getJSON('localStorage', keys.start);
+  if (saved && saved.enteredAt && saved.enteredAt === status.enteredAt && Number.isFinite(saved.position)) {
+    app.start = { ...saved, position: Math.max(saved.position, status.position ?? 0) };
+  } else {
+    app.start = { enteredAt: status.enteredAt ?? null, position: status.position };
+  }
+  storage.setJSON('localStorage', keys.start, app.start);
+}
+
+function startFeed(status) {
+  app.feed?.stop();
+  const feed = new StatusFeed({
+    queue,
+    userId,
+    api,
+    bus,
+    pollingIntervalSeconds: status.pollingIntervalSeconds,
+    getTicket: () => storage.get('sessionStorage', keys.ticket),
+    onUpdate: (update) => {
+      if (app.feed === feed) applyUpdate(update);
+    },
+    onMode: (mode, info) => {
+      if (app.feed === feed) setMode(mode, info);
+    },
+    onAuthLost: () => {
+      if (app.feed !== feed) return;
+      if (Date.now() - app.lastAuthRejoin < 10_000) {
+        feed.stop();
+        showGone('not_entered');
+        return;
+      }
+      app.lastAuthRejoin = Date.now();
+      join({ quiet: true });
+    },
+  });
+  app.feed = feed;
+  setMode('connecting', { viaOtherTab: false });
+  feed.start();
+}
+
+function applyUpdate(update) {
+  if (!update || app.view === 'confirmed') return;
+  switch (update.status) {
+    case 'WAITING':
+      showWaiting(update);
+      break;
+    case 'READY':
+      showReady(update);
+      break;
+    case 'GONE':
+      showGone(update.reason);
+      break;
+    default:
+      break;
+  }
+}
+
+// --- waiting ---------------------------------------------------------------
+
+const MODE_TEXT = {
+  connecting: 'Connecting…',
+  live: 'Live',
+  reconnecting: 'Reconnecting…',
+  polling: 'Auto-refresh',
+};
+const MODE_TITLE = {
+  connecting: 'Connecting to the waiting room',
+  live: 'Connected: updates arrive the moment they happen',
+  reconnecting: 'The connection dropped; reconnecting. Your place is safe.',
+  polling: 'Live updates are unavailable, so this page checks your place every few seconds',
+};
+
+function setMode(mode, { viaOtherTab = false } = {}) {
+  const conn = el('conn');
+  if (!MODE_TEXT[mode]) return;
+  conn.dataset.mode = mode;
+  conn.dataset.shared = String(Boolean(viaOtherTab));
+  setText('conn-text', MODE_TEXT[mode]);
+  conn.title = MODE_TITLE[mode] + (viaOtherTab ? ' (shared with your other open tab)' : '');
+}
+
+function showWaiting(w) {
+  app.ready = null;
+  const position = Number.isFinite(w.position) ? w.position : null;
+  if (!app.start || !Number.isFinite(app.start.position)) app.start = { enteredAt: null, position };
+  if (position !== null && position > app.start.position) app.start = { ...app.start, position };
+
+  const firstTime = setView('waiting');
+  setText('position', fmt.formatCount(position));
+  el('position').dataset.position = position === null ? '' : String(position);
+  const rank = Number.isFinite(w.rank) ? w.rank : position === null ? null : position - 1;
+  setText('ahead', fmt.peopleAhead(rank));
+  const words = fmt.waitInWords(w.estimatedWaitSeconds);
+  setText('eta', capitalise(words));
+  setText('total', fmt.formatCount(w.totalWaiting));
+
+  const fraction = fmt.progressFraction(app.start.position, position);
+  el('progress-fill').style.transform = `scaleX(${Math.max(0.015, fraction)})`;
+  const progress = el('progress');
+  progress.setAttribute('aria-valuenow', String(Math.round(fraction * 100)));
+  progress.setAttribute('aria-valuetext', `${Math.round(fraction * 100)}% of the way to the front`);
+  setText('progress-start', `Joined at #${fmt.formatCount(app.start.position)}`);
+
+  if (position !== null) setTitle(`#${fmt.formatCount(position)} in line`);
+
+  const mark = fmt.milestone(position);
+  if (firstTime) {
+    announce(`You're in line, number ${fmt.formatCount(position)}. Estimated wait: ${words}.`);
+    app.lastMilestone = mark;
+  } else if (mark !== null && (app.lastMilestone === null || mark < app.lastMilestone)) {
+    announce(
+      position === 1
+        ? "You're next in line."
+        : `You're now number ${fmt.formatCount(position)} in line. Estimated wait: ${words}.`,
+    );
+    app.lastMilestone = mark;
+  }
+}
+
+// Leaving the queue: a two-step button so a stray tap doesn't cost the place.
+
+function openLeaveConfirm() {
+  el('leave-confirm').hidden = false;
+  el('leave').setAttribute('aria-expanded', 'true');
+  el('leave').hidden = true;
+  el('leave-error').hidden = true;
+  el('leave-no').focus();
+}
+
+function closeLeaveConfirm({ focus = false } = {}) {
+  el('leave-confirm').hidden = true;
+  el('leave').hidden = false;
+  el('leave').setAttribute('aria-expanded', 'false');
+  if (focus) el('leave').focus();
+}
+
+async function leaveQueue() {
+  const yes = el('leave-yes');
+  yes.disabled = true;
+  el('leave-no').disabled = true;
+  el('leave-error').hidden = true;
+  try {
+    await api.leave(queue, storage.get('sessionStorage', keys.ticket), userId);
+  } catch (err) {
+    // 401/404: there was no place to give up, which is what was asked.
+    if (err.status !== 401 && err.status !== 404) {
+      const box = el('leave-error');
+      box.textContent = err.transient
+        ? "We couldn't reach the waiting room, so you're still in line. Please try again."
+        : `That didn't work (${err.message}). You're still in line.`;
+      box.hidden = false;
+      return;
+    }
+  } finally {
+    yes.disabled = false;
+    el('leave-no').disabled = false;
+  }
+  bus.post('left', { userId });
+  showGone('left');
+}
+
+// --- ready -----------------------------------------------------------------
+
+function showReady(r) {
+  const seconds = Number.isFinite(r.expiresInSeconds) ? Math.max(0, r.expiresInSeconds) : 300;
+  const isNew = !app.ready || app.ready.entryToken !== r.entryToken;
+  app.ready = {
+    entryToken: r.entryToken,
+    deadline: performance.now() + seconds * 1000,
+    total: isNew ? Math.max(seconds, 1) : app.ready.total,
+    warned: isNew ? seconds <= 75 : app.ready.warned,
+  };
+  const firstTime = setView('ready', { focus: true });
+  if (firstTime) {
+    hideOrderError();
+    setTitle("It's your turn!");
+    announce(`It's your turn! You have ${fmt.durationInWords(seconds)} to place your order.`);
+    loadProducts();
+    updateOrderButton();
+  }
+  startCountdown();
+}
+
+function startCountdown() {
+  if (!app.countdownTimer) app.countdownTimer = setInterval(tickCountdown, 250);
+  tickCountdown();
+}
+
+function stopCountdown() {
+  clearInterval(app.countdownTimer);
+  app.countdownTimer = null;
+}
+
+function tickCountdown() {
+  const r = app.ready;
+  if (!r) {
+    stopCountdown();
+    return;
+  }
+  const left = r.deadline - performance.now();
+  setText('countdown-time', fmt.formatClock(left));
+  const share = Math.min(1, Math.max(0, left / 1000 / r.total));
+  el('countdown-fill').style.transform = `scaleX(${share})`;
+  const urgent = left <= 60_000;
+  el('countdown').dataset.urgent = String(urgent);
+  if (urgent && !r.warned && left > 0) {
+    r.warned = true;
+    announce('One minute left to place your order.');
+  }
+  if (left <= 0 && !app.ordering) {
+    stopCountdown();
+    showGone('expired');
+  }
+}
+
+// Products and the order form.
+
+function selectedProduct() {
+  return app.products?.find((p) => p.id === app.selectedId) ?? null;
+}
+
+function inStock(p) {
+  return Number.isFinite(p.stock) ? p.stock > 0 : true;
+}
+
+async function loadProducts() {
+  if (app.productsLoading) return;
+  app.productsLoading = true;
+  const box = el('products');
+  box.setAttribute('aria-busy', 'true');
+  if (!app.products) box.replaceChildren(statusLine("Loading what's on sale…"));
+  try {
+    const all = await api.products();
+    app.products = all.filter((p) => p && typeof p.id === 'string' && (p.queue ?? 'default') === queue);
+    renderProducts();
+  } catch (err) {
+    if (!app.products) {
+      const retry = document.createElement('button');
+      retry.type = 'button';
+      retry.className = 'button secondary small';
+      retry.textContent = 'Try again';
+      retry.addEventListener('click', () => loadProducts());
+      box.replaceChildren(statusLine("We couldn't load what's on sale. Your turn is still reserved."), retry);
+    }
+  } finally {
+    app.productsLoading = false;
+    box.setAttribute('aria-busy', 'false');
+    updateOrderButton();
+  }
+}
+
+function statusLine(text) {
+  const p = document.createElement('p');
+  p.className = 'products-status';
+  p.textContent = text;
+  return p;
+}
+
+function hueOf(text) {
+  let h = 0;
+  for (const ch of text) h = (h * 31 + ch.codePointAt(0)) % 360;
+  return h;
+}
+
+function stockText(p) {
+  if (!Number.isFinite(p.stock)) return 'Available';
+  if (p.stock <= 0) return 'Sold out';
+  if (p.stock <= 20) return `Only ${fmt.formatCount(p.stock)} left`;
+  return `${fmt.formatCount(p.stock)} available`;
+}
+
+function renderProducts() {
+  const box = el('products');
+  const list = app.products ?? [];
+  if (list.length === 0) {
+    app.selectedId = null;
+    box.replaceChildren(statusLine('Nothing is on sale in this queue right now.'));
+    updateSummary();
+    return;
+  }
+  const keep = list.find((p) => p.id === app.selectedId && inStock(p));
+  app.selectedId = (keep ?? list.find(inStock))?.id ?? null;
+
+  const nodes = list.map((p) => {
+    const label = document.createElement('label');
+    label.className = 'product';
+    label.dataset.productId = p.id;
+
+    const input = document.createElement('input');
+    input.type = 'radio';
+    input.name = 'product';
+    input.value = p.id;
+    input.className = 'product-radio';
+    input.checked = p.id === app.selectedId;
+    input.disabled = !inStock(p);
+    input.addEventListener('change', () => {
+      app.selectedId = p.id;
+      hideOrderError();
+      updateSummary();
+    });
+
+    const name = p.name || p.id;
+    const tile = document.createElement('span');
+    tile.className = 'product-tile';
+    tile.setAttribute('aria-hidden', 'true');
+    tile.style.setProperty('--hue', String(hueOf(p.id)));
+    tile.textContent = [...name.trim()][0]?.toUpperCase() ?? '•';
+
+    const body = document.createElement('span');
+    body.className = 'product-body';
+    const title = document.createElement('span');
+    title.className = 'product-name';
+    title.textContent = name;
+    const stock = document.createElement('span');
+    stock.className = 'product-stock';
+    stock.dataset.low = String(Number.isFinite(p.stock) && p.stock > 0 && p.stock <= 20);
+    stock.textContent = stockText(p);
+    body.append(title, stock);
+
+    const price = document.createElement('span');
+    price.className = 'product-price';
+    price.textContent = fmt.formatMoney(p.priceCents, CURRENCY);
+
+    label.append(input, tile, body, price);
+    return label;
+  });
+  box.replaceChildren(...nodes);
+  updateSummary();
+}
+
+function maxQuantity() {
+  const p = selectedProduct();
+  if (!p || !Number.isFinite(p.stock)) return MAX_QUANTITY;
+  return Math.max(1, Math.min(MAX_QUANTITY, p.stock));
+}
+
+/** Keep the quantity a whole number within 1..max; returns it. */
+function clampQuantity() {
+  const input = el('quantity');
+  const max = maxQuantity();
+  let q = Number.parseInt(input.value, 10);
+  if (!Number.isFinite(q)) q = 1;
+  q = Math.min(max, Math.max(1, q));
+  if (input.value !== String(q)) input.value = String(q);
+  input.max = String(max);
+  el('qty-minus').disabled = q <= 1;
+  el('qty-plus').disabled = q >= max;
+  return q;
+}
+
+function updateSummary() {
+  const q = clampQuantity();
+  const p = selectedProduct();
+  setText('order-total', p && Number.isFinite(p.priceCents) ? fmt.formatMoney(p.priceCents * q, CURRENCY) : '–');
+  updateOrderButton();
+}
+
+function updateOrderButton() {
+  const button = el('place-order');
+  button.disabled = app.ordering || !selectedProduct();
+  button.setAttribute('aria-busy', String(app.ordering));
+  setText('place-order', app.ordering ? 'Placing your order…' : 'Place order');
+}
+
+function showOrderError(text) {
+  const box = el('order-error');
+  box.textContent = text;
+  box.hidden = false;
+}
+
+function hideOrderError() {
+  el('order-error').hidden = true;
+}
+
+async function placeOrder(event) {
+  event.preventDefault();
+  if (app.ordering || !app.ready) return;
+  const product = selectedProduct();
+  if (!product) {
+    showOrderError('Please choose an item first.');
+    return;
+  }
+  const quantity = clampQuantity();
+  app.ordering = true;
+  hideOrderError();
+  updateOrderButton();
+  try {
+    const order = await api.order({ userId, entryToken: app.ready.entryToken, productId: product.id, quantity });
+    const record = {
+      orderId: String(order.orderId),
+      productId: product.id,
+      productName: product.name || product.id,
+      quantity: Number.isFinite(order.quantity) ? order.quantity : quantity,
+      totalCents: Number.isFinite(product.priceCents) ? product.priceCents * quantity : null,
+      createdAt: order.createdAt ?? new Date().toISOString(),
+      savedAt: Date.now(),
+    };
+    storage.setJSON('localStorage', keys.order, record);
+    bus.post('order', { userId, record });
+    app.ordering = false;
+    showConfirmed(record);
+  } catch (err) {
+    app.ordering = false;
+    updateOrderButton();
+    orderFailed(err, product, quantity);
+  }
+}
+
+async function orderFailed(err, product, quantity) {
+  switch (err.code) {
+    case 'out_of_stock': {
+      await loadProducts();
+      const now = app.products?.find((p) => p.id === product.id);
+      if (now && Number.isFinite(now.stock) && now.stock > 0) {
+        showOrderError(
+          `Sorry, there aren't ${quantity} left any more — only ${fmt.formatCount(now.stock)}. Your turn is still reserved: try a smaller quantity.`,
+        );
+      } else {
+        showOrderError(`Sorry, “${product.name || product.id}” has just sold out. Your turn is still reserved if you'd like something else.`);
+      }
+      return;
+    }
+    case 'token_in_use':
+      showOrderError('An order with your pass is already on its way, perhaps from another tab. Give it a moment, then try again if nothing happens.');
+      return;
+    case 'invalid_token':
+    case 'missing_token':
+      showGone('invalid');
+      return;
+    case 'unknown_product':
+      await loadProducts();
+      showOrderError("That item isn't available any more. Please choose another.");
+      return;
+    case 'invalid_body':
+      showOrderError(`That order couldn't be accepted (${err.message}). Please check the quantity and try again.`);
+      return;
+    default:
+      break;
+  }
+  if (err.status === 401) {
+    showGone('invalid');
+  } else if (err.status === 0) {
+    showOrderError("We couldn't reach the store. Check your connection and try again — your turn is still reserved.");
+  } else if (err.status === 503 || err.status === 429 || err.status >= 500) {
+    showOrderError('The store is very busy right now. Your turn is still reserved — please try again in a few seconds.');
+  } else {
+    showOrderError(`Something went wrong (${err.message}). Please try again.`);
+  }
+}
+
+// --- confirmed, ended, error -------------------------------------------------
+
+function loadOrderRecord() {
+  const record = storage.getJSON('localStorage', keys.order);
+  if (!record || typeof record.orderId !== 'string') return null;
+  if (!Number.isFinite(record.savedAt) || Date.now() - record.savedAt > ORDER_MEMORY_MS) {
+    storage.remove('localStorage', keys.order);
+    return null;
+  }
+  return record;
+}
+
+function formatTime(iso) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return '–';
+  return date.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+}
+
+function showConfirmed(record) {
+  app.feed?.stop();
+  app.ready = null;
+  app.ordering = false;
+  setText('receipt-id', record.orderId);
+  el('receipt-id').dataset.orderId = record.orderId;
+  setText('receipt-item', record.productName ?? record.productId);
+  setText('receipt-quantity', fmt.formatCount(record.quantity));
+  setText('receipt-total', Number.isFinite(record.totalCents) ? fmt.formatMoney(record.totalCents, CURRENCY) : '–');
+  setText('receipt-time', formatTime(record.createdAt));
+  const changed = setView('confirmed', { focus: true });
+  setTitle('Order confirmed');
+  if (changed) announce(`Your order is confirmed. Order number ${record.orderId}.`);
+}
+
+function showGone(reason) {
+  const wasReady = app.view === 'ready';
+  app.feed?.stop();
+  app.ready = null;
+  stopCountdown();
+  if (reason === 'consumed' || reason === 'not_entered') {
+    const record = loadOrderRecord();
+    if (record) {
+      showConfirmed(record);
+      return;
+    }
+  }
+  const shown = reason === 'not_entered' && wasReady ? 'invalid' : reason;
+  const copy = fmt.endedCopy(shown);
+  setText('ended-heading', copy.title);
+  setText('ended-text', copy.text);
+  setText('rejoin', copy.action);
+  el('view-ended').dataset.reason = shown;
+  const changed = setView('ended', { focus: true });
+  setTitle(copy.title);
+  if (changed) announce(`${copy.title}. ${copy.text}`);
+}
+
+function showError(title, text, { retry = true } = {}) {
+  app.feed?.stop();
+  setText('error-heading', title);
+  setText('error-text', text);
+  el('error-retry').hidden = !retry;
+  setView('error', { focus: true });
+  setTitle(title);
+  announce(`${title}. ${text}`);
+}
+
+function joinAgain() {
+  storage.remove('localStorage', keys.order);
+  storage.remove('localStorage', keys.start);
+  app.start = null;
+  app.lastMilestone = null;
+  join();
+}
+
+// --- other tabs ------------------------------------------------------------
+
+bus.on('order', (m) => {
+  if (m.userId !== userId || !m.record) return;
+  showConfirmed(m.record);
+});
+
+bus.on('left', (m) => {
+  if (m.userId !== userId) return;
+  if (app.view === 'waiting' || app.view === 'ready' || app.view === 'joining') showGone('left');
+});
+
+bus.on('joined', (m) => {
+  if (m.userId !== userId) return;
+  // Another tab joined again: follow it rather than keep showing an old ending.
+  if (app.view === 'ended' || app.view === 'confirmed') {
+    storage.remove('localStorage', keys.order);
+    join();
+  }
+});
+
+// --- wiring ----------------------------------------------------------------
+
+function boot() {
+  if (queue !== 'default') {
+    setText('queue-name', queue);
+    el('queue-chip').hidden = false;
+  }
+
+  el('leave').addEventListener('click', openLeaveConfirm);
+  el('leave-no').addEventListener('click', () => closeLeaveConfirm({ focus: true }));
+  el('leave-yes').addEventListener('click', leaveQueue);
+  el('rejoin').addEventListener('click', joinAgain);
+  el('confirmed-rejoin').addEventListener('click', joinAgain);
+  el('error-retry').addEventListener('click', () => join());
+  el('joining-retry').addEventListener('click', () => join());
+  el('order-form').addEventListener('submit', placeOrder);
+  el('qty-minus').addEventListener('click', () => {
+    el('quantity').value = String(clampQuantity() - 1);
+    updateSummary();
+  });
+  el('qty-plus').addEventListener('click', () => {
+    el('quantity').value = String(clampQuantity() + 1);
+    updateSummary();
+  });
+  el('quantity').addEventListener('change', updateSummary);
+  el('quantity').addEventListener('input', () => {
+    if (/^\d+$/.test(el('quantity').value)) updateSummary();
+  });
+
+  if (!QUEUE_NAME.test(queue)) {
+    showError("This waiting room link isn't right", 'The queue name in the address is not valid. Please check the link you followed.', {
+      retry: false,
+    });
+    return;
+  }
+
+  const record = loadOrderRecord();
+  if (record) {
+    showConfirmed(record);
+    return;
+  }
+  join();
+}
+
+boot();
