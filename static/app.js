@@ -136,8 +136,6 @@ function setText(id, text) {
   if (node.textContent !== text) node.textContent = text;
 }
 
-const capitalise = (s) => s.charAt(0).toUpperCase() + s.slice(1);
-
 // --- joining ---------------------------------------------------------------
 
 async function join({ quiet = false } = {}) {
@@ -305,7 +303,7 @@ function showWaiting(w) {
   const rank = Number.isFinite(w.rank) ? w.rank : position === null ? null : position - 1;
   setText('ahead', fmt.peopleAhead(rank));
   const words = fmt.waitInWords(w.estimatedWaitSeconds);
-  setText('eta', capitalise(words));
+  setText('eta', words);
   setText('total', fmt.formatCount(w.totalWaiting));
 
   const fraction = fmt.progressFraction(app.start.position, position);
@@ -454,7 +452,9 @@ async function loadProducts() {
       retry.className = 'button secondary small';
       retry.textContent = 'Try again';
       retry.addEventListener('click', () => loadProducts());
-      box.replaceChildren(statusLine("We couldn't load what's on sale. Your turn is still reserved."), retry);
+      const line = statusLine("We couldn't load what's on sale. Your turn is still reserved.");
+      line.append(retry);
+      box.replaceChildren(line);
     }
   } finally {
     app.productsLoading = false;
@@ -464,10 +464,12 @@ async function loadProducts() {
 }
 
 function statusLine(text) {
-  const p = document.createElement('p');
-  p.className = 'products-status';
-  p.textContent = text;
-  return p;
+  const line = document.createElement('div');
+  line.className = 'products-status';
+  const span = document.createElement('span');
+  span.textContent = text;
+  line.append(span);
+  return line;
 }
 
 function hueOf(text) {

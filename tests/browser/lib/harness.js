@@ -237,3 +237,18 @@ export async function fetchOrder(base, orderId, userId) {
   }
   return { status: res.status, body };
 }
+
+/**
+ * A fresh server and browser for one test, torn down after it (the browser
+ * first, so the server does not wait on open streams while draining).
+ */
+export async function setup(t, { serverArgs = [] } = {}) {
+  const server = await startServer({ args: serverArgs });
+  let browser = null;
+  t.after(async () => {
+    if (browser) await browser.close().catch(() => {});
+    await server.stop();
+  });
+  browser = await launchBrowser();
+  return { server, browser };
+}

@@ -1,0 +1,121 @@
+// A buyer waits in line, is let in, orders, and sees the confirmation.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import {
+  assertNoConsoleErrors,
+  fetchOrder,
+  launchBrowser,
+  orderFirstProduct,
+  pageUserId,
+  prefill,
+  readPosition,
+  screenshot,
+  startServer,
+  waitForState,
+  watchConsole,
+} from './lib/harness.js';
+
+test('a buyer waits, sees the line move, is let in, orders and sees the confirmation', { timeout: 90_000 }, async (t) => {
+  const server = await startServer();
+  t.after(() => server.stop());
+  const browser = await launchBrowser();
+  t.after(() => browser.close());
+
+  // Others are already in line, so the page has to wait.
+  await prefill(server.base, 5);
+
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  const consoleWatch = watchConsole(page);
+
+  await page.goto(`${server.base}/`);
+  await waitForState(page, 'waiting', 10_000);
+  const first = await readPosition(page);
+  assert.ok(first >= 3, `expected to wait behind others, shown position ${first}`);
+  assert.match(await page.textContent('#ahead'), /\d+ (people|person)/);
+  assert.match(await page.textContent('#eta'), /minute|moment/i);
+
+  // The stream is live and the position falls while still waiting.
+  await page.waitForSelector('#conn[data-mode="live"]', { timeout: 10_000 });
+  await page.waitForFunction(
+    (p) => document.body.dataset.state === 'waiting' && Number(document.getElementById('position').dataset.position) < p,
+    first,
+    { timeout: 15_000 },
+  );
+  const later = await readPosition(page);
+  assert.ok(later < first, `position fell from ${first} to ${later}`);
+  const progress = Number(await page.getAttribute('#progress', 'aria-valuenow'));
+  assert.ok(progress > 0, `the progress bar moved (${progress}%)`);
+  await screenshot(page, 'desktop-light-waiting');
+
+  // Its turn: a countdown and the order form.
+  await waitForState(page, 'ready', 30_000);
+  assert.match(await page.textContent('#ready-heading'), /your turn/i);
+  assert.match(await page.textContent('#countdown-time'), /^\d+:\d{2}$/);
+  await page.waitForSelector('.product', { timeout: 10_000 });
+  await screenshot(page, 'desktop-light-ready');
+
+  const orderId = await orderFirstProduct(page);
+  assert.match(await page.textContent('#confirmed-heading'), /confirmed/i);
+  await screenshot(page, 'desktop-light-confirmed');
+
+  // The order really exists, and belongs to this buyer only.
+  const userId = await pageUserId(page);
+  assert.match(userId, /^[A-Za-z0-9_.:-]{1,64}$/);
+  assert.equal(await page.getAttribute('html', 'data-user-id'), userId);
+  const mine = await fetchOrder(server.base, orderId, userId);
+  assert.equal(mine.status, 200, `GET /api/orders/${orderId}: ${JSON.stringify(mine.body)}`);
+  assert.equal(mine.body.orderId, orderId);
+  assert.equal(mine.body.userId, userId);
+  assert.equal(mine.body.quantity, 1);
+  const theirs = await fetchOrder(server.base, orderId, 'someone-else');
+  assert.notEqual(theirs.status, 200, 'another buyer must not see the order');
+
+  // A reload shows the confirmation again rather than joining anew.
+  await page.reload();
+  await waitForState(page, 'confirmed', 10_000);
+  assert.equal(await page.getAttribute('#receipt-id', 'data-order-id'), orderId);
+
+  assertNoConsoleErrors(consoleWatch);
+});
+
+test('a reload keeps the place, and leaving the queue ends it and offers to join again', { timeout: 60_000 }, async (t) => {
+  const server = await startServer();
+  t.after(() => server.stop());
+  const browser = await launchBrowser();
+  t.after(() => browser.close());
+
+  await prefill(server.base, 12);
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const consoleWatch = watchConsole(page);
+
+  await page.goto(`${server.base}/`);
+  await waitForState(page, 'waiting', 10_000);
+  const before = await readPosition(page);
+  assert.ok(before >= 5, `expected a long wait, shown position ${before}`);
+
+  await page.reload();
+  await waitForState(page, 'waiting', 10_000);
+  const after = await readPosition(page);
+  assert.ok(after <= before, `a reload keeps the place (was ${before}, now ${after})`);
+
+  await page.click('#leave');
+  await page.waitForSelector('#leave-confirm:not([hidden])');
+  const [response] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'DELETE' && r.url().endsWith('/entries/me')),
+    page.click('#leave-yes'),
+  ]);
+  assert.equal(response.status(), 204);
+  await waitForState(page, 'ended', 10_000);
+  assert.equal(await page.getAttribute('#view-ended', 'data-reason'), 'left');
+  assert.match(await page.textContent('#ended-heading'), /left the queue/i);
+
+  // Joining again puts the buyer at the back of the line.
+  await page.click('#rejoin');
+  await waitForState(page, 'waiting', 10_000);
+  assert.ok((await readPosition(page)) >= 1);
+
+  assertNoConsoleErrors(consoleWatch);
+});

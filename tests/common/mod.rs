@@ -1,0 +1,249 @@
+//! Shared test helpers: the shared Redis, private `redis-server`s for tests
+//! that kill or restart Redis, and whole app instances on port 0.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use waitroom::store::SharedStore;
+use waitroom::store::memory::MemoryStore;
+use waitroom::store::redis::RedisStore;
+use waitroom::{AppState, Config};
+
+/// The shared Redis every test may use with its own key prefix.
+pub fn redis_url() -> String {
+    std::env::var("WAITROOM_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix(tag: &str) -> String {
+    format!("t-{tag}-{:016x}", rand::random::<u64>())
+}
+
+/// A store of the kind `kind` ("memory" or "redis"), empty.
+pub async fn store(kind: &str, tag: &str) -> SharedStore {
+    match kind {
+        "memory" => Arc::new(MemoryStore::new()),
+        _ => Arc::new(
+            RedisStore::connect(&redis_url(), &unique_prefix(tag))
+                .await
+                .expect(
+                    "the shared Redis on 127.0.0.1:6379 must answer (the test command starts one)",
+                ),
+        ),
+    }
+}
+
+/// A `redis-server` of the test's own on a free port, so it can be killed
+/// and restarted without touching the shared one. Killed on drop.
+pub struct RedisProcess {
+    pub port: u16,
+    dir: PathBuf,
+    aof: bool,
+    child: Option<Child>,
+}
+
+impl RedisProcess {
+    /// Starts one; with `aof`, every write is appended and fsynced.
+    pub fn start(aof: bool) -> Self {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-redis-{port}-{:x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut me = Self {
+            port,
+            dir,
+            aof,
+            child: None,
+        };
+        me.spawn();
+        me
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--save")
+            .arg("")
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        self.child = Some(cmd.spawn().expect("redis-server must be installed"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(client) = redis::Client::open(self.url()) {
+                if let Ok(mut c) = client.get_connection() {
+                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                        return;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    /// SIGKILL: no clean shutdown, no final save.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (AOF is replayed).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Test configuration: defaults plus `args` (as on the command line).
+pub fn config(args: &[&str]) -> Config {
+    use clap::Parser;
+    let mut all = vec!["waitroom", "--orders-db", ":memory:"];
+    all.extend_from_slice(args);
+    Config::parse_from(all)
+}
+
+/// One running instance on 127.0.0.1:0.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    pub client: reqwest::Client,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl TestApp {
+    /// Starts an instance of `config` on `store` (shared between instances
+    /// when cloned); `secret` stands in for the secret shared through Redis.
+    pub async fn spawn_with(config: Config, store: SharedStore) -> Self {
+        waitroom::telemetry::install_metrics();
+        let shutdown = CancellationToken::new();
+        let state =
+            AppState::with_store(config, store, None, shutdown.clone()).expect("valid config");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tasks = TaskTracker::new();
+        let serving = state.clone();
+        tasks.spawn(async move {
+            waitroom::serve(serving, listener).await.expect("serve");
+        });
+        Self {
+            addr,
+            state,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+            shutdown,
+            tasks,
+        }
+    }
+
+    /// Starts an instance on a fresh in-memory store.
+    pub async fn memory(args: &[&str]) -> Self {
+        Self::spawn_with(config(args), Arc::new(MemoryStore::new())).await
+    }
+
+    /// Starts an instance on the shared Redis with a fresh prefix.
+    pub async fn redis(tag: &str, args: &[&str]) -> Self {
+        let prefix = unique_prefix(tag);
+        let mut all = vec!["--key-prefix", prefix.as_str()];
+        all.extend_from_slice(args);
+        let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+        Self::spawn_with(config(&all), store).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// `POST /api/queues/{queue}/entries` as `user`: (status, body).
+    pub async fn enter(&self, queue: &str, user: &str) -> (u16, serde_json::Value) {
+        let r = self
+            .client
+            .post(self.url(&format!("/api/queues/{queue}/entries")))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// `GET /api/queues/{queue}/position` with `ticket`: (status, body).
+    pub async fn position(&self, queue: &str, ticket: &str) -> (u16, serde_json::Value) {
+        let r = self
+            .client
+            .get(self.url(&format!("/api/queues/{queue}/position")))
+            .header("x-queue-ticket", ticket)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Stops the instance and waits for everything it spawned.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        tokio::time::timeout(Duration::from_secs(15), self.tasks.wait())
+            .await
+            .expect("instance stops within 15 s");
+    }
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

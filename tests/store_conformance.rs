@@ -1,0 +1,614 @@
+//! The store conformance suite: every behaviour of the store port, written
+//! once and run against both adapters (memory, and Redis on
+//! 127.0.0.1:6379 with a fresh key prefix per test).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
+use waitroom::store::{ClaimOutcome, QueueEvent, SharedStore, StoreEvent};
+
+fn q() -> QueueName {
+    QueueName::parse("default").unwrap()
+}
+
+fn u(name: &str) -> UserId {
+    UserId::parse(name).unwrap()
+}
+
+/// A policy whose budget never refills during a test: admissions come
+/// only from the initial `batch`.
+fn slow(batch: u32) -> Policy {
+    Policy {
+        batch,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 300_000,
+        max_active: None,
+        abandon_after_ms: None,
+    }
+}
+
+fn tokens(n: usize) -> Vec<EntryToken> {
+    (0..n).map(|_| EntryToken::generate()).collect()
+}
+
+fn rank(s: &Snapshot) -> Option<u64> {
+    match s.standing {
+        Standing::Waiting { rank, .. } => Some(rank),
+        _ => None,
+    }
+}
+
+fn token_of(s: &Snapshot) -> Option<String> {
+    match &s.standing {
+        Standing::Ready { token, .. } => Some(token.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+/// Puts `n` users `prefix0..` in line behind a first user who takes the
+/// fast track (so the rest wait), with a budget of `batch`.
+async fn fill(store: &SharedStore, policy: &Policy, prefix: &str, n: usize) -> Vec<UserId> {
+    let mut users = Vec::new();
+    for i in 0..n {
+        let user = u(&format!("{prefix}{i:04}"));
+        store
+            .enter(&q(), &user, policy, &EntryToken::generate())
+            .await
+            .unwrap();
+        users.push(user);
+    }
+    users
+}
+
+/// Drains the initial budget so later enters wait instead of taking the
+/// fast track.
+async fn drain_budget(store: &SharedStore, policy: &Policy) {
+    for i in 0..policy.batch {
+        store
+            .enter(
+                &q(),
+                &u(&format!("early{i}")),
+                policy,
+                &EntryToken::generate(),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+async fn reenter_keeps_the_place(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "r", 5).await;
+    let first = store
+        .enter(&q(), &users[3], &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(!first.created);
+    assert_eq!(rank(&first.snapshot), Some(3));
+    let again = store.status(&q(), &users[3], false).await.unwrap();
+    assert_eq!(rank(&again), Some(3));
+    assert_eq!(again.total_waiting, 5);
+    assert!(again.entered_at_ms.is_some());
+}
+
+async fn concurrent_enters_get_distinct_ranks(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let joins = (0..200).map(|i| {
+        let store = store.clone();
+        let p = p.clone();
+        tokio::spawn(async move {
+            store
+                .enter(&q(), &u(&format!("c{i}")), &p, &EntryToken::generate())
+                .await
+                .unwrap()
+        })
+    });
+    let outcomes = futures::future::join_all(joins).await;
+    let ranks: HashSet<u64> = outcomes
+        .iter()
+        .map(|o| rank(&o.as_ref().unwrap().snapshot).expect("waiting"))
+        .collect();
+    assert_eq!(ranks.len(), 200);
+    assert_eq!(ranks, (0..200).collect());
+}
+
+async fn concurrent_enters_of_one_user_make_one_entry(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let joins = (0..50).map(|_| {
+        let store = store.clone();
+        let p = p.clone();
+        tokio::spawn(async move {
+            store
+                .enter(&q(), &u("same"), &p, &EntryToken::generate())
+                .await
+                .unwrap()
+        })
+    });
+    let outcomes: Vec<_> = futures::future::join_all(joins)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(outcomes.iter().filter(|o| o.created).count(), 1);
+    assert!(outcomes.iter().all(|o| rank(&o.snapshot) == Some(0)));
+    assert_eq!(
+        store
+            .status(&q(), &u("same"), false)
+            .await
+            .unwrap()
+            .total_waiting,
+        1
+    );
+}
+
+async fn admission_issues_at_most_batch_tokens_once_each(store: SharedStore) {
+    let p = slow(5);
+    drain_budget(&store, &p).await; // spends the initial budget of 5
+    let users = fill(&store, &p, "a", 20).await;
+    let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+    assert!(
+        pass.admitted.is_empty(),
+        "the budget was spent by the fast track"
+    );
+
+    let p2 = Policy {
+        interval_ms: 200,
+        ..slow(5)
+    };
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let pass = store.admit(&q(), &p2, &tokens(5)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 5);
+    let pass2 = store.admit(&q(), &p2, &tokens(5)).await.unwrap();
+    assert!(
+        pass2.admitted.len() <= 1,
+        "an immediate second pass has (almost) no budget"
+    );
+
+    let mut seen_users = HashSet::new();
+    let mut seen_tokens = HashSet::new();
+    for a in pass.admitted.iter().chain(&pass2.admitted) {
+        assert!(seen_users.insert(a.user.clone()), "a user admitted twice");
+        assert!(seen_tokens.insert(a.token.clone()), "a token issued twice");
+    }
+    for a in &pass.admitted {
+        let s = store.status(&q(), &u(&a.user), false).await.unwrap();
+        assert_eq!(token_of(&s).as_deref(), Some(a.token.as_str()));
+    }
+    assert_eq!(
+        store
+            .status(&q(), &users[19], false)
+            .await
+            .unwrap()
+            .total_waiting,
+        20 - (pass.admitted.len() + pass2.admitted.len()) as u64
+    );
+}
+
+async fn tokens_expire_after_the_ttl(store: SharedStore) {
+    let p = Policy {
+        token_ttl_ms: 400,
+        ..slow(1)
+    };
+    let user = u("short");
+    let e = store
+        .enter(&q(), &user, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let Standing::Ready { expires_in_ms, .. } = e.snapshot.standing else {
+        panic!("fast track expected: {e:?}");
+    };
+    assert!(expires_in_ms <= 400 && expires_in_ms > 200);
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    let s = store.status(&q(), &user, false).await.unwrap();
+    assert_eq!(s.standing, Standing::NotEntered);
+}
+
+async fn admission_is_fifo(store: SharedStore) {
+    let p = slow(3);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "f", 12).await;
+    let fast = Policy {
+        interval_ms: 50,
+        ..slow(3)
+    };
+    let mut order = Vec::new();
+    while order.len() < 12 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let pass = store.admit(&q(), &fast, &tokens(3)).await.unwrap();
+        order.extend(pass.admitted.into_iter().map(|a| a.user));
+    }
+    let expected: Vec<String> = users.iter().map(|u| u.to_string()).collect();
+    assert_eq!(order, expected);
+}
+
+async fn max_active_bounds_holders(store: SharedStore) {
+    let p = Policy {
+        max_active: Some(3),
+        interval_ms: 50,
+        batch: 10,
+        ..slow(10)
+    };
+    // Fast track fills the three slots, then everyone waits.
+    let users = fill(&store, &p, "m", 8).await;
+    let ready = |s: &Snapshot| matches!(s.standing, Standing::Ready { .. });
+    let mut holders = 0;
+    for user in &users {
+        if ready(&store.status(&q(), user, false).await.unwrap()) {
+            holders += 1;
+        }
+    }
+    assert_eq!(holders, 3);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pass = store.admit(&q(), &p, &tokens(10)).await.unwrap();
+    assert!(pass.admitted.is_empty(), "no room while three hold tokens");
+    // A holder leaves: exactly one slot frees.
+    assert!(store.leave(&q(), &users[0]).await.unwrap());
+    let pass = store.admit(&q(), &p, &tokens(10)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1);
+    assert_eq!(pass.admitted[0].user, users[3].to_string());
+}
+
+async fn expired_tokens_free_their_slot(store: SharedStore) {
+    let p = Policy {
+        max_active: Some(1),
+        interval_ms: 50,
+        token_ttl_ms: 300,
+        ..slow(5)
+    };
+    let users = fill(&store, &p, "x", 2).await;
+    assert!(token_of(&store.status(&q(), &users[0], false).await.unwrap()).is_some());
+    assert!(rank(&store.status(&q(), &users[1], false).await.unwrap()).is_some());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1, "the expired token no longer counts");
+}
+
+async fn fast_track_only_with_room(store: SharedStore) {
+    let p = slow(2);
+    let a = store
+        .enter(&q(), &u("ft1"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(
+        token_of(&a.snapshot).is_some(),
+        "empty queue and budget: straight to READY"
+    );
+    let b = store
+        .enter(&q(), &u("ft2"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(token_of(&b.snapshot).is_some());
+    let c = store
+        .enter(&q(), &u("ft3"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert_eq!(rank(&c.snapshot), Some(0), "budget spent: waits");
+
+    let full = Policy {
+        max_active: Some(2),
+        interval_ms: 10,
+        ..slow(2)
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    store.leave(&q(), &u("ft3")).await.unwrap();
+    let d = store
+        .enter(&q(), &u("ft4"), &full, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(
+        rank(&d.snapshot).is_some(),
+        "maxActive reached: waits although the budget refilled"
+    );
+    let e = store
+        .enter(&q(), &u("ft5"), &slow(2), &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(
+        rank(&e.snapshot).is_some(),
+        "someone waits: no overtaking by fast track"
+    );
+}
+
+async fn leave_moves_those_behind(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "l", 5).await;
+    assert!(store.leave(&q(), &users[1]).await.unwrap());
+    assert!(
+        !store.leave(&q(), &users[1]).await.unwrap(),
+        "leaving twice changes nothing"
+    );
+    assert_eq!(
+        store.status(&q(), &users[1], false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    assert_eq!(
+        rank(&store.status(&q(), &users[4], false).await.unwrap()),
+        Some(3)
+    );
+    // The holder of a token can leave too, giving it up.
+    assert!(store.leave(&q(), &u("early0")).await.unwrap());
+    assert_eq!(
+        store
+            .status(&q(), &u("early0"), false)
+            .await
+            .unwrap()
+            .standing,
+        Standing::NotEntered
+    );
+}
+
+async fn absent_users_are_dropped_before_admission(store: SharedStore) {
+    let p = Policy {
+        abandon_after_ms: Some(300),
+        interval_ms: 50,
+        ..slow(3)
+    };
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "ab", 3).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.status(&q(), &users[1], true).await.unwrap(); // polled
+    store.touch(&q(), &[users[2].clone()]).await.unwrap(); // streaming
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pass = store.admit(&q(), &p, &tokens(3)).await.unwrap();
+    let abandoned: Vec<&str> = pass.abandoned.iter().map(|a| a.user.as_str()).collect();
+    assert_eq!(abandoned, vec![users[0].as_str()]);
+    let admitted: Vec<&str> = pass.admitted.iter().map(|a| a.user.as_str()).collect();
+    assert_eq!(admitted, vec![users[1].as_str(), users[2].as_str()]);
+    assert_eq!(
+        store.status(&q(), &users[0], false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    // An abandoned user may enter again, at the back.
+    let back = store
+        .enter(&q(), &users[0], &slow(3), &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(back.created);
+}
+
+async fn statuses_read_many_at_once(store: SharedStore) {
+    let p = slow(1);
+    let users = fill(&store, &p, "s", 4).await;
+    let mut asked = users.clone();
+    asked.push(u("nobody"));
+    let all = store.statuses(&q(), &asked).await.unwrap();
+    assert_eq!(all.len(), 5);
+    assert!(token_of(&all[0]).is_some());
+    assert_eq!(
+        all.iter().map(rank).collect::<Vec<_>>(),
+        vec![None, Some(0), Some(1), Some(2), None]
+    );
+    assert_eq!(all[4].standing, Standing::NotEntered);
+    assert!(store.statuses(&q(), &[]).await.unwrap().is_empty());
+}
+
+async fn claim_consume_release(store: SharedStore) {
+    let p = Policy {
+        max_active: Some(1),
+        interval_ms: 50,
+        ..slow(5)
+    };
+    let users = fill(&store, &p, "t", 2).await;
+    let token = token_of(&store.status(&q(), &users[0], false).await.unwrap()).unwrap();
+
+    assert_eq!(
+        store
+            .claim(&q(), &users[0], "made-up", 5_000)
+            .await
+            .unwrap(),
+        ClaimOutcome::Invalid
+    );
+    assert_eq!(
+        store.claim(&q(), &users[1], &token, 5_000).await.unwrap(),
+        ClaimOutcome::Invalid
+    );
+    let ClaimOutcome::Claimed { claim_id } =
+        store.claim(&q(), &users[0], &token, 5_000).await.unwrap()
+    else {
+        panic!("claim expected");
+    };
+    assert_eq!(
+        store.claim(&q(), &users[0], &token, 5_000).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    assert!(
+        !store
+            .release(&q(), &users[0], "not-the-claim")
+            .await
+            .unwrap()
+    );
+    assert!(store.release(&q(), &users[0], &claim_id).await.unwrap());
+    let ClaimOutcome::Claimed { claim_id } =
+        store.claim(&q(), &users[0], &token, 5_000).await.unwrap()
+    else {
+        panic!("claim after release expected");
+    };
+    assert!(
+        !store
+            .consume(&q(), &users[0], "not-the-claim")
+            .await
+            .unwrap()
+    );
+    assert!(store.consume(&q(), &users[0], &claim_id).await.unwrap());
+    assert!(
+        !store.consume(&q(), &users[0], &claim_id).await.unwrap(),
+        "consumed once"
+    );
+    assert_eq!(
+        store.status(&q(), &users[0], false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    assert_eq!(
+        store.claim(&q(), &users[0], &token, 5_000).await.unwrap(),
+        ClaimOutcome::Invalid
+    );
+
+    // Consuming freed the only slot: the next pass admits the next user.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1);
+    assert_eq!(pass.admitted[0].user, users[1].to_string());
+}
+
+async fn a_lapsed_claim_returns_to_ready(store: SharedStore) {
+    let p = Policy {
+        token_ttl_ms: 200,
+        ..slow(1)
+    };
+    let user = u("lease");
+    let e = store
+        .enter(&q(), &user, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let token = token_of(&e.snapshot).unwrap();
+    assert!(matches!(
+        store.claim(&q(), &user, &token, 500).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    // The lease outlives the token's TTL: the token lives until it ends.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(token_of(&store.status(&q(), &user, false).await.unwrap()).is_some());
+    assert_eq!(
+        store.claim(&q(), &user, &token, 500).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Lease over, and with it the extended life.
+    assert_eq!(
+        store.claim(&q(), &user, &token, 500).await.unwrap(),
+        ClaimOutcome::Invalid
+    );
+
+    let p = Policy {
+        interval_ms: 10,
+        ..slow(1)
+    };
+    let user = u("lease2");
+    let e = store
+        .enter(&q(), &user, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let token = token_of(&e.snapshot).unwrap();
+    assert!(matches!(
+        store.claim(&q(), &user, &token, 150).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(matches!(
+        store.claim(&q(), &user, &token, 150).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+}
+
+async fn passes_and_changes_are_published(store: SharedStore) {
+    let mut events = store.subscribe(&[q()]);
+    // Redis subscribes in the background: give it a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let p = slow(2);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "e", 3).await;
+    store.leave(&q(), &users[2]).await.unwrap();
+    let fast = Policy {
+        interval_ms: 50,
+        ..slow(2)
+    };
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 2);
+
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let ev = tokio::time::timeout(Duration::from_secs(3), events.next())
+            .await
+            .expect("an event within 3 s")
+            .expect("stream open");
+        if let StoreEvent::Queue { queue, event } = ev {
+            assert_eq!(queue, q());
+            got.push(event);
+        }
+    }
+    assert_eq!(
+        got[0],
+        QueueEvent::Left {
+            user: users[2].to_string(),
+            seq: Some(3)
+        }
+    );
+    match &got[1] {
+        QueueEvent::Pass(p) => {
+            assert_eq!(p, &pass);
+            assert!(p.busy);
+            assert_eq!(p.waiting, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn budget_holds_one_global_rate(store: SharedStore) {
+    // Two "instances" pass against one budget as fast as they can for
+    // 1 s: together they admit no more than the budget allows.
+    let p = Policy {
+        batch: 5,
+        interval_ms: 200,
+        ..slow(5)
+    };
+    let _ = fill(&store, &p, "g", 200).await;
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    while started.elapsed() < Duration::from_millis(1000) {
+        for _ in 0..2 {
+            admitted += store
+                .admit(&q(), &p, &tokens(5))
+                .await
+                .unwrap()
+                .admitted
+                .len();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let intervals = started.elapsed().as_millis() as f64 / 200.0;
+    let bound = 5.0 * intervals + 5.0;
+    assert!(admitted as f64 <= bound, "admitted {admitted} > {bound}");
+    assert!(
+        admitted as f64 >= 5.0 * (intervals - 1.0),
+        "admitted only {admitted} in {intervals} intervals"
+    );
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test] async fn $case() { super::$case(crate::common::store("memory", stringify!($case)).await).await })*
+        }
+        mod redis {
+            $(#[tokio::test] async fn $case() { super::$case(crate::common::store("redis", stringify!($case)).await).await })*
+        }
+    };
+}
+
+conformance!(
+    reenter_keeps_the_place,
+    concurrent_enters_get_distinct_ranks,
+    concurrent_enters_of_one_user_make_one_entry,
+    admission_issues_at_most_batch_tokens_once_each,
+    tokens_expire_after_the_ttl,
+    admission_is_fifo,
+    max_active_bounds_holders,
+    expired_tokens_free_their_slot,
+    fast_track_only_with_room,
+    leave_moves_those_behind,
+    absent_users_are_dropped_before_admission,
+    statuses_read_many_at_once,
+    claim_consume_release,
+    a_lapsed_claim_returns_to_ready,
+    passes_and_changes_are_published,
+    budget_holds_one_global_rate,
+);
