@@ -125,15 +125,15 @@ impl Config {
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ' ']) {
             return bad("--key-prefix must be non-empty, without braces or spaces");
         }
-        if let Some(s) = &self.ticket_secret {
-            if s.len() < 16 {
-                return bad("--ticket-secret must be at least 16 bytes");
-            }
+        if let Some(s) = &self.ticket_secret
+            && s.len() < 16
+        {
+            return bad("--ticket-secret must be at least 16 bytes");
         }
-        if let Some(t) = &self.admin_token {
-            if t.len() < 16 {
-                return bad("--admin-token must be at least 16 characters");
-            }
+        if let Some(t) = &self.admin_token
+            && t.len() < 16
+        {
+            return bad("--admin-token must be at least 16 characters");
         }
         if self.max_streams == Some(0) {
             return bad("--max-streams must be at least 1");

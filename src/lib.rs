@@ -78,7 +78,7 @@ impl AppState {
             }
             None => (Arc::new(MemoryStore::new()), None),
         };
-        Ok(Self::with_store(config, store, shared_secret, shutdown)?)
+        Self::with_store(config, store, shared_secret, shutdown)
     }
 
     /// Builds the state around an existing store (tests share one between

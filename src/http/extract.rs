@@ -75,11 +75,10 @@ pub fn raw_ticket(parts: &Parts) -> Option<String> {
     {
         return Some(v.trim().to_owned());
     }
-    if let Some(query) = parts.uri.query() {
-        if let Some((_, v)) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "ticket")
-        {
-            return Some(v.into_owned());
-        }
+    if let Some(query) = parts.uri.query()
+        && let Some((_, v)) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "ticket")
+    {
+        return Some(v.into_owned());
     }
     for header in parts.headers.get_all("cookie") {
         let Ok(text) = header.to_str() else { continue };
@@ -115,13 +114,13 @@ impl FromRequestParts<AppState> for Member {
             TicketError::Invalid => ApiError::unauthorized("invalid_ticket", e.to_string()),
             TicketError::ForeignQueue => ApiError::unauthorized("foreign_ticket", e.to_string()),
         })?;
-        if let Some(claimed) = optional_user(&parts.headers)? {
-            if claimed != ticket.user {
-                return Err(ApiError::unauthorized(
-                    "ticket_user_mismatch",
-                    "the queue ticket was issued to another user",
-                ));
-            }
+        if let Some(claimed) = optional_user(&parts.headers)?
+            && claimed != ticket.user
+        {
+            return Err(ApiError::unauthorized(
+                "ticket_user_mismatch",
+                "the queue ticket was issued to another user",
+            ));
         }
         Ok(Member {
             queue,

@@ -45,14 +45,12 @@ impl Hub {
             queue,
             event: QueueEvent::Pass(pass),
         } = event
+            && pass.busy
+            && let Some(r) = self.rates.get(&queue)
         {
-            if pass.busy {
-                if let Some(r) = self.rates.get(&queue) {
-                    r.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .record(pass.at, pass.admitted.len() as u64);
-                }
-            }
+            r.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(pass.at, pass.admitted.len() as u64);
         }
     }
 }

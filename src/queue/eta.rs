@@ -31,10 +31,10 @@ impl RateEstimator {
     /// was waiting. Passes over an empty queue say nothing about throughput
     /// and should not be recorded.
     pub fn record(&mut self, at_ms: u64, admitted: u64) {
-        if let Some(&(last, _)) = self.passes.back() {
-            if at_ms < last {
-                return; // a late duplicate; pub/sub order is per publisher
-            }
+        if let Some(&(last, _)) = self.passes.back()
+            && at_ms < last
+        {
+            return; // a late duplicate; pub/sub order is per publisher
         }
         self.passes.push_back((at_ms, admitted));
         while let Some(&(first, _)) = self.passes.front() {

@@ -6,12 +6,11 @@ import { test } from 'node:test';
 import {
   assertNoConsoleErrors,
   fetchOrder,
-  launchBrowser,
   orderFirstProduct,
   pageUserId,
   prefill,
   readPosition,
-  startServer,
+  setup,
   waitForState,
   watchConsole,
 } from './lib/harness.js';
@@ -19,10 +18,7 @@ import {
 const EVENTS_URL = /\/api\/queues\/[^/?#]+\/events(?:[?#]|$)/;
 
 test('without the event stream the page polls the position and still reaches its turn', { timeout: 90_000 }, async (t) => {
-  const server = await startServer();
-  t.after(() => server.stop());
-  const browser = await launchBrowser();
-  t.after(() => browser.close());
+  const { server, browser } = await setup(t);
 
   await prefill(server.base, 4);
   const context = await browser.newContext();

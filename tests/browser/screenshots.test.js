@@ -5,10 +5,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   assertNoConsoleErrors,
-  launchBrowser,
   prefill,
   screenshot,
-  startServer,
+  setup,
   waitForState,
   watchConsole,
 } from './lib/harness.js';
@@ -19,10 +18,7 @@ const LOOKS = [
 ];
 
 test('the waiting and READY states render without overflow on a phone (dark) and a desktop (light)', { timeout: 120_000 }, async (t) => {
-  const server = await startServer();
-  t.after(() => server.stop());
-  const browser = await launchBrowser();
-  t.after(() => browser.close());
+  const { server, browser } = await setup(t);
 
   await prefill(server.base, 6);
   const pages = [];

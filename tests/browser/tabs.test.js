@@ -5,19 +5,15 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   assertNoConsoleErrors,
-  launchBrowser,
   prefill,
   readPosition,
-  startServer,
+  setup,
   waitForState,
   watchConsole,
 } from './lib/harness.js';
 
 test('two tabs of one buyer open a single event stream and both show the position', { timeout: 90_000 }, async (t) => {
-  const server = await startServer();
-  t.after(() => server.stop());
-  const browser = await launchBrowser();
-  t.after(() => browser.close());
+  const { server, browser } = await setup(t);
 
   await prefill(server.base, 10);
   const context = await browser.newContext();

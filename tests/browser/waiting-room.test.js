@@ -5,22 +5,18 @@ import { test } from 'node:test';
 import {
   assertNoConsoleErrors,
   fetchOrder,
-  launchBrowser,
   orderFirstProduct,
   pageUserId,
   prefill,
   readPosition,
   screenshot,
-  startServer,
+  setup,
   waitForState,
   watchConsole,
 } from './lib/harness.js';
 
 test('a buyer waits, sees the line move, is let in, orders and sees the confirmation', { timeout: 90_000 }, async (t) => {
-  const server = await startServer();
-  t.after(() => server.stop());
-  const browser = await launchBrowser();
-  t.after(() => browser.close());
+  const { server, browser } = await setup(t);
 
   // Others are already in line, so the page has to wait.
   await prefill(server.base, 5);
@@ -81,10 +77,7 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
 });
 
 test('a reload keeps the place, and leaving the queue ends it and offers to join again', { timeout: 60_000 }, async (t) => {
-  const server = await startServer();
-  t.after(() => server.stop());
-  const browser = await launchBrowser();
-  t.after(() => browser.close());
+  const { server, browser } = await setup(t);
 
   await prefill(server.base, 12);
   const context = await browser.newContext();

@@ -1,0 +1,149 @@
+//! Redis trouble: fail closed (503), recover by itself, lose nobody.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use waitroom::queue::{EntryToken, Policy, QueueName, Standing, UserId};
+use waitroom::store::Store;
+use waitroom::store::redis::RedisStore;
+
+use crate::common::{RedisProcess, TestApp, config, eventually};
+
+#[tokio::test]
+async fn redis_down_means_503_then_recovery() {
+    let mut redis = RedisProcess::start(false);
+    let url = redis.url();
+    let store = Arc::new(RedisStore::connect(&url, "down").await.unwrap());
+    let app = TestApp::spawn_with(config(&["--admission-interval-ms", "200"]), store).await;
+    let (code, body) = app.enter("default", "before").await;
+    assert_eq!(code, 201);
+    let ticket = body["ticket"].as_str().unwrap().to_owned();
+
+    redis.kill();
+    let (code, body) = app.enter("default", "during").await;
+    assert_eq!(code, 503);
+    assert_eq!(body["error"], "store_unavailable");
+    let (code, _) = app.position("default", &ticket).await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        app.client
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    redis.restart(); // no AOF: empty, but reachable again
+    eventually(Duration::from_secs(10), "recovery", || async {
+        let (code, _) = app.enter("default", "after").await;
+        (code == 201).then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.client
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    app.stop().await;
+}
+
+/// Kills Redis (SIGKILL, AOF with fsync always) while admission passes are
+/// running, restarts it, and checks every user is still in line or holds a
+/// token: no pass can pop users without storing their tokens.
+#[tokio::test]
+async fn killing_redis_mid_admission_loses_nobody() {
+    let mut redis = RedisProcess::start(true);
+    let store = Arc::new(RedisStore::connect(&redis.url(), "crash").await.unwrap());
+    let queue = QueueName::parse("default").unwrap();
+    let policy = Policy {
+        batch: 50,
+        interval_ms: 20,
+        token_ttl_ms: 600_000,
+        max_active: None,
+        abandon_after_ms: None,
+    };
+    let users: Vec<UserId> = (0..10_000)
+        .map(|i| UserId::parse(&format!("c{i:05}")).unwrap())
+        .collect();
+    for chunk in users.chunks(200) {
+        let enters = chunk.iter().map(|user| async {
+            store
+                .enter(&queue, user, &policy, &EntryToken::generate())
+                .await
+        });
+        for r in futures::future::join_all(enters).await {
+            r.unwrap();
+        }
+    }
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    // Hammer admission from several tasks, then kill Redis under them.
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let store = store.clone();
+        let queue = queue.clone();
+        let policy = policy.clone();
+        let acknowledged = acknowledged.clone();
+        workers.push(tokio::spawn(async move {
+            for _ in 0..2000 {
+                let tokens: Vec<EntryToken> = (0..50).map(|_| EntryToken::generate()).collect();
+                match store.admit(&queue, &policy, &tokens).await {
+                    Ok(p) => acknowledged.fetch_add(p.admitted.len(), Ordering::SeqCst),
+                    Err(_) => break,
+                };
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }));
+    }
+    eventually(Duration::from_secs(10), "some admissions", || {
+        let n = acknowledged.load(Ordering::SeqCst);
+        async move { (n >= 300).then_some(()) }
+    })
+    .await;
+    redis.kill();
+    for w in futures::future::join_all(workers).await {
+        w.unwrap();
+    }
+    let admitted_acknowledged = acknowledged.load(Ordering::SeqCst);
+    redis.restart();
+
+    let store = RedisStore::connect(&redis.url(), "crash").await.unwrap();
+    let snapshots = store.statuses(&queue, &users).await.unwrap();
+    let mut ready = 0;
+    let mut tokens = HashSet::new();
+    for (user, s) in users.iter().zip(&snapshots) {
+        match &s.standing {
+            Standing::Ready { token, .. } => {
+                ready += 1;
+                assert!(tokens.insert(token.as_str().to_owned()), "duplicate token");
+            }
+            Standing::Waiting { .. } => {}
+            Standing::NotEntered => panic!("{user} is neither in line nor holding a token"),
+        }
+    }
+    assert!(
+        ready >= admitted_acknowledged,
+        "{ready} ready < {admitted_acknowledged} acknowledged"
+    );
+    assert!(
+        ready > 0 && ready < users.len(),
+        "the kill landed mid-admission ({ready} ready)"
+    );
+    assert_eq!(snapshots[0].total_waiting as usize + ready, users.len());
+}

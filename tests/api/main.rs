@@ -1,0 +1,9 @@
+//! Integration tests: whole instances on port 0, spoken to over HTTP (and
+//! SSE), on the in-memory store and on real Redis servers.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod failures;
+mod instances;
+mod queue;

@@ -1,0 +1,345 @@
+//! The queue API over HTTP: join, position, leave, errors, cookies.
+
+use serde_json::Value;
+
+use crate::common::TestApp;
+
+const SLOW: &[&str] = &[
+    "--admission-interval-ms",
+    "600000",
+    "--admission-batch",
+    "1",
+];
+
+async fn both(args: &[&str]) -> Vec<TestApp> {
+    vec![
+        TestApp::memory(args).await,
+        TestApp::redis("api", args).await,
+    ]
+}
+
+#[tokio::test]
+async fn join_position_and_leave() {
+    for app in both(SLOW).await {
+        let (code, first) = app.enter("default", "alice").await;
+        assert_eq!(code, 201);
+        assert_eq!(first["status"], "READY", "empty queue: fast track");
+        assert_eq!(first["entryToken"].as_str().unwrap().len(), 43);
+        let (code, bob) = app.enter("default", "bob").await;
+        assert_eq!(code, 201);
+        assert_eq!(bob["status"], "WAITING");
+        assert_eq!(
+            (bob["rank"].as_u64(), bob["position"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(bob["pollingIntervalSeconds"], 1);
+        assert!(bob["enteredAt"].as_str().unwrap().ends_with('Z'));
+        let ticket = bob["ticket"].as_str().unwrap().to_owned();
+
+        let (code, again) = app.enter("default", "bob").await;
+        assert_eq!(code, 200);
+        assert_eq!(again["rank"], 0);
+        assert_eq!(again["enteredAt"], bob["enteredAt"]);
+
+        let (code, pos) = app.position("default", &ticket).await;
+        assert_eq!(code, 200);
+        assert_eq!(pos["status"], "WAITING");
+        assert!(pos.get("ticket").is_none());
+        for field in ["entryToken", "tokenExpiresInSeconds"] {
+            assert!(
+                pos[field].is_null(),
+                "{field} present and null while waiting"
+            );
+        }
+
+        let r = app
+            .client
+            .delete(app.url("/api/queues/default/entries/me"))
+            .header("x-queue-ticket", &ticket)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+        let (_, gone) = app.position("default", &ticket).await;
+        assert_eq!(gone["status"], "NOT_ENTERED");
+        assert!(gone["enteredAt"].is_null());
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn ticket_cookie_is_scoped_and_accepted() {
+    let app = TestApp::memory(&["--queues", "default,shoes"]).await;
+    let r = app
+        .client
+        .post(app.url("/api/queues/shoes/entries"))
+        .header("x-user-id", "carol")
+        .send()
+        .await
+        .unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly"));
+    assert!(cookie.contains("SameSite=Strict"));
+    assert!(cookie.contains("Path=/api/queues/shoes"));
+    assert!(!cookie.contains("Secure"), "plain HTTP gets no Secure flag");
+    let pair = cookie.split(';').next().unwrap().to_owned();
+
+    let by_cookie = app
+        .client
+        .get(app.url("/api/queues/shoes/position"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_cookie.status(), 200);
+    let ticket = pair.split_once('=').unwrap().1;
+    let by_query = app
+        .client
+        .get(app.url(&format!("/api/queues/shoes/position?ticket={ticket}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_query.status(), 200);
+    // A ticket for "shoes" is foreign to "default".
+    let (code, body) = app.position("default", ticket).await;
+    assert_eq!(code, 401);
+    assert_eq!(body["error"], "foreign_ticket");
+
+    let https = app
+        .client
+        .post(app.url("/api/queues/default/entries"))
+        .header("x-user-id", "carol")
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        https.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Secure")
+    );
+    app.stop().await;
+}
+
+async fn expect_error(r: reqwest::Response, status: u16, code: &str) {
+    assert_eq!(r.status().as_u16(), status);
+    let body: Value = r.json().await.expect("a JSON error body");
+    assert_eq!(body["error"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn bad_input_gets_json_errors_and_changes_nothing() {
+    for app in both(SLOW).await {
+        let (_, first) = app.enter("default", "first").await;
+        let (_, waiting) = app.enter("default", "second").await;
+        let ticket = waiting["ticket"].as_str().unwrap().to_owned();
+        let total_before = waiting["totalWaiting"].as_u64().unwrap();
+        let post = |path: &str| app.client.post(app.url(path));
+
+        expect_error(
+            post("/api/queues/default/entries").send().await.unwrap(),
+            400,
+            "missing_user_id",
+        )
+        .await;
+        for bad in ["bad user!", &"x".repeat(65), "", "ünï"] {
+            let r = post("/api/queues/default/entries")
+                .header("x-user-id", bad)
+                .send()
+                .await;
+            if let Ok(r) = r {
+                expect_error(r, 400, "invalid_user_id").await;
+            }
+        }
+        expect_error(
+            post("/api/queues/default/entries")
+                .header("x-user-id", &"a".repeat(20_000))
+                .send()
+                .await
+                .unwrap(),
+            400,
+            "invalid_user_id",
+        )
+        .await;
+        expect_error(
+            post("/api/queues/nope/entries")
+                .header("x-user-id", "z")
+                .send()
+                .await
+                .unwrap(),
+            404,
+            "unknown_queue",
+        )
+        .await;
+        expect_error(
+            post("/api/queues/NOPE/entries")
+                .header("x-user-id", "z")
+                .send()
+                .await
+                .unwrap(),
+            404,
+            "unknown_queue",
+        )
+        .await;
+        expect_error(
+            post("/api/queues/default/entries")
+                .header("x-user-id", "garbage")
+                .header("content-type", "application/json")
+                .body("{not json")
+                .send()
+                .await
+                .unwrap(),
+            400,
+            "invalid_body",
+        )
+        .await;
+        expect_error(
+            post("/api/queues/default/entries")
+                .header("x-user-id", "huge")
+                .body(vec![b'{'; 100_000])
+                .send()
+                .await
+                .unwrap(),
+            413,
+            "payload_too_large",
+        )
+        .await;
+
+        let get = |t: &str| {
+            app.client
+                .get(app.url("/api/queues/default/position"))
+                .header("x-queue-ticket", t.to_owned())
+                .send()
+        };
+        expect_error(
+            get("forged.AAAAAAAAAAAAAAAAAAAAAAAA").await.unwrap(),
+            401,
+            "invalid_ticket",
+        )
+        .await;
+        let mut tampered = ticket.clone();
+        tampered.insert(3, 'x');
+        expect_error(get(&tampered).await.unwrap(), 401, "invalid_ticket").await;
+        expect_error(
+            app.client
+                .get(app.url("/api/queues/default/position"))
+                .send()
+                .await
+                .unwrap(),
+            401,
+            "missing_ticket",
+        )
+        .await;
+        expect_error(
+            app.client
+                .get(app.url("/api/queues/default/position"))
+                .header("x-queue-ticket", &ticket)
+                .header("x-user-id", "someone-else")
+                .send()
+                .await
+                .unwrap(),
+            401,
+            "ticket_user_mismatch",
+        )
+        .await;
+        expect_error(
+            app.client
+                .delete(app.url("/api/queues/default/entries/me"))
+                .header("x-queue-ticket", "forged.x")
+                .send()
+                .await
+                .unwrap(),
+            401,
+            "invalid_ticket",
+        )
+        .await;
+
+        // Nothing changed: same line, same holder.
+        let (_, pos) = app.position("default", &ticket).await;
+        assert_eq!(pos["rank"], 0);
+        assert_eq!(pos["totalWaiting"].as_u64(), Some(total_before));
+        let (_, f) = app
+            .position("default", first["ticket"].as_str().unwrap())
+            .await;
+        assert_eq!(f["status"], "READY");
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_admitted_user_turns_ready_with_the_token_position_shows() {
+    let app = TestApp::redis(
+        "ready",
+        &["--admission-interval-ms", "100", "--admission-batch", "2"],
+    )
+    .await;
+    let mut tickets = Vec::new();
+    for i in 0..6 {
+        let (_, b) = app.enter("default", &format!("w{i}")).await;
+        tickets.push(b["ticket"].as_str().unwrap().to_owned());
+    }
+    let last = tickets.last().unwrap().clone();
+    let status = crate::common::eventually(std::time::Duration::from_secs(5), "w5 READY", || {
+        let app = &app;
+        let last = last.clone();
+        async move {
+            let (_, p) = app.position("default", &last).await;
+            (p["status"] == "READY").then_some(p)
+        }
+    })
+    .await;
+    assert_eq!(status["entryToken"].as_str().unwrap().len(), 43);
+    let ttl = status["tokenExpiresInSeconds"].as_u64().unwrap();
+    assert!((299..=300).contains(&ttl), "{ttl}");
+    assert!(
+        status["enteredAt"].is_string(),
+        "entry time survives admission"
+    );
+    assert!(status["rank"].is_null());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let app = TestApp::memory(&[]).await;
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.client
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    app.enter("default", "m1").await;
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("waitroom_enters_total"), "{metrics}");
+    let page = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    app.stop().await;
+}
