@@ -55,6 +55,7 @@ struct Inner {
     signer: TicketSigner,
     admin_token: String,
     hub: push::Hub,
+    max_streams: usize,
     shutdown: CancellationToken,
 }
 
@@ -105,6 +106,7 @@ impl AppState {
                 policy: config.policy(),
                 queue_set: queues.iter().cloned().collect(),
                 hub: push::Hub::new(&queues),
+                max_streams: config.max_streams.unwrap_or_else(default_max_streams),
                 queues,
                 config,
                 store,
@@ -150,6 +152,12 @@ impl AppState {
         &self.inner.admin_token
     }
 
+    /// Most streams this instance holds open: `--max-streams`, or the
+    /// open-file limit less headroom for Redis, the database and the rest.
+    pub fn max_streams(&self) -> usize {
+        self.inner.max_streams
+    }
+
     /// The per-instance event hub.
     pub fn hub(&self) -> &push::Hub {
         &self.inner.hub
@@ -173,6 +181,14 @@ impl AppState {
         tasks.spawn(admission::run(self.clone()));
         tasks.spawn(push::run(self.clone()));
     }
+}
+
+/// Each stream holds one socket: leave a twentieth of the open-file limit
+/// (at least 256) for everything else.
+fn default_max_streams() -> usize {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX).min(1 << 24);
+    soft.saturating_sub((soft / 20).max(256)).max(1)
 }
 
 /// The router of the whole service.

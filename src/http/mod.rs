@@ -4,6 +4,7 @@ pub mod error;
 pub mod extract;
 
 mod entries;
+mod events;
 mod health;
 mod page;
 
@@ -17,6 +18,7 @@ pub use error::ApiError;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(entries::router())
+        .merge(events::router())
         .merge(health::router())
         .merge(page::router())
         .layer(TraceLayer::new_for_http())

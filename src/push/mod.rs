@@ -1,71 +1,335 @@
 //! Push: the instance's one subscription to queue events, fanned out to
-//! what listens on this instance.
+//! this instance's open streams.
 //!
-//! Every admission pass, whichever instance ran it, arrives here once. The
-//! hub feeds the observed admission rate that wait estimates use.
+//! Every admission pass, whichever instance ran it, arrives here once
+//! (Redis pub/sub, or an in-process channel for the memory store) and is
+//! applied to every local stream in one sweep. Around that, a refresh loop
+//! re-reads exact standings in batches on a jittered, rank-dependent
+//! schedule, and a presence loop marks streaming users as seen with one
+//! write per queue.
+
+mod registry;
+mod view;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::AppState;
-use crate::queue::{QueueName, RateEstimator};
-use crate::store::{QueueEvent, StoreEvent};
+use crate::queue::{QueueName, RateEstimator, Snapshot, UserId};
+use crate::store::StoreEvent;
+pub use registry::view_of;
+use registry::{QueueWatchers, Watcher, refresh_period};
+pub use view::{EventId, GoneReason, Update, View};
 
 /// How far back the observed admission rate looks.
 const RATE_WINDOW_MS: u64 = 30_000;
+/// How often due refreshes are collected.
+const REFRESH_TICK: Duration = Duration::from_millis(200);
+/// Most users re-read in one store call.
+const REFRESH_BATCH: usize = 2_000;
+/// Most users marked as seen in one store call.
+const TOUCH_BATCH: usize = 5_000;
 
-/// Per-instance state fed by queue events.
+/// Per-instance push state: the streams and the observed admission rates.
 pub struct Hub {
-    rates: HashMap<QueueName, Mutex<RateEstimator>>,
+    queues: HashMap<QueueName, QueueHub>,
+    next_conn: AtomicU64,
+    open: AtomicUsize,
+}
+
+struct QueueHub {
+    watchers: Mutex<QueueWatchers>,
+    rate: Mutex<RateEstimator>,
+    /// Events applied so far; lets a new stream notice one applied while
+    /// it was reading its initial state.
+    events_seen: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A registered stream: its updates, and a guard that unregisters it when
+/// dropped (the client went away, or the stream ended).
+pub struct Subscription {
+    pub updates: watch::Receiver<Update>,
+    pub guard: StreamGuard,
+}
+
+/// Unregisters its stream on drop, so nothing a stream owns outlives it.
+pub struct StreamGuard {
+    state: AppState,
+    queue: QueueName,
+    user: UserId,
+    conn: u64,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let hub = self.state.hub();
+        hub.open.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!("waitroom_streams_open").decrement(1.0);
+        if let Some(q) = hub.queues.get(&self.queue) {
+            let mut watchers = lock(&q.watchers);
+            if watchers
+                .by_user
+                .get(&self.user)
+                .is_some_and(|w| w.conn == self.conn)
+            {
+                watchers.by_user.remove(&self.user);
+            }
+        }
+    }
 }
 
 impl Hub {
     /// A hub for `queues`.
     pub fn new(queues: &[QueueName]) -> Self {
         Self {
-            rates: queues
+            queues: queues
                 .iter()
-                .map(|q| (q.clone(), Mutex::new(RateEstimator::new(RATE_WINDOW_MS))))
+                .map(|q| {
+                    (
+                        q.clone(),
+                        QueueHub {
+                            watchers: Mutex::new(QueueWatchers::default()),
+                            rate: Mutex::new(RateEstimator::new(RATE_WINDOW_MS)),
+                            events_seen: AtomicU64::new(0),
+                        },
+                    )
+                })
                 .collect(),
+            next_conn: AtomicU64::new(1),
+            open: AtomicUsize::new(0),
         }
     }
 
     /// The observed admission rate of `queue`, or `fallback` without data.
     pub fn rate(&self, queue: &QueueName, fallback: f64) -> f64 {
-        self.rates
+        self.queues
             .get(queue)
-            .map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).rate(fallback))
+            .map(|q| lock(&q.rate).rate(fallback))
             .unwrap_or(fallback)
     }
 
-    fn on_event(&self, event: StoreEvent) {
-        if let StoreEvent::Queue {
-            queue,
-            event: QueueEvent::Pass(pass),
-        } = event
-            && pass.busy
-            && let Some(r) = self.rates.get(&queue)
-        {
-            r.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .record(pass.at, pass.admitted.len() as u64);
+    /// Streams open on this instance.
+    pub fn open_streams(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Streams registered for `queue` (for tests and metrics).
+    pub fn registered(&self, queue: &QueueName) -> usize {
+        self.queues
+            .get(queue)
+            .map_or(0, |q| lock(&q.watchers).by_user.len())
+    }
+
+    /// Events applied to `queue`'s streams so far; read it before reading a
+    /// new stream's initial state and hand it to [`Hub::register`].
+    pub fn events_seen(&self, queue: &QueueName) -> u64 {
+        self.queues
+            .get(queue)
+            .map_or(0, |q| q.events_seen.load(Ordering::Acquire))
+    }
+
+    /// Registers a stream for `user` showing `view` (from `snapshot`, read
+    /// after [`Hub::events_seen`] returned `seen_before`); a previous stream
+    /// of the same user is told `gone: replaced`.
+    pub fn register(
+        &self,
+        state: &AppState,
+        queue: &QueueName,
+        user: &UserId,
+        snapshot: &Snapshot,
+        view: View,
+        seen_before: u64,
+    ) -> Subscription {
+        let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let id = EventId {
+            pass: snapshot.pass,
+            n: 0,
+        };
+        let (tx, updates) = watch::channel(Update {
+            id,
+            view: view.clone(),
+        });
+        let (seq, rank) = match snapshot.standing {
+            crate::queue::Standing::Waiting { rank, seq } => (seq, rank),
+            _ => (0, 0),
+        };
+        let next_refresh = match &view {
+            View::Ready { expires_at, .. } => *expires_at + Duration::from_millis(250),
+            _ => Instant::now() + refresh_period(rank),
+        };
+        let watcher = Watcher {
+            conn,
+            tx,
+            seq,
+            rank,
+            total: snapshot.total_waiting,
+            id,
+            next_refresh,
+        };
+        if let Some(q) = self.queues.get(queue) {
+            let mut watchers = lock(&q.watchers);
+            let mut watcher = watcher;
+            // An event applied while the snapshot was read may be missing
+            // from it: re-read at once rather than at the next period.
+            if q.events_seen.load(Ordering::Acquire) != seen_before {
+                watcher.next_refresh = Instant::now();
+            }
+            if let Some(mut old) = watchers.by_user.insert(user.clone(), watcher) {
+                let pass = old.id.pass;
+                old.show(pass, View::Gone(GoneReason::Replaced));
+            }
         }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!("waitroom_streams_open").increment(1.0);
+        Subscription {
+            updates,
+            guard: StreamGuard {
+                state: state.clone(),
+                queue: queue.clone(),
+                user: user.clone(),
+                conn,
+            },
+        }
+    }
+
+    fn on_event(&self, event: StoreEvent, fallback_rate: f64) {
+        match event {
+            StoreEvent::Queue { queue, event } => {
+                let Some(q) = self.queues.get(&queue) else {
+                    return;
+                };
+                if let crate::store::QueueEvent::Pass(pass) = &event {
+                    if pass.busy {
+                        lock(&q.rate).record(pass.at, pass.admitted.len() as u64);
+                    }
+                }
+                let rate = lock(&q.rate).rate(fallback_rate);
+                let mut watchers = lock(&q.watchers);
+                watchers.apply(&event, rate);
+                q.events_seen.fetch_add(1, Ordering::Release);
+            }
+            StoreEvent::Resync => {
+                tracing::info!("event subscription resumed: re-reading every stream");
+                let now = Instant::now();
+                for q in self.queues.values() {
+                    for w in lock(&q.watchers).by_user.values_mut() {
+                        w.next_refresh = now;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Users of `queue` due for an exact re-read; they are rescheduled so a
+    /// slow store call does not make them due twice.
+    fn due(&self, queue: &QueueName) -> Vec<UserId> {
+        let Some(q) = self.queues.get(queue) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let mut watchers = lock(&q.watchers);
+        let mut due = Vec::new();
+        for (user, w) in watchers.by_user.iter_mut() {
+            if due.len() >= REFRESH_BATCH {
+                break;
+            }
+            if !w.is_gone() && w.next_refresh <= now {
+                w.next_refresh = now + Duration::from_secs(5);
+                due.push(user.clone());
+            }
+        }
+        due
+    }
+
+    fn waiting_users(&self, queue: &QueueName) -> Vec<UserId> {
+        self.queues.get(queue).map_or_else(Vec::new, |q| {
+            lock(&q.watchers)
+                .by_user
+                .iter()
+                .filter(|(_, w)| w.is_waiting())
+                .map(|(u, _)| u.clone())
+                .collect()
+        })
     }
 }
 
-/// Runs the instance's subscription until shutdown.
+/// Runs the subscription, the refresh loop and the presence loop until
+/// shutdown.
 pub async fn run(state: AppState) {
-    let mut events = state.store().subscribe(state.queue_names());
     let shutdown = state.shutdown().clone();
+    let mut events = state.store().subscribe(state.queue_names());
+    let mut refresh = tokio::time::interval(REFRESH_TICK);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut presence = tokio::time::interval(touch_interval(&state));
+    presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let fallback = state.policy().configured_rate();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             event = events.next() => match event {
-                Some(event) => state.hub().on_event(event),
+                Some(event) => state.hub().on_event(event, fallback),
                 None => break,
             },
+            _ = refresh.tick() => refresh_due(&state).await,
+            _ = presence.tick() => touch_streaming(&state).await,
+        }
+    }
+}
+
+/// Presence writes often enough that a streaming user is never taken for
+/// absent: four times per abandonment window, at most every 10 s.
+fn touch_interval(state: &AppState) -> Duration {
+    let window = state.policy().abandon_after_ms.unwrap_or(40_000);
+    Duration::from_millis((window / 4).clamp(100, 10_000))
+}
+
+async fn refresh_due(state: &AppState) {
+    for queue in state.queue_names() {
+        let due = state.hub().due(queue);
+        if due.is_empty() {
+            continue;
+        }
+        match state.store().statuses(queue, &due).await {
+            Ok(snapshots) => {
+                let hub = state.hub();
+                let Some(q) = hub.queues.get(queue) else {
+                    continue;
+                };
+                let rate = lock(&q.rate).rate(state.policy().configured_rate());
+                let mut watchers = lock(&q.watchers);
+                for (user, snapshot) in due.iter().zip(&snapshots) {
+                    watchers.apply_snapshot(user, snapshot, rate);
+                }
+                metrics::counter!("waitroom_stream_refreshes_total").increment(due.len() as u64);
+            }
+            // Streams stay open on what they show; they are re-read once
+            // the store answers (their next refresh is already scheduled).
+            Err(e) => tracing::debug!(error = %e, "stream refresh failed"),
+        }
+    }
+}
+
+async fn touch_streaming(state: &AppState) {
+    if state.policy().abandon_after_ms.is_none() {
+        return;
+    }
+    for queue in state.queue_names() {
+        let users = state.hub().waiting_users(queue);
+        for chunk in users.chunks(TOUCH_BATCH) {
+            if let Err(e) = state.store().touch(queue, chunk).await {
+                tracing::debug!(error = %e, "presence write failed");
+                break;
+            }
         }
     }
 }

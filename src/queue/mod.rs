@@ -12,6 +12,8 @@ mod token;
 
 pub use eta::RateEstimator;
 pub use names::{InvalidName, QueueName, UserId};
-pub use status::{Policy, QueueStatus, Snapshot, Standing, Status, polling_interval_secs};
+pub use status::{
+    Policy, QueueStatus, Snapshot, Standing, Status, estimated_wait_secs, polling_interval_secs,
+};
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;
