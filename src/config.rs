@@ -77,6 +77,10 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_DRAIN_SECS", default_value_t = 5)]
     pub drain_secs: u64,
 
+    /// Seconds between keep-alive comments on idle event streams.
+    #[arg(long, env = "WAITROOM_KEEP_ALIVE_SECS", default_value_t = 15)]
+    pub keep_alive_secs: u64,
+
     /// Bearer token for the admin and token APIs. Unset: random, printed at
     /// start.
     #[arg(long, env = "WAITROOM_ADMIN_TOKEN", hide_env_values = true)]
@@ -134,6 +138,9 @@ impl Config {
             && t.len() < 16
         {
             return bad("--admin-token must be at least 16 characters");
+        }
+        if !(1..=15).contains(&self.keep_alive_secs) {
+            return bad("--keep-alive-secs must be 1-15");
         }
         if self.max_streams == Some(0) {
             return bad("--max-streams must be at least 1");

@@ -2,6 +2,7 @@
 //! until SIGINT or SIGTERM.
 
 use clap::Parser;
+
 use tokio_util::sync::CancellationToken;
 use waitroom::{Config, telemetry};
 

@@ -11,13 +11,14 @@
 //
 //   k6 run -e BASE_URL=http://127.0.0.1:8080 loadtest/k6/poll-position.js
 //
-// env: BASE_URL, QUEUE (default), USERS (1000), SPREAD (5 s), DURATION (45 s,
+// env: BASE_URL, QUEUE (default), USERS (1500), SPREAD (5 s), DURATION (45 s,
 //      the polling deadline from the start), MAX_POLLS (300 per user),
 //      P95_MS (50), P99_MS (100), MAX_FAILED (0.01), MIN_CHECKS (0.99),
 //      MIN_READY (0.95 of users must reach READY), RESULTS_DIR.
 //
-// With the default server (50 admissions per 1 s) 1,000 users are all READY
-// after ~20 s. A slower server needs fewer USERS or a longer DURATION.
+// With the default server (50 admissions per 1 s) 1,500 users are all READY
+// after ~30 s, and the line is long enough for all three polling tiers. A
+// slower server needs fewer USERS or a longer DURATION.
 
 import { check, sleep } from 'k6';
 import exec from 'k6/execution';
@@ -27,7 +28,7 @@ import {
   position, requireServer, stat, statusConsistent, summarize, userId,
 } from './common.js';
 
-const USERS = envInt('USERS', 1000);
+const USERS = envInt('USERS', 1500);
 const SPREAD = envNum('SPREAD', 5);
 const DURATION = envNum('DURATION', 45);
 const MAX_POLLS = envInt('MAX_POLLS', 300);

@@ -31,9 +31,6 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/api/queues/{queue}/events", get(events))
 }
 
-/// Keep-alive comments at least this often, under common proxy idle timeouts.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
-
 async fn events(State(state): State<AppState>, member: Member) -> Result<Response, ApiError> {
     if state.hub().open_streams() >= state.max_streams() {
         metrics::counter!("waitroom_streams_shed_total").increment(1);
@@ -56,7 +53,8 @@ async fn events(State(state): State<AppState>, member: Member) -> Result<Respons
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
     let drain = Duration::from_secs(state.config().drain_secs);
     let body = updates(sub, retry, state.shutdown().clone(), drain);
-    let sse = Sse::new(body).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
+    let sse = Sse::new(body)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(state.config().keep_alive_secs)));
     Ok(with_stream_headers(sse.into_response()))
 }
 

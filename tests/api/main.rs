@@ -7,3 +7,4 @@ mod common;
 mod failures;
 mod instances;
 mod queue;
+mod sse;

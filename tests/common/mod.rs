@@ -246,3 +246,182 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// One SSE event as a client saw it.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub event: String,
+    pub id: String,
+    pub data: serde_json::Value,
+    pub retry: Option<Duration>,
+}
+
+/// An open event stream.
+pub struct SseStream {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    inner: Option<futures::stream::BoxStream<'static, SseEvent>>,
+}
+
+impl SseStream {
+    /// Opens `/api/queues/{queue}/events` with `ticket` (and `last_id`).
+    pub async fn open(app: &TestApp, queue: &str, ticket: &str, last_id: Option<&str>) -> Self {
+        use eventsource_stream::Eventsource;
+        use futures::StreamExt;
+        let client = reqwest::Client::new(); // no overall timeout: streams are long
+        let mut req = client
+            .get(app.url(&format!("/api/queues/{queue}/events")))
+            .header("x-queue-ticket", ticket)
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_id {
+            req = req.header("last-event-id", id);
+        }
+        let r = req.send().await.expect("events request");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let inner = (status == 200).then(|| {
+            r.bytes_stream()
+                .eventsource()
+                .filter_map(|e| async move {
+                    let e = e.ok()?;
+                    if e.event.is_empty() && e.data.is_empty() {
+                        return None;
+                    }
+                    Some(SseEvent {
+                        data: serde_json::from_str(&e.data).unwrap_or(serde_json::Value::Null),
+                        event: e.event,
+                        id: e.id,
+                        retry: e.retry,
+                    })
+                })
+                .boxed()
+        });
+        Self {
+            status,
+            headers,
+            inner,
+        }
+    }
+
+    /// The next event within `limit`; `None` when the stream ended.
+    pub async fn next(&mut self, limit: Duration) -> Option<SseEvent> {
+        use futures::StreamExt;
+        let inner = self.inner.as_mut()?;
+        tokio::time::timeout(limit, inner.next())
+            .await
+            .unwrap_or_else(|_| panic!("no SSE event within {limit:?}"))
+    }
+
+    /// Events until one named `name` (inclusive) arrives within `limit`.
+    pub async fn until(&mut self, name: &str, limit: Duration) -> Vec<SseEvent> {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next(left).await {
+                Some(e) => {
+                    let done = e.event == name;
+                    seen.push(e);
+                    if done {
+                        return seen;
+                    }
+                }
+                None => panic!("stream ended before `{name}`: {seen:?}"),
+            }
+        }
+    }
+}
+
+/// The release-shaped `waitroom` binary as a separate process, for tests
+/// that measure the server alone (its memory) or signal it.
+pub struct BinApp {
+    pub port: u16,
+    child: Child,
+}
+
+impl BinApp {
+    pub async fn spawn(args: &[&str]) -> Self {
+        let port = free_port();
+        let db = std::env::temp_dir().join(format!("waitroom-bin-{port}.db"));
+        let child = Command::new(env!("CARGO_BIN_EXE_waitroom"))
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--orders-db")
+            .arg(&db)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn waitroom");
+        let me = Self { port, child };
+        let client = reqwest::Client::new();
+        eventually(
+            Duration::from_secs(20),
+            "the binary answers /healthz",
+            || async {
+                client
+                    .get(me.url("/healthz"))
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status() == 200)
+                    .map(|_| ())
+            },
+        )
+        .await;
+        me
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Joins `user` to `default`; their ticket.
+    pub async fn enter(&self, client: &reqwest::Client, user: &str) -> String {
+        let r = client
+            .post(self.url("/api/queues/default/entries"))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .unwrap();
+        let body: serde_json::Value = r.json().await.unwrap();
+        body["ticket"].as_str().unwrap().to_owned()
+    }
+
+    /// One unlabelled metric's value from `/metrics` (0 if absent).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Resident memory of the server process.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for BinApp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
