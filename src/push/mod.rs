@@ -208,10 +208,10 @@ impl Hub {
                 let Some(q) = self.queues.get(&queue) else {
                     return;
                 };
-                if let crate::store::QueueEvent::Pass(pass) = &event {
-                    if pass.busy {
-                        lock(&q.rate).record(pass.at, pass.admitted.len() as u64);
-                    }
+                if let crate::store::QueueEvent::Pass(pass) = &event
+                    && pass.busy
+                {
+                    lock(&q.rate).record(pass.at, pass.admitted.len() as u64);
                 }
                 let rate = lock(&q.rate).rate(fallback_rate);
                 let mut watchers = lock(&q.watchers);
