@@ -86,6 +86,11 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Bearer token order services in other languages use for the token
+    /// API (claim / consume / release). Unset: the admin token.
+    #[arg(long, env = "WAITROOM_SERVICE_TOKEN", hide_env_values = true)]
+    pub service_token: Option<String>,
+
     /// The demo order service: `on` serves /api/orders and /api/products,
     /// `off` where the real order service lives elsewhere.
     #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::On)]
@@ -141,6 +146,11 @@ impl Config {
         }
         if !(1..=15).contains(&self.keep_alive_secs) {
             return bad("--keep-alive-secs must be 1-15");
+        }
+        if let Some(t) = &self.service_token
+            && t.len() < 16
+        {
+            return bad("--service-token must be at least 16 characters");
         }
         if self.max_streams == Some(0) {
             return bad("--max-streams must be at least 1");

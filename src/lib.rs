@@ -8,7 +8,9 @@
 
 pub mod admission;
 pub mod config;
+pub mod gate;
 pub mod http;
+pub mod orders;
 pub mod push;
 pub mod queue;
 pub mod store;
@@ -36,6 +38,8 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error("cannot reach the store: {0}")]
     Store(#[from] StoreError),
+    #[error("cannot open the order database: {0}")]
+    Orders(#[from] sqlx::Error),
     #[error("cannot serve: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -55,6 +59,8 @@ struct Inner {
     signer: TicketSigner,
     admin_token: String,
     hub: push::Hub,
+    gate: gate::Gate,
+    orders: Option<orders::OrderStore>,
     max_streams: usize,
     shutdown: CancellationToken,
 }
@@ -79,11 +85,28 @@ impl AppState {
             }
             None => (Arc::new(MemoryStore::new()), None),
         };
-        Self::with_store(config, store, shared_secret, shutdown)
+        let mut state = Self::with_store(config, store, shared_secret, shutdown)?;
+        state.open_orders().await?;
+        Ok(state)
+    }
+
+    /// Opens the demo order database if `--orders on` (the default).
+    /// Call before the state is shared.
+    pub async fn open_orders(&mut self) -> Result<(), StartError> {
+        if self.inner.config.orders == config::OrdersMode::Off {
+            return Ok(());
+        }
+        let queue = self.inner.queues[0].as_str().to_owned();
+        let db = orders::OrderStore::open(&self.inner.config.orders_db, &queue).await?;
+        let inner =
+            Arc::get_mut(&mut self.inner).expect("open_orders runs before the state is shared");
+        inner.orders = Some(db);
+        Ok(())
     }
 
     /// Builds the state around an existing store (tests share one between
-    /// several instances).
+    /// several instances), without the order database (see
+    /// [`AppState::open_orders`]).
     pub fn with_store(
         config: Config,
         store: SharedStore,
@@ -101,9 +124,20 @@ impl AppState {
             .admin_token
             .clone()
             .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned());
+        let policy = config.policy();
+        let gate = gate::Gate::new(
+            store.clone(),
+            queues.clone(),
+            Duration::from_secs(config.claim_lease_secs),
+            Duration::from_millis(policy.token_ttl_ms)
+                + Duration::from_secs(config.claim_lease_secs),
+            shutdown.clone(),
+        );
         Ok(Self {
             inner: Arc::new(Inner {
-                policy: config.policy(),
+                policy,
+                gate,
+                orders: None,
                 queue_set: queues.iter().cloned().collect(),
                 hub: push::Hub::new(&queues),
                 max_streams: config.max_streams.unwrap_or_else(default_max_streams),
@@ -158,6 +192,25 @@ impl AppState {
         self.inner.max_streams
     }
 
+    /// The order gate (entry-token claims).
+    pub fn gate(&self) -> &gate::Gate {
+        &self.inner.gate
+    }
+
+    /// The demo order database, when `--orders on`.
+    pub fn orders(&self) -> Option<&orders::OrderStore> {
+        self.inner.orders.as_ref()
+    }
+
+    /// The bearer token of the token API.
+    pub fn service_token(&self) -> &str {
+        self.inner
+            .config
+            .service_token
+            .as_deref()
+            .unwrap_or(&self.inner.admin_token)
+    }
+
     /// The per-instance event hub.
     pub fn hub(&self) -> &push::Hub {
         &self.inner.hub
@@ -191,6 +244,12 @@ fn default_max_streams() -> usize {
     soft.saturating_sub((soft / 20).max(256)).max(1)
 }
 
+impl axum::extract::FromRef<AppState> for gate::Gate {
+    fn from_ref(state: &AppState) -> Self {
+        state.inner.gate.clone()
+    }
+}
+
 /// The router of the whole service.
 pub fn app(state: AppState) -> Router {
     http::router(state)
@@ -217,6 +276,7 @@ pub async fn run(
 /// Serves an already built state; see [`run`].
 pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartError> {
     let shutdown = state.shutdown().clone();
+    let state_gate = state.gate().clone();
     let tasks = TaskTracker::new();
     state.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
@@ -224,6 +284,7 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartEr
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await;
     shutdown.cancel();
+    state_gate.drain().await;
     tasks.close();
     if tokio::time::timeout(Duration::from_secs(10), tasks.wait())
         .await

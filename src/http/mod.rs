@@ -3,10 +3,14 @@
 pub mod error;
 pub mod extract;
 
+mod admin;
+mod auth;
 mod entries;
 mod events;
 mod health;
+mod orders;
 mod page;
+mod tokens;
 
 use axum::Router;
 use tower_http::trace::TraceLayer;
@@ -20,6 +24,9 @@ pub fn router(state: AppState) -> Router {
         .merge(entries::router())
         .merge(events::router())
         .merge(health::router())
+        .merge(orders::router())
+        .merge(tokens::router())
+        .merge(admin::router())
         .merge(page::router())
         .layer(TraceLayer::new_for_http())
         .with_state(state)

@@ -14,8 +14,8 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, Admitted, ClaimOutcome, EnterOutcome, Pass, QueueEvent, Store, StoreEvent,
-    StoreResult,
+    Abandoned, Admitted, ClaimOutcome, EnterOutcome, Pass, QueueEvent, QueueStats, Store,
+    StoreEvent, StoreResult,
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 
@@ -410,6 +410,14 @@ impl Store for MemoryStore {
                 _ => false,
             }),
         )
+    }
+
+    async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats> {
+        Ok(self.with_queue(queue, |q, _| QueueStats {
+            waiting: q.line.len() as u64,
+            active: q.tokens.len() as u64,
+            pass: q.pass,
+        }))
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -109,6 +109,18 @@ pub enum ClaimOutcome {
     InUse,
 }
 
+/// A queue's counts, for operators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStats {
+    /// Users in line.
+    pub waiting: u64,
+    /// Users holding an unexpired token (what `maxActive` bounds).
+    pub active: u64,
+    /// The admission pass counter.
+    pub pass: u64,
+}
+
 /// The store port. Implementations are cheap to share (`Arc<dyn Store>`).
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -164,6 +176,9 @@ pub trait Store: Send + Sync + 'static {
     /// Returns a claimed token to READY (the order rolled back). True if the
     /// claim was still held.
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool>;
+
+    /// The queue's counts.
+    async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats>;
 
     /// Answers when the store is reachable.
     async fn ping(&self) -> StoreResult<()>;

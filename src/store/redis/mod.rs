@@ -17,7 +17,10 @@ use futures::stream::BoxStream;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Client, RedisError};
 
-use super::{ClaimOutcome, EnterOutcome, Pass, QueueEvent, Store, StoreError, StoreResult};
+use super::{
+    ClaimOutcome, EnterOutcome, Pass, QueueEvent, QueueStats, Store, StoreError, StoreEvent,
+    StoreResult,
+};
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use scripts::Scripts;
 
@@ -312,6 +315,16 @@ impl Store for RedisStore {
         Ok(n == 1)
     }
 
+    async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats> {
+        let (waiting, active, pass): (u64, u64, u64) =
+            self.run(&self.scripts.stats, queue, |_| {}).await?;
+        Ok(QueueStats {
+            waiting,
+            active,
+            pass,
+        })
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
@@ -322,5 +335,3 @@ impl Store for RedisStore {
         events::subscribe(self.client.clone(), &self.prefix, queues)
     }
 }
-
-use super::StoreEvent;

@@ -21,6 +21,7 @@ pub(super) struct Scripts {
     pub claim: Script,
     pub consume: Script,
     pub release: Script,
+    pub stats: Script,
 }
 
 impl Scripts {
@@ -35,6 +36,7 @@ impl Scripts {
             claim: with_common(include_str!("lua/claim.lua")),
             consume: with_common(include_str!("lua/consume.lua")),
             release: with_common(include_str!("lua/release.lua")),
+            stats: with_common(include_str!("lua/stats.lua")),
         }
     }
 }

@@ -1,0 +1,106 @@
+//! The admin API for operators: queue counts and rates, and products of
+//! the demo order service (restocking). `Authorization: Bearer <admin token>`.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::require_bearer;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use crate::AppState;
+use crate::orders::Product;
+use crate::queue::QueueName;
+
+/// `/api/admin/queues`, `/api/admin/products/{id}`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/admin/queues", get(queues))
+        .route("/api/admin/products/{id}", put(put_product))
+}
+
+async fn queues(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    require_bearer(&headers, state.admin_token())?;
+    let policy = state.policy();
+    let mut out = Vec::new();
+    for queue in state.queue_names() {
+        let stats = state.store().stats(queue).await?;
+        out.push(json!({
+            "queue": queue.as_str(),
+            "waiting": stats.waiting,
+            "active": stats.active,
+            "pass": stats.pass,
+            "observedAdmissionsPerSecond": state.admission_rate(queue),
+            "streamsOnThisInstance": state.hub().registered(queue),
+        }));
+    }
+    Ok(Json(json!({
+        "queues": out,
+        "policy": {
+            "admissionBatch": policy.batch,
+            "admissionIntervalMs": policy.interval_ms,
+            "tokenTtlSeconds": policy.token_ttl_ms / 1000,
+            "maxActive": policy.max_active,
+            "abandonAfterSeconds": policy.abandon_after_ms.map(|m| m / 1000),
+        },
+        "streamsOpen": state.hub().open_streams(),
+        "maxStreams": state.max_streams(),
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProductBody {
+    name: String,
+    queue: String,
+    price_cents: i64,
+    stock: i64,
+}
+
+async fn put_product(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<ProductBody>,
+) -> Result<Json<Product>, ApiError> {
+    require_bearer(&headers, state.admin_token())?;
+    let orders = state
+        .orders()
+        .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))?;
+    let queue_ok = QueueName::parse(&body.queue).is_ok_and(|q| state.has_queue(&q));
+    if !queue_ok {
+        return Err(ApiError::bad_request(
+            "unknown_queue",
+            "the product's queue is not configured",
+        ));
+    }
+    if id.is_empty()
+        || id.len() > 64
+        || body.name.is_empty()
+        || body.price_cents < 0
+        || body.stock < 0
+    {
+        return Err(ApiError::bad_request(
+            "invalid_product",
+            "id (1-64 chars), name, priceCents >= 0 and stock >= 0 are required",
+        ));
+    }
+    let product = Product {
+        id,
+        name: body.name,
+        queue: body.queue,
+        price_cents: body.price_cents,
+        stock: body.stock,
+    };
+    orders
+        .upsert_product(&product)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(product))
+}

@@ -1,0 +1,108 @@
+//! The token API, for order services not written in Rust: claim a buyer's
+//! entry token before the order, consume it after commit, release it after
+//! a rollback. Authenticated with `Authorization: Bearer <service token>`.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::require_bearer;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use crate::AppState;
+use crate::gate::GateError;
+use crate::queue::{QueueName, UserId};
+
+/// `/api/tokens/claim`, `/api/tokens/consume`, `/api/tokens/release`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/tokens/claim", post(claim))
+        .route("/api/tokens/consume", post(consume))
+        .route("/api/tokens/release", post(release))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClaimRequest {
+    user_id: String,
+    token: String,
+    queue: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClaimRef {
+    user_id: String,
+    queue: String,
+    claim_id: String,
+}
+
+fn user(raw: &str) -> Result<UserId, ApiError> {
+    UserId::parse(raw).map_err(|e| ApiError::bad_request("invalid_user_id", e.0))
+}
+
+fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
+    QueueName::parse(raw)
+        .ok()
+        .filter(|q| state.has_queue(q))
+        .ok_or_else(|| ApiError::not_found("unknown_queue", "no such queue"))
+}
+
+async fn claim(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ClaimRequest>,
+) -> Result<Response, ApiError> {
+    require_bearer(&headers, state.service_token())?;
+    let user = user(&req.user_id)?;
+    let queue = req.queue.as_deref().map(|q| queue(&state, q)).transpose()?;
+    match state.gate().claim(queue.as_ref(), &user, &req.token).await {
+        Ok(claim) => Ok(Json(json!({
+            "claimId": claim.claim_id,
+            "queue": claim.queue.as_str(),
+            "userId": claim.user.as_str(),
+            "leaseSeconds": state.config().claim_lease_secs,
+        }))
+        .into_response()),
+        Err(GateError::Store(e)) => Err(ApiError::Unavailable(e)),
+        Err(e) => Ok(e.into_response()),
+    }
+}
+
+async fn consume(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ClaimRef>,
+) -> Result<Response, ApiError> {
+    require_bearer(&headers, state.service_token())?;
+    let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
+    if state.store().consume(&queue, &user, &req.claim_id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::conflict(
+            "claim_not_held",
+            "this claim no longer holds the token",
+        ))
+    }
+}
+
+async fn release(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ClaimRef>,
+) -> Result<Response, ApiError> {
+    require_bearer(&headers, state.service_token())?;
+    let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
+    if state.store().release(&queue, &user, &req.claim_id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::conflict(
+            "claim_not_held",
+            "this claim no longer holds the token",
+        ))
+    }
+}

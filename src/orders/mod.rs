@@ -1,0 +1,336 @@
+//! The demo order service's data: products and orders in a real SQL
+//! database (embedded SQLite) with real transactions.
+//!
+//! Stock is decremented inside the order's transaction by a guarded
+//! `UPDATE … WHERE stock >= ?`, so it never goes below zero however many
+//! orders race. Each order records a hash of the entry token it used under
+//! a `UNIQUE` constraint: even if the token store lost track of a used
+//! token, the database refuses a second order with it.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{Row, SqlitePool};
+use time::OffsetDateTime;
+
+/// The product every fresh database starts with.
+pub const DEMO_PRODUCT: &str = "demo-sneaker";
+
+/// A product on sale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Product {
+    pub id: String,
+    pub name: String,
+    /// The queue whose entry tokens buy it.
+    pub queue: String,
+    pub price_cents: i64,
+    pub stock: i64,
+}
+
+/// A committed order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Order {
+    pub order_id: String,
+    pub product_id: String,
+    pub quantity: i64,
+    pub user_id: String,
+    pub created_at: String,
+    pub status: &'static str,
+}
+
+/// Why an order was not placed.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    /// `404`: no such product.
+    #[error("no such product")]
+    UnknownProduct,
+    /// `409`: not enough stock; the transaction rolled back.
+    #[error("not enough stock left")]
+    OutOfStock,
+    /// `401`: this entry token was already used for an order.
+    #[error("this entry token was already used")]
+    TokenAlreadyUsed,
+    /// `500`: the database failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// The order database.
+#[derive(Clone)]
+pub struct OrderStore {
+    pool: SqlitePool,
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS products (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        price_cents INTEGER NOT NULL CHECK (price_cents >= 0),
+        stock INTEGER NOT NULL CHECK (stock >= 0)
+    )",
+    "CREATE TABLE IF NOT EXISTS orders (
+        id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        product_id TEXT NOT NULL REFERENCES products(id),
+        quantity INTEGER NOT NULL CHECK (quantity > 0),
+        created_at TEXT NOT NULL,
+        token_sha256 TEXT NOT NULL UNIQUE
+    )",
+    "CREATE INDEX IF NOT EXISTS orders_by_user ON orders(user_id)",
+];
+
+impl OrderStore {
+    /// Opens (creating and seeding on first start) the database at `path`;
+    /// `:memory:` keeps it in memory. The demo product is sold in `queue`.
+    pub async fn open(path: &Path, queue: &str) -> Result<Self, sqlx::Error> {
+        let in_memory = path.as_os_str() == ":memory:";
+        let options = if in_memory {
+            SqliteConnectOptions::from_str("sqlite::memory:")?
+        } else {
+            SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+        }
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(10));
+        // One writer at a time is SQLite's model; a few connections let
+        // reads proceed beside it. An in-memory database is per connection.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(if in_memory { 1 } else { 4 })
+            .connect_with(options)
+            .await?;
+        for statement in SCHEMA {
+            sqlx::query(*statement).execute(&pool).await?;
+        }
+        sqlx::query(
+            "INSERT OR IGNORE INTO products (id, name, queue, price_cents, stock)
+             VALUES (?, 'Limited sneaker drop', ?, 12900, 1000)",
+        )
+        .bind(DEMO_PRODUCT)
+        .bind(queue)
+        .execute(&pool)
+        .await?;
+        Ok(Self { pool })
+    }
+
+    /// Every product.
+    pub async fn products(&self) -> Result<Vec<Product>, sqlx::Error> {
+        let rows =
+            sqlx::query("SELECT id, name, queue, price_cents, stock FROM products ORDER BY id")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(product_of).collect()
+    }
+
+    /// One product.
+    pub async fn product(&self, id: &str) -> Result<Option<Product>, sqlx::Error> {
+        let row =
+            sqlx::query("SELECT id, name, queue, price_cents, stock FROM products WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.as_ref().map(product_of).transpose()
+    }
+
+    /// Adds or updates a product (operators restock through the admin API).
+    pub async fn upsert_product(&self, product: &Product) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO products (id, name, queue, price_cents, stock) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT(id) DO UPDATE SET name = excluded.name, queue = excluded.queue,
+               price_cents = excluded.price_cents, stock = excluded.stock",
+        )
+        .bind(&product.id)
+        .bind(&product.name)
+        .bind(&product.queue)
+        .bind(product.price_cents)
+        .bind(product.stock)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Places an order in one transaction: takes the stock, records the
+    /// order and the token it used, commits. Nothing is written unless all
+    /// of it is.
+    pub async fn place(
+        &self,
+        user: &str,
+        product_id: &str,
+        quantity: i64,
+        entry_token: &str,
+    ) -> Result<Order, OrderError> {
+        let mut tx = self.pool.begin().await?;
+        let taken =
+            sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
+                .bind(quantity)
+                .bind(product_id)
+                .bind(quantity)
+                .execute(&mut *tx)
+                .await?;
+        if taken.rows_affected() == 0 {
+            let exists = sqlx::query("SELECT 1 FROM products WHERE id = ?")
+                .bind(product_id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some();
+            tx.rollback().await?;
+            return Err(if exists {
+                OrderError::OutOfStock
+            } else {
+                OrderError::UnknownProduct
+            });
+        }
+        let order = Order {
+            order_id: new_order_id(),
+            product_id: product_id.to_owned(),
+            quantity,
+            user_id: user.to_owned(),
+            created_at: now_rfc3339(),
+            status: "CONFIRMED",
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO orders (id, user_id, product_id, quantity, created_at, token_sha256)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&order.order_id)
+        .bind(&order.user_id)
+        .bind(&order.product_id)
+        .bind(order.quantity)
+        .bind(&order.created_at)
+        .bind(token_digest(entry_token))
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                tx.rollback().await?;
+                return Err(OrderError::TokenAlreadyUsed);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tx.commit().await?;
+        Ok(order)
+    }
+
+    /// One order.
+    pub async fn order(&self, id: &str) -> Result<Option<Order>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT id, user_id, product_id, quantity, created_at FROM orders WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(Order {
+                order_id: r.try_get("id")?,
+                user_id: r.try_get("user_id")?,
+                product_id: r.try_get("product_id")?,
+                quantity: r.try_get("quantity")?,
+                created_at: r.try_get("created_at")?,
+                status: "CONFIRMED",
+            })
+        })
+        .transpose()
+    }
+
+    /// How many orders exist for `product_id`.
+    pub async fn order_count(&self, product_id: &str) -> Result<i64, sqlx::Error> {
+        sqlx::query("SELECT COUNT(*) AS n FROM orders WHERE product_id = ?")
+            .bind(product_id)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")
+    }
+}
+
+fn product_of(r: &sqlx::sqlite::SqliteRow) -> Result<Product, sqlx::Error> {
+    Ok(Product {
+        id: r.try_get("id")?,
+        name: r.try_get("name")?,
+        queue: r.try_get("queue")?,
+        price_cents: r.try_get("price_cents")?,
+        stock: r.try_get("stock")?,
+    })
+}
+
+/// 128 random bits: order ids are unguessable, so knowing one is needed to
+/// read it.
+fn new_order_id() -> String {
+    let mut bytes = [0u8; 16];
+    rand::fill(&mut bytes);
+    format!("ord_{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn token_digest(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn now_rfc3339() -> String {
+    OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store() -> OrderStore {
+        OrderStore::open(Path::new(":memory:"), "default")
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn seeds_the_demo_product() {
+        let s = store().await;
+        let p = s.products().await.unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            (p[0].id.as_str(), p[0].queue.as_str(), p[0].stock),
+            (DEMO_PRODUCT, "default", 1000)
+        );
+    }
+
+    #[tokio::test]
+    async fn stock_never_goes_below_zero_and_tokens_buy_once() {
+        let s = store().await;
+        let mut p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
+        p.stock = 3;
+        s.upsert_product(&p).await.unwrap();
+        assert!(matches!(
+            s.place("a", DEMO_PRODUCT, 4, "t1").await,
+            Err(OrderError::OutOfStock)
+        ));
+        let o = s.place("a", DEMO_PRODUCT, 2, "t1").await.unwrap();
+        assert!(o.order_id.starts_with("ord_"));
+        assert!(matches!(
+            s.place("a", DEMO_PRODUCT, 1, "t1").await,
+            Err(OrderError::TokenAlreadyUsed)
+        ));
+        assert_eq!(
+            s.product(DEMO_PRODUCT).await.unwrap().unwrap().stock,
+            1,
+            "the refused order took nothing"
+        );
+        assert!(matches!(
+            s.place("b", "nope", 1, "t2").await,
+            Err(OrderError::UnknownProduct)
+        ));
+        assert_eq!(s.order(&o.order_id).await.unwrap().unwrap().user_id, "a");
+        assert_eq!(s.order_count(DEMO_PRODUCT).await.unwrap(), 1);
+    }
+}
