@@ -12,7 +12,7 @@ use crate::queue::{Policy, QueueName};
 
 /// waitroom: a virtual waiting room in front of an order API.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "waitroom", version, about)]
+#[command(name = "waitroom", version, about, args_override_self = true)]
 pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "WAITROOM_ADDR", default_value = "127.0.0.1:8080")]

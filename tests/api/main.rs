@@ -6,5 +6,6 @@ mod common;
 
 mod failures;
 mod instances;
+mod orders;
 mod queue;
 mod sse;

@@ -9,6 +9,7 @@ import {
   screenshot,
   setup,
   waitForState,
+  waitForProducts,
   watchConsole,
 } from './lib/harness.js';
 
@@ -37,7 +38,7 @@ test('the waiting and READY states render without overflow on a phone (dark) and
   }
   for (const { look, page } of pages) {
     await waitForState(page, 'ready', 40_000);
-    await page.waitForSelector('.product', { timeout: 10_000 });
+    await waitForProducts(page);
     await screenshot(page, `${look.name}-ready`);
     await assertFits(page, look.name);
   }

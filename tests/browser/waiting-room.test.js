@@ -12,6 +12,7 @@ import {
   screenshot,
   setup,
   waitForState,
+  waitForProducts,
   watchConsole,
 } from './lib/harness.js';
 
@@ -49,7 +50,7 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
   await waitForState(page, 'ready', 30_000);
   assert.match(await page.textContent('#ready-heading'), /your turn/i);
   assert.match(await page.textContent('#countdown-time'), /^\d+:\d{2}$/);
-  await page.waitForSelector('.product', { timeout: 10_000 });
+  await waitForProducts(page);
   await screenshot(page, 'desktop-light-ready');
 
   const orderId = await orderFirstProduct(page);

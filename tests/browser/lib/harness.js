@@ -215,12 +215,26 @@ export function pageUserId(page) {
 
 /** Place an order from the READY view and return the order id it shows. */
 export async function orderFirstProduct(page) {
-  await page.waitForSelector('.product input:checked', { state: 'attached', timeout: 10_000 });
+  await waitForProducts(page);
+  await page.waitForSelector('.product input:checked', { state: 'attached', timeout: 5_000 });
   await page.click('#place-order');
   await waitForState(page, 'confirmed', 15_000);
   const orderId = await page.getAttribute('#receipt-id', 'data-order-id');
   assert.ok(orderId, 'the confirmation shows an order id');
   return orderId;
+}
+
+/** Wait until the READY view lists products; on failure, say what it shows instead. */
+export async function waitForProducts(page, timeout = 10_000) {
+  try {
+    await page.waitForSelector('.product', { timeout });
+  } catch (err) {
+    const shown = await page
+      .evaluate(() => `state=${document.body.dataset.state} products=${document.getElementById('products').textContent.trim()}`)
+      .catch(() => 'page gone');
+    err.message += `\n  the page shows: ${shown}`;
+    throw err;
+  }
 }
 
 /** Ask the server for an order as a given buyer. */
