@@ -280,9 +280,7 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartEr
     let tasks = TaskTracker::new();
     state.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
-    let served = axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+    let served = http::serve::serve(state, listener).await;
     shutdown.cancel();
     state_gate.drain().await;
     tasks.close();

@@ -67,21 +67,20 @@ impl<S: Send + Sync> FromRequestParts<S> for User {
 
 /// The raw ticket of a request: `X-Queue-Ticket`, then `?ticket=`, then the
 /// cookie. Never logged.
-pub fn raw_ticket(parts: &Parts) -> Option<String> {
-    if let Some(v) = parts
-        .headers
-        .get("x-queue-ticket")
-        .and_then(|v| v.to_str().ok())
-    {
+pub fn raw_ticket<'a>(
+    header: Option<&'a str>,
+    query: Option<&str>,
+    cookie_headers: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    if let Some(v) = header {
         return Some(v.trim().to_owned());
     }
-    if let Some(query) = parts.uri.query()
+    if let Some(query) = query
         && let Some((_, v)) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "ticket")
     {
         return Some(v.into_owned());
     }
-    for header in parts.headers.get_all("cookie") {
-        let Ok(text) = header.to_str() else { continue };
+    for text in cookie_headers {
         for cookie in cookie::Cookie::split_parse(text).flatten() {
             if cookie.name() == TICKET_COOKIE {
                 return Some(cookie.value().to_owned());
@@ -99,12 +98,20 @@ pub struct Member {
     pub user: UserId,
 }
 
-impl FromRequestParts<AppState> for Member {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Queue(queue) = Queue::from_request_parts(parts, state).await?;
-        let raw = raw_ticket(parts).ok_or_else(|| {
+impl Member {
+    /// Authenticates a request for `queue_raw` (the path segment) carrying
+    /// `ticket` and, optionally, an `X-User-Id` value.
+    pub fn authenticate(
+        state: &AppState,
+        queue_raw: &str,
+        ticket: Option<String>,
+        user_header: Option<&[u8]>,
+    ) -> Result<Self, ApiError> {
+        let queue = QueueName::parse(queue_raw)
+            .ok()
+            .filter(|q| state.has_queue(q))
+            .ok_or_else(unknown_queue)?;
+        let raw = ticket.ok_or_else(|| {
             ApiError::unauthorized(
                 "missing_ticket",
                 "send the queue ticket (cookie, X-Queue-Ticket or ?ticket=)",
@@ -114,18 +121,48 @@ impl FromRequestParts<AppState> for Member {
             TicketError::Invalid => ApiError::unauthorized("invalid_ticket", e.to_string()),
             TicketError::ForeignQueue => ApiError::unauthorized("foreign_ticket", e.to_string()),
         })?;
-        if let Some(claimed) = optional_user(&parts.headers)?
-            && claimed != ticket.user
-        {
-            return Err(ApiError::unauthorized(
-                "ticket_user_mismatch",
-                "the queue ticket was issued to another user",
-            ));
+        if let Some(raw_user) = user_header {
+            let claimed = std::str::from_utf8(raw_user)
+                .ok()
+                .and_then(|u| UserId::parse(u).ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request("invalid_user_id", "X-User-Id is malformed")
+                })?;
+            if claimed != ticket.user {
+                return Err(ApiError::unauthorized(
+                    "ticket_user_mismatch",
+                    "the queue ticket was issued to another user",
+                ));
+            }
         }
         Ok(Member {
             queue,
             user: ticket.user,
         })
+    }
+}
+
+impl FromRequestParts<AppState> for Member {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Path(queue_raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| unknown_queue())?;
+        let ticket = raw_ticket(
+            parts
+                .headers
+                .get("x-queue-ticket")
+                .and_then(|v| v.to_str().ok()),
+            parts.uri.query(),
+            parts
+                .headers
+                .get_all("cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+        );
+        let user = parts.headers.get("x-user-id").map(|v| v.as_bytes());
+        Member::authenticate(state, &queue_raw, ticket, user)
     }
 }
 

@@ -8,8 +8,10 @@ mod auth;
 mod entries;
 mod events;
 mod health;
+mod lean;
 mod orders;
 mod page;
+pub mod serve;
 mod tokens;
 
 use axum::Router;

@@ -9,6 +9,7 @@
 //! write per queue.
 
 mod registry;
+mod session;
 mod view;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use crate::queue::{QueueName, RateEstimator, Snapshot, UserId};
 use crate::store::StoreEvent;
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
+pub use session::{StreamSession, shed_frame};
 pub use view::{EventId, GoneReason, Update, View};
 
 /// How far back the observed admission rate looks.

@@ -519,3 +519,68 @@ async fn shutdown_closes_streams_within_the_drain_window() {
         "closes are spread out: {closed_at:?}"
     );
 }
+
+/// Streams on a kept-alive connection (after other requests) are served by
+/// hyper; fresh connections by the lean writer. Both speak the same SSE.
+#[tokio::test]
+async fn streams_on_reused_connections_behave_the_same() {
+    let app = TestApp::memory(&["--admission-interval-ms", "300", "--admission-batch", "1"]).await;
+    let tickets = line(&app, "h", 2).await;
+    let client = reqwest::Client::new();
+    for t in &tickets {
+        let r = client
+            .get(app.url("/api/queues/default/position"))
+            .header("x-queue-ticket", t)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    // The pooled connection is reused for the stream.
+    let r = client
+        .get(app.url("/api/queues/default/events"))
+        .header("x-queue-ticket", &tickets[1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    assert_eq!(r.headers()["x-accel-buffering"], "no");
+    let mut body = r.bytes_stream();
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !text.contains("event: ready") {
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .expect("ready within 10 s")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.starts_with("retry: "), "{text}");
+    assert!(text.contains("event: waiting"));
+
+    // Errors on the lean path are the same JSON errors.
+    let raw = |path: &str| {
+        let path = path.to_owned();
+        let addr = app.addr;
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        }
+    };
+    let unknown = raw("/api/queues/nope/events?ticket=x").await;
+    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+    assert!(unknown.contains("\"error\":\"unknown_queue\""));
+    let forged = raw("/api/queues/default/events?ticket=forged.x").await;
+    assert!(forged.starts_with("HTTP/1.1 401"), "{forged}");
+    assert!(forged.contains("invalid_ticket"));
+    app.stop().await;
+}

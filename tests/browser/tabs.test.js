@@ -18,8 +18,11 @@ test('two tabs of one buyer open a single event stream and both show the positio
   await prefill(server.base, 10);
   const context = await browser.newContext();
   const streams = [];
+  const polls = [];
   context.on('request', (req) => {
-    if (/\/api\/queues\/[^/]+\/events$/.test(new URL(req.url()).pathname)) streams.push(req);
+    const { pathname } = new URL(req.url());
+    if (/\/api\/queues\/[^/]+\/events$/.test(pathname)) streams.push(req);
+    if (/\/api\/queues\/[^/]+\/position$/.test(pathname)) polls.push(req);
   });
 
   const first = await context.newPage();
@@ -56,6 +59,7 @@ test('two tabs of one buyer open a single event stream and both show the positio
   );
   assert.equal(streams.length, 1, `one /events request for two tabs, saw ${streams.length}`);
   assert.equal(streams[0].frame().page(), first, 'the first tab holds the stream');
+  assert.equal(polls.length, 0, 'the second tab follows the shared stream instead of polling');
 
   // Close the tab holding the stream: the other takes over and gets its turn.
   await first.close();
@@ -64,4 +68,37 @@ test('two tabs of one buyer open a single event stream and both show the positio
   assert.equal(streams[1].frame().page(), second);
 
   assertNoConsoleErrors(firstConsole, secondConsole);
+});
+
+test('when another device takes over the place, the page says so and can continue here', { timeout: 60_000 }, async (t) => {
+  const { server, browser } = await setup(t);
+  await prefill(server.base, 15);
+
+  // Two browsers (contexts) signed in as the same buyer.
+  const userId = `buyer-two-devices-${Date.now()}`;
+  const devices = [];
+  for (let i = 0; i < 2; i += 1) {
+    const context = await browser.newContext();
+    await context.addInitScript((id) => localStorage.setItem('waitroom.userId', id), userId);
+    const page = await context.newPage();
+    devices.push({ page, consoleWatch: watchConsole(page) });
+  }
+  const [phone, laptop] = devices.map((d) => d.page);
+
+  await phone.goto(`${server.base}/`);
+  await phone.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
+  await laptop.goto(`${server.base}/`);
+  await laptop.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
+
+  // The newer stream wins; the older page explains and offers to continue.
+  await waitForState(phone, 'ended', 10_000);
+  assert.equal(await phone.getAttribute('#view-ended', 'data-reason'), 'replaced');
+  assert.match(await phone.textContent('#rejoin'), /continue here/i);
+
+  await phone.click('#rejoin');
+  await phone.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
+  await waitForState(laptop, 'ended', 10_000);
+  assert.equal(await laptop.getAttribute('#view-ended', 'data-reason'), 'replaced');
+
+  assertNoConsoleErrors(...devices.map((d) => d.consoleWatch));
 });

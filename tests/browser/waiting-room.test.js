@@ -51,7 +51,15 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
   assert.match(await page.textContent('#ready-heading'), /your turn/i);
   assert.match(await page.textContent('#countdown-time'), /^\d+:\d{2}$/);
   await waitForProducts(page);
+  await page.waitForFunction(() => /your turn/i.test(document.getElementById('announcer').textContent));
   await screenshot(page, 'desktop-light-ready');
+
+  // Three of them, please: the total follows the quantity.
+  const single = await page.textContent('#order-total');
+  await page.click('#qty-plus');
+  await page.click('#qty-plus');
+  assert.equal(await page.inputValue('#quantity'), '3');
+  assert.notEqual(await page.textContent('#order-total'), single);
 
   const orderId = await orderFirstProduct(page);
   assert.match(await page.textContent('#confirmed-heading'), /confirmed/i);
@@ -65,7 +73,7 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
   assert.equal(mine.status, 200, `GET /api/orders/${orderId}: ${JSON.stringify(mine.body)}`);
   assert.equal(mine.body.orderId, orderId);
   assert.equal(mine.body.userId, userId);
-  assert.equal(mine.body.quantity, 1);
+  assert.equal(mine.body.quantity, 3);
   const theirs = await fetchOrder(server.base, orderId, 'someone-else');
   assert.notEqual(theirs.status, 200, 'another buyer must not see the order');
 
@@ -110,6 +118,27 @@ test('a reload keeps the place, and leaving the queue ends it and offers to join
   await page.click('#rejoin');
   await waitForState(page, 'waiting', 10_000);
   assert.ok((await readPosition(page)) >= 1);
+
+  assertNoConsoleErrors(consoleWatch);
+});
+
+test('when the turn runs out unused, the page says so and offers to join again', { timeout: 60_000 }, async (t) => {
+  const { server, browser } = await setup(t, { serverArgs: ['--token-ttl-secs', '4'] });
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const consoleWatch = watchConsole(page);
+
+  // Nobody else is waiting: straight to READY, with a four-second pass.
+  await page.goto(`${server.base}/`);
+  await waitForState(page, 'ready', 10_000);
+  assert.match(await page.textContent('#countdown-time'), /^0:0[0-4]$/);
+
+  await waitForState(page, 'ended', 15_000);
+  assert.equal(await page.getAttribute('#view-ended', 'data-reason'), 'expired');
+  assert.match(await page.textContent('#ended-heading'), /turn has ended/i);
+
+  await page.click('#rejoin');
+  await page.waitForSelector('body[data-state="ready"], body[data-state="waiting"]', { timeout: 10_000 });
 
   assertNoConsoleErrors(consoleWatch);
 });

@@ -1,0 +1,169 @@
+//! One open stream's frames: the current state first (with a per-stream
+//! jittered `retry:`), then each change, keep-alive comments while idle,
+//! until `gone`, the client leaves, or shutdown.
+//!
+//! The session produces SSE text; the two transports (the lean writer for
+//! fresh connections and the hyper body for the rest) only move bytes.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::view::{Update, View};
+use super::{StreamGuard, Subscription};
+
+/// The comment sent on idle streams so proxies and browsers keep them open.
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The frames of one stream.
+pub struct StreamSession {
+    updates: watch::Receiver<Update>,
+    _guard: StreamGuard,
+    first: Option<Bytes>,
+    last_sent: View,
+    finished: bool,
+    keep_alive: Interval,
+    shutdown: CancellationToken,
+    drain: Duration,
+}
+
+impl StreamSession {
+    /// A session over `sub`, asking the client to wait `retry` before
+    /// reconnecting and closing within `drain` of shutdown.
+    pub fn new(
+        sub: Subscription,
+        retry: Duration,
+        keep_alive: Duration,
+        shutdown: CancellationToken,
+        drain: Duration,
+    ) -> Self {
+        let current = sub.updates.borrow().clone();
+        let mut ticker = tokio::time::interval_at(Instant::now() + keep_alive, keep_alive);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self {
+            first: Some(encode(&current, Some(retry))),
+            finished: matches!(current.view, View::Gone(_)),
+            last_sent: current.view,
+            updates: sub.updates,
+            _guard: sub.guard,
+            keep_alive: ticker,
+            shutdown,
+            drain,
+        }
+    }
+
+    /// The next frame to write, or `None` when the stream is over. Cancel
+    /// safe: a transport may race it against reading from the client.
+    pub async fn next_frame(&mut self) -> Option<Bytes> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        if self.finished {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => {
+                    // Spread closes over the drain window so clients do not
+                    // all reconnect to the remaining instances at once.
+                    let share = rand::random_range(0.0..1.0);
+                    tokio::time::sleep(self.drain.mul_f64(share)).await;
+                    return None;
+                }
+                changed = self.updates.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    let update = self.updates.borrow_and_update().clone();
+                    if update.view == self.last_sent {
+                        continue;
+                    }
+                    self.finished = matches!(update.view, View::Gone(_));
+                    let frame = encode(&update, None);
+                    self.last_sent = update.view;
+                    self.keep_alive.reset();
+                    return Some(frame);
+                }
+                _ = self.keep_alive.tick() => return Some(Bytes::from_static(KEEP_ALIVE)),
+            }
+        }
+    }
+}
+
+/// A frame that tells the client to come back after `retry`, and nothing
+/// else: how an over-capacity instance sheds a stream.
+pub fn shed_frame(retry: Duration) -> Bytes {
+    Bytes::from(format!(
+        "retry: {}\n: over capacity, retry later\n\n",
+        retry.as_millis()
+    ))
+}
+
+/// The SSE text of one update.
+pub fn encode(update: &Update, retry: Option<Duration>) -> Bytes {
+    let (name, data) = match &update.view {
+        View::Waiting { rank, total, eta } => (
+            "waiting",
+            json!({ "rank": rank, "position": rank + 1, "totalWaiting": total, "estimatedWaitSeconds": eta }),
+        ),
+        View::Ready {
+            token,
+            expires_at,
+            admitted_at,
+        } => {
+            let left = expires_at.saturating_duration_since(Instant::now());
+            (
+                "ready",
+                json!({
+                    "entryToken": token,
+                    "expiresInSeconds": left.as_millis().div_ceil(1000) as u64,
+                    "admittedAt": admitted_at,
+                }),
+            )
+        }
+        View::Gone(reason) => ("gone", json!({ "reason": reason.as_str() })),
+    };
+    let mut text = String::with_capacity(192);
+    if let Some(retry) = retry {
+        let _ = writeln!(text, "retry: {}", retry.as_millis());
+    }
+    let _ = write!(text, "event: {name}\nid: {}\ndata: {data}\n\n", update.id);
+    Bytes::from(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::view::{EventId, GoneReason};
+    use super::*;
+
+    #[test]
+    fn frames_are_sse() {
+        let update = Update {
+            id: EventId { pass: 4, n: 2 },
+            view: View::Waiting {
+                rank: 9,
+                total: 30,
+                eta: Some(1),
+            },
+        };
+        let text = encode(&update, Some(Duration::from_millis(2500)));
+        assert_eq!(
+            text,
+            "retry: 2500\nevent: waiting\nid: 4.2\ndata: {\"estimatedWaitSeconds\":1,\"position\":10,\"rank\":9,\"totalWaiting\":30}\n\n"
+        );
+        let gone = encode(
+            &Update {
+                id: EventId { pass: 5, n: 0 },
+                view: View::Gone(GoneReason::Left),
+            },
+            None,
+        );
+        assert_eq!(gone, "event: gone\nid: 5\ndata: {\"reason\":\"left\"}\n\n");
+        assert!(shed_frame(Duration::from_secs(30)).starts_with(b"retry: 30000\n:"));
+    }
+}
