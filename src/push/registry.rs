@@ -61,13 +61,15 @@ impl Watcher {
 }
 
 /// How long until a stream's exact rank is re-read: about a second near
-/// the front, growing to two minutes far back, with ±25 % jitter so
-/// refreshes spread evenly instead of arriving in waves.
+/// the front, growing to three minutes far back, with ±25 % jitter so
+/// refreshes spread evenly instead of arriving in waves. Events keep ranks
+/// exact between re-reads; these only heal what an interruption lost, so
+/// far back, where a rank moves slowly, they can be rare.
 pub fn refresh_period(rank: u64) -> Duration {
     let base_ms = match rank {
         0..=99 => 1_000,
-        100..=999 => 10_000,
-        _ => (30_000 + rank * 10).min(120_000),
+        100..=999 => 15_000,
+        _ => (60_000 + rank * 10).min(180_000),
     };
     let jitter = rand::random_range(0.75..1.25);
     Duration::from_millis((base_ms as f64 * jitter) as u64)

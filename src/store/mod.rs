@@ -140,6 +140,8 @@ pub trait Store: Send + Sync + 'static {
     async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot>;
 
     /// Reads many users' standings in one round trip (stream refreshes).
+    /// Cheaper than [`Store::status`]: the entry time is not read
+    /// (`entered_at_ms` is `None` for waiting users).
     async fn statuses(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<Vec<Snapshot>>;
 
     /// Marks waiting users as seen (open streams), in one write.

@@ -1,11 +1,21 @@
 -- statuses.lua: many users' standings in one round trip (stream refreshes).
 -- KEYS, ARGV[1..2]: see common.lua.   ARGV[3..] users
--- Returns a list of describe() rows, one per user, in argument order.
--- Atomic so all rows come from one instant, with one ZCARD for all.
+-- Returns a list of describe()-shaped rows, one per user, in argument order,
+-- without the entry time (streams do not show it): a waiting user costs
+-- ZRANK + ZSCORE, so refreshing open streams stays cheap per user.
+-- Atomic so all rows come from one instant, with one ZCARD for all; within
+-- one script a user cannot be both in line and holding a token, so reading
+-- the rank first is as safe as reading the token first.
 local now = now_ms()
 local total, pass = totals()
 local out = {}
 for i = 3, #ARGV do
-  out[#out + 1] = describe(ARGV[i], now, 0, total, pass)
+  local user = ARGV[i]
+  local rank = redis.call('ZRANK', K.waiting, user)
+  if rank then
+    out[#out + 1] = {'waiting', 0, rank, tonumber(redis.call('ZSCORE', K.waiting, user)), '', -1, -1, total, pass}
+  else
+    out[#out + 1] = describe(user, now, 0, total, pass)
+  end
 end
 return out
