@@ -472,10 +472,12 @@ function statusLine(text) {
   return line;
 }
 
+/** A pleasant tile colour per product, stable across visits. */
+const TILE_HUES = [245, 200, 168, 330, 280, 18];
 function hueOf(text) {
   let h = 0;
-  for (const ch of text) h = (h * 31 + ch.codePointAt(0)) % 360;
-  return h;
+  for (const ch of text) h = (h * 31 + ch.codePointAt(0)) % 9973;
+  return TILE_HUES[h % TILE_HUES.length];
 }
 
 function stockText(p) {

@@ -73,31 +73,45 @@ async fn claim(
     }
 }
 
+/// What to do with a held claim.
+#[derive(Clone, Copy)]
+enum Settle {
+    /// The order committed: delete the token.
+    Consume,
+    /// The order rolled back: return the token to READY.
+    Release,
+}
+
 async fn consume(
-    State(state): State<AppState>,
+    state: State<AppState>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<ClaimRef>,
+    body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    require_bearer(&headers, state.service_token())?;
-    let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
-    if state.store().consume(&queue, &user, &req.claim_id).await? {
-        Ok(StatusCode::NO_CONTENT.into_response())
-    } else {
-        Err(ApiError::conflict(
-            "claim_not_held",
-            "this claim no longer holds the token",
-        ))
-    }
+    settle(state, headers, body, Settle::Consume).await
 }
 
 async fn release(
+    state: State<AppState>,
+    headers: HeaderMap,
+    body: JsonBody<ClaimRef>,
+) -> Result<Response, ApiError> {
+    settle(state, headers, body, Settle::Release).await
+}
+
+async fn settle(
     State(state): State<AppState>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<ClaimRef>,
+    how: Settle,
 ) -> Result<Response, ApiError> {
     require_bearer(&headers, state.service_token())?;
     let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
-    if state.store().release(&queue, &user, &req.claim_id).await? {
+    let store = state.store();
+    let held = match how {
+        Settle::Consume => store.consume(&queue, &user, &req.claim_id).await?,
+        Settle::Release => store.release(&queue, &user, &req.claim_id).await?,
+    };
+    if held {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::conflict(
