@@ -387,7 +387,10 @@ async fn statuses_read_many_at_once(store: SharedStore) {
         vec![None, Some(0), Some(1), Some(2), None]
     );
     assert_eq!(all[4].standing, Standing::NotEntered);
-    assert!(all[1..4].iter().all(|s| s.entered_at_ms.is_none()), "refreshes skip the entry time");
+    assert!(
+        all[1..4].iter().all(|s| s.entered_at_ms.is_none()),
+        "refreshes skip the entry time"
+    );
     assert!(all.iter().all(|s| s.total_waiting == 3));
     let seqs: Vec<u64> = all[1..4]
         .iter()
@@ -396,7 +399,10 @@ async fn statuses_read_many_at_once(store: SharedStore) {
             _ => unreachable!(),
         })
         .collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "arrival order: {seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "arrival order: {seqs:?}"
+    );
     assert!(store.statuses(&q(), &[]).await.unwrap().is_empty());
 }
 
