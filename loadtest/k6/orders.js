@@ -11,7 +11,7 @@
 //   vu % 10 == 2  a forged token for the buyer's own id first -> 401, then the
 //                 real order must still work
 // and after a 201 every buyer replays the spent token (-> 401) and reads the
-// order back (own user -> 200, another user -> 4xx). After a 409
+// order back (own user -> 200, another user -> 4xx, no X-User-Id -> 4xx). After a 409
 // out_of_stock the token must be kept: a retry is 409 again, not 401.
 //
 // Scenario `forgers`: ATTACK_RATE requests/s for ATTACK_SECONDS without a
@@ -24,13 +24,15 @@
 //   k6 run -e BASE_URL=http://127.0.0.1:8080 loadtest/k6/orders.js
 //
 // env: BASE_URL, QUEUE (default), PRODUCT_ID (first product of QUEUE),
-//      BUYERS (300), SPREAD (5), DURATION (40, polling deadline), MAX_POLLS (200),
+//      BUYERS (1200), SPREAD (5), DURATION (40, polling deadline), MAX_POLLS (200),
 //      ATTACK_RATE (50/s), ATTACK_SECONDS (20), ORDER_P95_MS (100),
 //      ORDER_P99_MS (250), P95_MS (50, other requests), MAX_FAILED (0.01),
 //      MIN_CHECKS (0.99), MIN_ADMITTED (0.95), RESULTS_DIR.
 //
-// The product must have stock left: restart the server with a fresh
-// --orders-db between runs if a previous run sold it out.
+// The defaults are sized for the demo product (1,000 in stock) and the default
+// admission (50/s): 1,200 buyers arrive at 240/s, so most of them wait in
+// line, and the last ~200 find the product sold out. The product must have
+// stock left: restart the server with a fresh --orders-db between runs.
 
 import http from 'k6/http';
 import { check, sleep } from 'k6';
@@ -41,7 +43,7 @@ import {
   position, requireServer, stat, summarize, userId,
 } from './common.js';
 
-const BUYERS = envInt('BUYERS', 300);
+const BUYERS = envInt('BUYERS', 1200);
 const SPREAD = envNum('SPREAD', 5);
 const DURATION = envNum('DURATION', 40);
 const MAX_POLLS = envInt('MAX_POLLS', 200);
@@ -66,6 +68,12 @@ const tokenReuseAccepted = new Counter('orders_token_reuse_accepted');
 const tokenLostAfterRollback = new Counter('token_lost_after_rollback');
 const orderVisibleToOther = new Counter('order_visible_to_other_user');
 const buyersAdmitted = new Rate('buyers_admitted');
+// How the losing order of a concurrent same-token pair was refused.
+const pairLoser = {
+  token_in_use: new Counter('concurrent_loser_409_token_in_use'),
+  out_of_stock: new Counter('concurrent_loser_409_out_of_stock'),
+  spent: new Counter('concurrent_loser_401'),
+};
 const stockBeforeG = new Gauge('stock_before');
 const stockAfterG = new Gauge('stock_after');
 const stockNegative = new Counter('stock_negative');
@@ -88,7 +96,7 @@ if (ATTACK_RATE > 0 && ATTACK_SECONDS > 0) {
     rate: ATTACK_RATE,
     timeUnit: '1s',
     duration: `${Math.ceil(ATTACK_SECONDS)}s`,
-    preAllocatedVUs: Math.max(5, Math.ceil(ATTACK_RATE / 10)),
+    preAllocatedVUs: Math.max(10, Math.ceil(ATTACK_RATE / 4)),
     maxVUs: Math.max(20, ATTACK_RATE),
     gracefulStop: '5s',
   };
@@ -212,6 +220,11 @@ export function buyer(data) {
     ]);
     const wins = answers.filter((r) => r.status === 201).length;
     if (wins > 1) tokenReuseAccepted.add(wins - 1);
+    if (wins === 1) {
+      const loser = answers.find((r) => r.status !== 201);
+      if (loser.status === 401) pairLoser.spent.add(1);
+      else if (loser.status === 409 && pairLoser[errCode(loser)]) pairLoser[errCode(loser)].add(1);
+    }
     check(answers, {
       'concurrent same-token orders: at most one 201': () => wins <= 1,
       'concurrent same-token orders: loser gets 409 token_in_use/out_of_stock or 401': (a) => a.every(
@@ -241,6 +254,8 @@ export function buyer(data) {
       const url = `${BASE_URL}/api/orders/${encodeURIComponent(b.orderId)}`;
       const own = http.get(url, params('order_get', { 'X-User-Id': uid }, [200]));
       check(own, { 'GET own order: 200': (r) => r.status === 200 });
+      // Order ids are 128-bit random capabilities; with an X-User-Id (which
+      // the auth gateway always sets in production) only the owner reads it.
       const other = http.get(url, params('order_get_other', { 'X-User-Id': `${uid}-other` }, [401, 403, 404]));
       if (is2xx(other)) orderVisibleToOther.add(1);
       check(other, { "GET someone else's order: 4xx": (r) => r.status >= 400 && r.status < 500 });
@@ -308,6 +323,8 @@ export function handleSummary(data) {
     orders_token_reuse_accepted: stat(data, 'orders_token_reuse_accepted', 'count') || 0,
     order_visible_to_other_user: stat(data, 'order_visible_to_other_user', 'count') || 0,
     token_lost_after_rollback: stat(data, 'token_lost_after_rollback', 'count') || 0,
+    concurrent_loser_409_token_in_use: stat(data, 'concurrent_loser_409_token_in_use', 'count') || 0,
+    concurrent_loser_401: stat(data, 'concurrent_loser_401', 'count') || 0,
     rejected_requests: stat(data, 'http_req_duration{name:order_rejected}', 'count') || 0,
     stock_before: stat(data, 'stock_before', 'value'),
     stock_after: stat(data, 'stock_after', 'value'),
