@@ -85,29 +85,12 @@ impl AppState {
             }
             None => (Arc::new(MemoryStore::new()), None),
         };
-        let mut state = Self::with_store(config, store, shared_secret, shutdown)?;
-        state.open_orders().await?;
-        Ok(state)
-    }
-
-    /// Opens the demo order database if `--orders on` (the default).
-    /// Call before the state is shared.
-    pub async fn open_orders(&mut self) -> Result<(), StartError> {
-        if self.inner.config.orders == config::OrdersMode::Off {
-            return Ok(());
-        }
-        let queue = self.inner.queues[0].as_str().to_owned();
-        let db = orders::OrderStore::open(&self.inner.config.orders_db, &queue).await?;
-        let inner =
-            Arc::get_mut(&mut self.inner).expect("open_orders runs before the state is shared");
-        inner.orders = Some(db);
-        Ok(())
+        Self::with_store(config, store, shared_secret, shutdown).await
     }
 
     /// Builds the state around an existing store (tests share one between
-    /// several instances), without the order database (see
-    /// [`AppState::open_orders`]).
-    pub fn with_store(
+    /// several instances), opening the demo order database if `--orders on`.
+    pub async fn with_store(
         config: Config,
         store: SharedStore,
         shared_secret: Option<String>,
@@ -124,6 +107,13 @@ impl AppState {
             .admin_token
             .clone()
             .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned());
+        let orders = match config.orders {
+            config::OrdersMode::On => {
+                // The demo product is sold in the first configured queue.
+                Some(orders::OrderStore::open(&config.orders_db, queues[0].as_str()).await?)
+            }
+            config::OrdersMode::Off => None,
+        };
         let policy = config.policy();
         let gate = gate::Gate::new(
             store.clone(),
@@ -137,7 +127,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 policy,
                 gate,
-                orders: None,
+                orders,
                 queue_set: queues.iter().cloned().collect(),
                 hub: push::Hub::new(&queues),
                 max_streams: config.max_streams.unwrap_or_else(default_max_streams),

@@ -347,18 +347,47 @@ async fn health_readiness_and_metrics() {
 #[tokio::test]
 async fn admin_api_shows_counts_and_requires_its_token() {
     let admin = "admin-secret-for-this-test-000";
-    let app = TestApp::redis("admin", &["--admission-interval-ms", "600000", "--admission-batch", "1", "--admin-token", admin]).await;
+    let app = TestApp::redis(
+        "admin",
+        &[
+            "--admission-interval-ms",
+            "600000",
+            "--admission-batch",
+            "1",
+            "--admin-token",
+            admin,
+        ],
+    )
+    .await;
     app.enter("default", "first").await; // fast track: active
     app.enter("default", "second").await; // waits
     let url = app.url("/api/admin/queues");
     assert_eq!(app.client.get(&url).send().await.unwrap().status(), 401);
-    assert_eq!(app.client.get(&url).bearer_auth("wrong").send().await.unwrap().status(), 401);
-    let r = app.client.get(&url).bearer_auth(admin).send().await.unwrap();
+    assert_eq!(
+        app.client
+            .get(&url)
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let r = app
+        .client
+        .get(&url)
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     let q = &body["queues"][0];
     assert_eq!(q["queue"], "default");
-    assert_eq!((q["waiting"].as_u64(), q["active"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (q["waiting"].as_u64(), q["active"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(body["policy"]["admissionBatch"], 1);
     assert!(body["maxStreams"].as_u64().unwrap() > 0);
     app.stop().await;

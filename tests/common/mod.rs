@@ -154,9 +154,9 @@ impl TestApp {
     pub async fn spawn_with(config: Config, store: SharedStore) -> Self {
         waitroom::telemetry::install_metrics();
         let shutdown = CancellationToken::new();
-        let mut state =
-            AppState::with_store(config, store, None, shutdown.clone()).expect("valid config");
-        state.open_orders().await.expect("the order database opens");
+        let state = AppState::with_store(config, store, None, shutdown.clone())
+            .await
+            .expect("valid config and order database");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let tasks = TaskTracker::new();
