@@ -1,13 +1,10 @@
-//! The lean stream writer: an event stream that is the first request of its
-//! connection is served here, straight on the socket, instead of through
-//! hyper.
+//! The lean stream writer: event streams are served here, straight on the
+//! socket, instead of through hyper (`handover.rs` takes them from hyper).
 //!
 //! Waiting is the long part of a waiting room: most open connections are
 //! idle streams. Through hyper each one keeps a read and a write buffer of
 //! 8 KiB; here a stream keeps its socket, its session and nothing else, so
 //! one instance holds several times more waiting buyers in the same memory.
-//! The request head is only peeked at first: anything but a complete
-//! `GET …/events` head is left unread and the connection handed to hyper.
 
 use std::time::Duration;
 
@@ -20,37 +17,22 @@ use super::events::{Opening, STREAM_HEADERS, open_stream};
 use super::extract::{Member, raw_ticket};
 use crate::AppState;
 
-/// How much of a request head is peeked at.
-const PEEK_BYTES: usize = 4096;
 /// A client that takes longer than this to accept a frame is dropped:
 /// its stream shows only the latest state, so it loses nothing it needs.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// An events request read off a socket's first bytes.
-struct StreamRequest {
-    head_len: usize,
+/// An event-stream request read off a socket.
+pub struct StreamRequest {
+    /// Length of the request head in bytes.
+    pub head_len: usize,
     queue: String,
     ticket: Option<String>,
     user: Option<Vec<u8>>,
 }
 
-/// Peeks at the connection's first request; if it is a complete event
-/// stream request, serves it and returns `None`, else returns the untouched
-/// socket for hyper.
-pub async fn try_serve(state: &AppState, stream: TcpStream) -> Option<TcpStream> {
-    let request = {
-        let mut peeked = vec![0u8; PEEK_BYTES];
-        let n = stream.peek(&mut peeked).await.ok()?;
-        match parse(&peeked[..n]) {
-            Some(r) => r,
-            None => return Some(stream),
-        }
-    };
-    serve(state, stream, request).await;
-    None
-}
-
-fn parse(bytes: &[u8]) -> Option<StreamRequest> {
+/// Parses `bytes` as a complete `GET /api/queues/{queue}/events` head;
+/// `None` for anything else (which hyper serves).
+pub fn parse_stream_request(bytes: &[u8]) -> Option<StreamRequest> {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut headers);
     let httparse::Status::Complete(head_len) = req.parse(bytes).ok()? else {
@@ -88,16 +70,8 @@ fn parse(bytes: &[u8]) -> Option<StreamRequest> {
     })
 }
 
-async fn serve(state: &AppState, mut stream: TcpStream, request: StreamRequest) {
-    // Consume the head that was only peeked at.
-    let mut head = vec![0u8; request.head_len];
-    if tokio::io::AsyncReadExt::read_exact(&mut stream, &mut head)
-        .await
-        .is_err()
-    {
-        return;
-    }
-    drop(head);
+/// Serves `request`, already read off `stream`, until the stream ends.
+pub async fn serve(state: &AppState, mut stream: TcpStream, request: StreamRequest) {
     let opening = match Member::authenticate(
         state,
         &request.queue,
@@ -193,25 +167,32 @@ mod tests {
 
     #[test]
     fn recognises_complete_event_requests_only() {
-        let ok = parse(b"GET /api/queues/default/events?ticket=abc HTTP/1.1\r\nHost: x\r\nX-User-Id: u\r\n\r\n").unwrap();
+        let ok = parse_stream_request(b"GET /api/queues/default/events?ticket=abc HTTP/1.1\r\nHost: x\r\nX-User-Id: u\r\n\r\n").unwrap();
         assert_eq!(ok.queue, "default");
         assert_eq!(ok.ticket.as_deref(), Some("abc"));
         assert_eq!(ok.user.as_deref(), Some(&b"u"[..]));
-        let cookie =
-            parse(b"GET /api/queues/q/events HTTP/1.1\r\nCookie: a=1; waitroom_ticket=t.x\r\n\r\n")
-                .unwrap();
+        let cookie = parse_stream_request(
+            b"GET /api/queues/q/events HTTP/1.1\r\nCookie: a=1; waitroom_ticket=t.x\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(cookie.ticket.as_deref(), Some("t.x"));
-        let header =
-            parse(b"GET /api/queues/q/events?ticket=q HTTP/1.1\r\nX-Queue-Ticket: h\r\n\r\n")
-                .unwrap();
+        let header = parse_stream_request(
+            b"GET /api/queues/q/events?ticket=q HTTP/1.1\r\nX-Queue-Ticket: h\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(header.ticket.as_deref(), Some("h"), "the header wins");
         assert!(
-            parse(b"GET /api/queues/default/events HTTP/1.1\r\nHost: x\r\n").is_none(),
+            parse_stream_request(b"GET /api/queues/default/events HTTP/1.1\r\nHost: x\r\n")
+                .is_none(),
             "partial"
         );
-        assert!(parse(b"POST /api/queues/default/events HTTP/1.1\r\n\r\n").is_none());
-        assert!(parse(b"GET /api/queues/default/position HTTP/1.1\r\n\r\n").is_none());
-        assert!(parse(b"GET /api/queues/a/b/events HTTP/1.1\r\n\r\n").is_none());
-        assert!(parse(b"garbage").is_none());
+        assert!(
+            parse_stream_request(b"POST /api/queues/default/events HTTP/1.1\r\n\r\n").is_none()
+        );
+        assert!(
+            parse_stream_request(b"GET /api/queues/default/position HTTP/1.1\r\n\r\n").is_none()
+        );
+        assert!(parse_stream_request(b"GET /api/queues/a/b/events HTTP/1.1\r\n\r\n").is_none());
+        assert!(parse_stream_request(b"garbage").is_none());
     }
 }

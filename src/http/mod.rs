@@ -7,6 +7,7 @@ mod admin;
 mod auth;
 mod entries;
 mod events;
+mod handover;
 mod health;
 mod lean;
 mod orders;

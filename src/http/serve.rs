@@ -1,7 +1,8 @@
-//! The accept loop: every connection is offered to the lean stream writer
-//! first and otherwise served by hyper (HTTP/1.1) with the axum router.
-//! Shutdown stops accepting, lets hyper finish in-flight requests, and lets
-//! streams close over the drain window.
+//! The accept loop: hyper (HTTP/1.1) serves each connection with the axum
+//! router, reading through [`HandoverIo`]; an event-stream request is taken
+//! off hyper and served by the lean writer. Shutdown stops accepting, lets
+//! hyper finish in-flight requests, and lets streams close over the drain
+//! window.
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
+use super::handover::{HandedOver, HandoverIo, Slot};
 use super::lean;
 use crate::AppState;
 
@@ -42,19 +44,18 @@ pub async fn serve(state: AppState, listener: TcpListener) -> std::io::Result<()
         let router = router.clone();
         let watcher = graceful.watcher();
         connections.spawn(async move {
-            let first = tokio::time::timeout(HEAD_TIMEOUT, stream.readable()).await;
-            if !matches!(first, Ok(Ok(()))) {
-                return;
-            }
-            // Boxed, so the task of a lean stream is not as large as hyper's.
-            let Some(stream) = Box::pin(lean::try_serve(&state, stream)).await else {
-                return;
-            };
+            let slot = Slot::default();
+            let io = HandoverIo::new(stream, slot.clone());
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEAD_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+                .serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
+            // Boxed, so a lean stream's task does not keep hyper's size.
             let _ = Box::pin(watcher.watch(connection)).await;
+            let handed = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(HandedOver { stream, request }) = handed {
+                Box::pin(lean::serve(&state, stream, request)).await;
+            }
         });
     }
     drop(listener);

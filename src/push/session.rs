@@ -43,7 +43,10 @@ impl StreamSession {
         drain: Duration,
     ) -> Self {
         let current = sub.updates.borrow().clone();
-        let mut ticker = tokio::time::interval_at(Instant::now() + keep_alive, keep_alive);
+        // A random phase, so streams opened together do not all send their
+        // keep-alives in the same instant.
+        let phase = keep_alive.mul_f64(rand::random_range(0.1..1.0));
+        let mut ticker = tokio::time::interval_at(Instant::now() + phase, keep_alive);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Self {
             first: Some(encode(&current, Some(retry))),

@@ -1,0 +1,691 @@
+//! The simulated buyers: each enters, then either holds one SSE stream
+//! (`sse`) or polls its position at the tier the server asks for (`poll`),
+//! records what it sees, and on `ready` optionally orders.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::http::{Conn, SourceIps, SseItem, SseParser};
+use crate::now_ms;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Sse,
+    Poll,
+}
+
+/// Live counters, summed over workers by the coordinator.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Enters answered 201/200.
+    pub entered: AtomicU64,
+    /// SSE streams open now (poll mode: users polling now).
+    pub open: AtomicU64,
+    /// Users whose latest state is WAITING.
+    pub waiting: AtomicU64,
+    /// Users who saw READY.
+    pub ready: AtomicU64,
+    /// Users whose task ended.
+    pub done: AtomicU64,
+    /// Users who ended on an error before READY.
+    pub failed: AtomicU64,
+    /// HTTP requests sent.
+    pub http: AtomicU64,
+    /// SSE events received.
+    pub events: AtomicU64,
+}
+
+pub const PROGRESS_FIELDS: usize = 8;
+
+impl Progress {
+    pub fn values(&self) -> [u64; PROGRESS_FIELDS] {
+        [
+            self.entered.load(Relaxed),
+            self.open.load(Relaxed),
+            self.waiting.load(Relaxed),
+            self.ready.load(Relaxed),
+            self.done.load(Relaxed),
+            self.failed.load(Relaxed),
+            self.http.load(Relaxed),
+            self.events.load(Relaxed),
+        ]
+    }
+
+    pub fn set(&self, v: [u64; PROGRESS_FIELDS]) {
+        self.entered.store(v[0], Relaxed);
+        self.open.store(v[1], Relaxed);
+        self.waiting.store(v[2], Relaxed);
+        self.ready.store(v[3], Relaxed);
+        self.done.store(v[4], Relaxed);
+        self.failed.store(v[5], Relaxed);
+        self.http.store(v[6], Relaxed);
+        self.events.store(v[7], Relaxed);
+    }
+}
+
+/// Sums the workers' counters.
+pub fn total(ps: &[Arc<Progress>]) -> [u64; PROGRESS_FIELDS] {
+    let mut t = [0; PROGRESS_FIELDS];
+    for p in ps {
+        for (a, b) in t.iter_mut().zip(p.values()) {
+            *a += b;
+        }
+    }
+    t
+}
+
+/// What every buyer of one worker shares.
+pub struct Ctx {
+    pub mode: Mode,
+    pub addr: SocketAddr,
+    pub queue: String,
+    pub ips: SourceIps,
+    pub read_chunk: usize,
+    /// Product to order on READY (`None`: no orders).
+    pub product: Option<String>,
+    pub leave_on_409: bool,
+    pub max_reconnects: u32,
+    pub deadline: Instant,
+    /// Bounds connects + enters (+ the first event) in flight.
+    pub connect: Semaphore,
+    pub progress: Arc<Progress>,
+}
+
+/// One `ready` as received.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadyRec {
+    /// Receive time, ms since epoch.
+    pub recv: f64,
+    /// The pass's time from the event (SSE only; `null` when the server
+    /// did not know it).
+    pub admitted_at: Option<u64>,
+    pub id: String,
+    pub token: String,
+}
+
+/// Everything one buyer saw.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UserResult {
+    pub user: String,
+    pub enter_status: u16,
+    pub enter_ms: Option<f32>,
+    /// Enter answered READY at once (the fast track).
+    pub fast_tracked: bool,
+    /// From sending `GET /events` to the first complete event.
+    pub first_event_ms: Option<f32>,
+    pub waiting_events: u32,
+    pub ready_events: u32,
+    pub gone: Option<String>,
+    pub keepalives: u32,
+    /// The `retry:` the server set on the last stream.
+    pub retry_ms: Option<u64>,
+    pub polls: u32,
+    pub streams: u32,
+    pub ready: Vec<ReadyRec>,
+    /// `(pass, receive ms since epoch)` of `waiting` events whose id is
+    /// exactly a pass number, the first event of each stream left out.
+    pub rank_updates: Vec<(u64, f64)>,
+    pub order_status: Option<u16>,
+    pub order_ms: Option<f32>,
+    pub order_error: Option<String>,
+    pub left_status: Option<u16>,
+    pub error: Option<String>,
+}
+
+fn ms_since(t: Instant) -> f32 {
+    t.elapsed().as_secs_f32() * 1000.0
+}
+
+fn json_str(v: &serde_json::Value, k: &str) -> Option<String> {
+    v.get(k).and_then(|x| x.as_str()).map(str::to_owned)
+}
+
+/// Enters; returns the status JSON.
+async fn enter(
+    ctx: &Ctx,
+    conn: &mut Conn,
+    res: &mut UserResult,
+) -> anyhow::Result<serde_json::Value> {
+    let path = format!("/api/queues/{}/entries", ctx.queue);
+    let t = Instant::now();
+    ctx.progress.http.fetch_add(1, Relaxed);
+    let r = conn
+        .request(
+            "POST",
+            &path,
+            &[("X-User-Id", &res.user), ("Accept", "application/json")],
+            None,
+        )
+        .await?;
+    res.enter_status = r.status;
+    if r.status != 201 && r.status != 200 {
+        anyhow::bail!(
+            "enter answered {}: {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    res.enter_ms = Some(ms_since(t));
+    ctx.progress.entered.fetch_add(1, Relaxed);
+    let v: serde_json::Value = serde_json::from_slice(&r.body)?;
+    if json_str(&v, "status").as_deref() == Some("READY") {
+        res.fast_tracked = true;
+    }
+    Ok(v)
+}
+
+/// Splits an SSE id `<pass>` / `<pass>.<n>`: `(pass, exact)`.
+pub fn parse_id(id: &str) -> Option<(u64, bool)> {
+    match id.split_once('.') {
+        Some((p, _)) => p.parse().ok().map(|p| (p, false)),
+        None => id.parse().ok().map(|p| (p, true)),
+    }
+}
+
+/// One buyer, in `ctx.mode`. Fills `res` as it goes, so a deadline that
+/// drops this future keeps what was seen.
+pub async fn buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) {
+    let out = match ctx.mode {
+        Mode::Sse => sse_buyer(ctx, idx, res).await,
+        Mode::Poll => poll_buyer(ctx, idx, res).await,
+    };
+    if let Err(e) = out {
+        if res.error.is_none() {
+            res.error = Some(e.to_string());
+        }
+        if res.ready.is_empty() {
+            ctx.progress.failed.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Marks the state change WAITING → READY (or → gone) in the counters.
+struct StateTrack<'a> {
+    p: &'a Progress,
+    waiting: bool,
+}
+
+impl<'a> StateTrack<'a> {
+    fn waiting(&mut self) {
+        if !self.waiting {
+            self.waiting = true;
+            self.p.waiting.fetch_add(1, Relaxed);
+        }
+    }
+    fn not_waiting(&mut self) {
+        if self.waiting {
+            self.waiting = false;
+            self.p.waiting.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for StateTrack<'_> {
+    fn drop(&mut self) {
+        self.not_waiting();
+    }
+}
+
+/// Decrements `open` when the stream (or poll loop) ends.
+struct OpenGuard<'a>(&'a Progress);
+
+impl<'a> OpenGuard<'a> {
+    fn new(p: &'a Progress) -> Self {
+        p.open.fetch_add(1, Relaxed);
+        Self(p)
+    }
+}
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Relaxed);
+    }
+}
+
+enum Stop {
+    None,
+    Ready(String),
+    Gone,
+}
+
+async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Result<()> {
+    let ip = ctx.ips.pick(idx);
+    let mut permit = Some(ctx.connect.acquire().await?);
+    let mut conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+    let status = enter(ctx, &mut conn, res).await?;
+    let ticket =
+        json_str(&status, "ticket").ok_or_else(|| anyhow::anyhow!("no ticket in enter answer"))?;
+    let path = format!("/api/queues/{}/events", ctx.queue);
+    let mut track = StateTrack {
+        p: &ctx.progress,
+        waiting: false,
+    };
+    let mut ordered = false;
+    let mut attempts = 0u32;
+    let mut order_deadline: Option<Instant> = None;
+    'streams: loop {
+        let sent = Instant::now();
+        ctx.progress.http.fetch_add(1, Relaxed);
+        conn.send(
+            "GET",
+            &path,
+            &[("X-Queue-Ticket", &ticket), ("Accept", "text/event-stream")],
+            None,
+        )
+        .await?;
+        let head = conn.head().await?;
+        if head.status == 204 {
+            res.gone = Some("no_content_204".into());
+            return Ok(());
+        }
+        if head.status != 200 || !head.event_stream {
+            let r = conn.response_body_after(&head).await.unwrap_or_default();
+            anyhow::bail!(
+                "events answered {}: {}",
+                head.status,
+                String::from_utf8_lossy(&r)
+            );
+        }
+        res.streams += 1;
+        let _open = OpenGuard::new(&ctx.progress);
+        let mut parser = SseParser::default();
+        let mut first_in_stream = true;
+        let mut body = crate::http::BodyState::default();
+        loop {
+            let mut stop = Stop::None;
+            let read = {
+                let progress = &ctx.progress;
+                let res = &mut *res;
+                let track = &mut track;
+                let permit = &mut permit;
+                let first_in_stream = &mut first_in_stream;
+                let stop = &mut stop;
+                let want_order = ctx.product.is_some() && !ordered;
+                let fut = conn.read_events(&head, &mut body, &mut parser, |item| match item {
+                    SseItem::Comment => {
+                        res.keepalives += 1;
+                        true
+                    }
+                    SseItem::Retry(ms) => {
+                        res.retry_ms = Some(ms);
+                        true
+                    }
+                    SseItem::Event { event, id, data } => {
+                        let now = now_ms();
+                        progress.events.fetch_add(1, Relaxed);
+                        if res.first_event_ms.is_none() {
+                            res.first_event_ms = Some(ms_since(sent));
+                        }
+                        permit.take();
+                        let first = std::mem::replace(first_in_stream, false);
+                        match event {
+                            "waiting" => {
+                                res.waiting_events += 1;
+                                track.waiting();
+                                if !first && let Some((pass, true)) = parse_id(id) {
+                                    res.rank_updates.push((pass, now));
+                                }
+                                true
+                            }
+                            "ready" => {
+                                res.ready_events += 1;
+                                track.not_waiting();
+                                let v: serde_json::Value =
+                                    serde_json::from_str(data).unwrap_or_default();
+                                let token = json_str(&v, "entryToken").unwrap_or_default();
+                                if res.ready.is_empty() {
+                                    progress.ready.fetch_add(1, Relaxed);
+                                }
+                                res.ready.push(ReadyRec {
+                                    recv: now,
+                                    admitted_at: v.get("admittedAt").and_then(|x| x.as_u64()),
+                                    id: id.to_owned(),
+                                    token: token.clone(),
+                                });
+                                if want_order {
+                                    *stop = Stop::Ready(token);
+                                    false
+                                } else if ctx.product.is_none() {
+                                    // Without orders a buyer is done at `ready`.
+                                    *stop = Stop::Gone;
+                                    false
+                                } else {
+                                    // A `ready` after the order: counted (a duplicate).
+                                    true
+                                }
+                            }
+                            "gone" => {
+                                track.not_waiting();
+                                let v: serde_json::Value =
+                                    serde_json::from_str(data).unwrap_or_default();
+                                res.gone =
+                                    Some(json_str(&v, "reason").unwrap_or_else(|| "?".into()));
+                                *stop = Stop::Gone;
+                                false
+                            }
+                            _ => true,
+                        }
+                    }
+                });
+                match order_deadline {
+                    Some(d) => match tokio::time::timeout_at(d, fut).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            res.error = Some("no gone event within 20 s of the order".into());
+                            return Ok(());
+                        }
+                    },
+                    None => fut.await,
+                }
+            };
+            match read {
+                Ok(_) => {}
+                Err(e) => {
+                    if res.ready.is_empty() && attempts < ctx.max_reconnects {
+                        attempts += 1;
+                        res.error = Some(format!("stream broke ({e}); reconnected"));
+                        drop(_open);
+                        tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
+                            .await;
+                        conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                        continue 'streams;
+                    }
+                    return Err(e.into());
+                }
+            }
+            match stop {
+                Stop::Gone => return Ok(()),
+                Stop::Ready(token) => {
+                    ordered = true;
+                    conn.shrink();
+                    parser.shrink();
+                    place_order(ctx, None, ip, res, &token, &ticket).await;
+                    order_deadline = Some(Instant::now() + Duration::from_secs(20));
+                    // keep reading the stream until `gone`
+                }
+                Stop::None => {
+                    // The body ended without `gone`.
+                    if res.ready.is_empty() && attempts < ctx.max_reconnects {
+                        attempts += 1;
+                        res.error = Some("stream ended without gone; reconnected".into());
+                        drop(_open);
+                        tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
+                            .await;
+                        conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                        continue 'streams;
+                    }
+                    if res.ready.is_empty() {
+                        anyhow::bail!("stream ended without ready or gone");
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Orders with `token` (on `conn`, or a new connection); leaves the queue
+/// (gives the token up) on 409 out_of_stock when asked to.
+async fn place_order(
+    ctx: &Ctx,
+    conn: Option<&mut Conn>,
+    ip: std::net::Ipv4Addr,
+    res: &mut UserResult,
+    token: &str,
+    ticket: &str,
+) {
+    let Some(product) = &ctx.product else { return };
+    let mut fresh;
+    let conn = match conn {
+        Some(c) => c,
+        None => match Conn::connect(ip, ctx.addr, 1024).await {
+            Ok(c) => {
+                fresh = c;
+                &mut fresh
+            }
+            Err(e) => {
+                res.order_error = Some(format!("connect: {e}"));
+                return;
+            }
+        },
+    };
+    let body = format!(
+        "{{\"productId\":{},\"quantity\":1}}",
+        serde_json::Value::String(product.clone())
+    );
+    let t = Instant::now();
+    ctx.progress.http.fetch_add(1, Relaxed);
+    let r = conn
+        .request(
+            "POST",
+            "/api/orders",
+            &[
+                ("X-User-Id", &res.user),
+                ("X-Entry-Token", token),
+                ("Content-Type", "application/json"),
+            ],
+            Some(body.as_bytes()),
+        )
+        .await;
+    match r {
+        Ok(r) => {
+            res.order_status = Some(r.status);
+            res.order_ms = Some(ms_since(t));
+            if r.status != 201 {
+                let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+                let code = json_str(&v, "error").unwrap_or_else(|| "?".into());
+                res.order_error = Some(code.clone());
+                if r.status == 409 && code == "out_of_stock" && ctx.leave_on_409 {
+                    let path = format!("/api/queues/{}/entries/me", ctx.queue);
+                    ctx.progress.http.fetch_add(1, Relaxed);
+                    match conn
+                        .request("DELETE", &path, &[("X-Queue-Ticket", ticket)], None)
+                        .await
+                    {
+                        Ok(r) => res.left_status = Some(r.status),
+                        Err(e) => {
+                            res.order_error = Some(format!("out_of_stock; leave failed: {e}"))
+                        }
+                    }
+                }
+            }
+        }
+        Err(e) => res.order_error = Some(format!("order request: {e}")),
+    }
+}
+
+async fn poll_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Result<()> {
+    let ip = ctx.ips.pick(idx);
+    let permit = ctx.connect.acquire().await?;
+    let mut conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+    let mut status = enter(ctx, &mut conn, res).await?;
+    drop(permit);
+    let ticket =
+        json_str(&status, "ticket").ok_or_else(|| anyhow::anyhow!("no ticket in enter answer"))?;
+    let path = format!("/api/queues/{}/position", ctx.queue);
+    let mut track = StateTrack {
+        p: &ctx.progress,
+        waiting: false,
+    };
+    let _open = OpenGuard::new(&ctx.progress);
+    let mut reconnects = 0;
+    let token = loop {
+        match json_str(&status, "status").as_deref() {
+            Some("READY") => {
+                track.not_waiting();
+                let token = json_str(&status, "entryToken").unwrap_or_default();
+                res.ready_events += 1;
+                ctx.progress.ready.fetch_add(1, Relaxed);
+                res.ready.push(ReadyRec {
+                    recv: now_ms(),
+                    admitted_at: None,
+                    id: String::new(),
+                    token: token.clone(),
+                });
+                break token;
+            }
+            Some("WAITING") => {
+                track.waiting();
+                res.waiting_events += 1;
+            }
+            other => {
+                res.gone = Some(format!("status {}", other.unwrap_or("?")));
+                return Ok(());
+            }
+        }
+        let secs = status
+            .get("pollingIntervalSeconds")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(5.0)
+            .clamp(0.2, 60.0);
+        let sleep = secs * rand::random_range(0.8..1.2);
+        tokio::time::sleep(Duration::from_secs_f64(sleep)).await;
+        ctx.progress.http.fetch_add(1, Relaxed);
+        res.polls += 1;
+        let r = match conn
+            .request("GET", &path, &[("X-Queue-Ticket", &ticket)], None)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                // The server may close idle keep-alive connections.
+                if reconnects >= 20 {
+                    return Err(e.into());
+                }
+                reconnects += 1;
+                conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                ctx.progress.http.fetch_add(1, Relaxed);
+                res.polls += 1;
+                conn.request("GET", &path, &[("X-Queue-Ticket", &ticket)], None)
+                    .await?
+            }
+        };
+        if r.status != 200 {
+            anyhow::bail!(
+                "position answered {}: {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+        if r.close {
+            conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+        }
+        status = serde_json::from_slice(&r.body)?;
+    };
+    drop(track);
+    place_order(ctx, Some(&mut conn), ip, res, &token, &ticket).await;
+    Ok(())
+}
+
+/// Runs the buyers `indices` until each is done or the deadline passes.
+pub async fn run_buyers(ctx: Arc<Ctx>, prefix: String, indices: Vec<usize>) -> Vec<UserResult> {
+    let mut handles = Vec::with_capacity(indices.len());
+    for idx in indices {
+        let ctx = ctx.clone();
+        let user = format!("{prefix}-{idx}");
+        handles.push(tokio::spawn(async move {
+            let mut res = UserResult {
+                user,
+                ..Default::default()
+            };
+            let deadline = ctx.deadline;
+            let timed_out = tokio::time::timeout_at(deadline, buyer(&ctx, idx, &mut res))
+                .await
+                .is_err();
+            if timed_out && res.error.is_none() && res.ready.is_empty() {
+                res.error = Some("deadline before ready".into());
+            }
+            ctx.progress.done.fetch_add(1, Relaxed);
+            res
+        }));
+    }
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        if let Ok(r) = h.await {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The "plug": users who take every admission slot (`--max-active`) before
+/// the crowd arrives, so the crowd waits with admission stalled; releasing
+/// them (leaving, which gives their tokens up) lets admission run.
+pub struct Plug {
+    pub tickets: Vec<String>,
+    pub ready: usize,
+}
+
+pub async fn plug(ctx: Arc<Ctx>, prefix: &str, n: usize) -> anyhow::Result<Plug> {
+    let mut handles = Vec::new();
+    for i in 0..n {
+        let ctx = ctx.clone();
+        let user = format!("{prefix}-plug-{i}");
+        handles.push(tokio::spawn(async move {
+            let _p = ctx.connect.acquire().await.ok()?;
+            let ip = ctx.ips.pick(i);
+            let mut conn = Conn::connect(ip, ctx.addr, 2048).await.ok()?;
+            let mut res = UserResult {
+                user,
+                ..Default::default()
+            };
+            let mut v = enter(&ctx, &mut conn, &mut res).await.ok()?;
+            let ticket = json_str(&v, "ticket")?;
+            let path = format!("/api/queues/{}/position", ctx.queue);
+            let until = Instant::now() + Duration::from_secs(30);
+            while json_str(&v, "status").as_deref() != Some("READY") && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let r = conn
+                    .request("GET", &path, &[("X-Queue-Ticket", &ticket)], None)
+                    .await
+                    .ok()?;
+                v = serde_json::from_slice(&r.body).ok()?;
+            }
+            let ready = json_str(&v, "status").as_deref() == Some("READY");
+            Some((ticket, ready))
+        }));
+    }
+    let mut plug = Plug {
+        tickets: Vec::new(),
+        ready: 0,
+    };
+    for h in handles {
+        if let Ok(Some((t, r))) = h.await {
+            plug.tickets.push(t);
+            plug.ready += r as usize;
+        }
+    }
+    Ok(plug)
+}
+
+/// Every plug user leaves (their tokens free their slots).
+pub async fn unplug(ctx: Arc<Ctx>, tickets: Vec<String>) -> usize {
+    let mut handles = Vec::new();
+    for (i, t) in tickets.into_iter().enumerate() {
+        let ctx = ctx.clone();
+        handles.push(tokio::spawn(async move {
+            let _p = ctx.connect.acquire().await.ok()?;
+            let mut conn = Conn::connect(ctx.ips.pick(i), ctx.addr, 1024).await.ok()?;
+            let path = format!("/api/queues/{}/entries/me", ctx.queue);
+            let r = conn
+                .request("DELETE", &path, &[("X-Queue-Ticket", &t)], None)
+                .await
+                .ok()?;
+            (r.status == 204).then_some(())
+        }));
+    }
+    let mut ok = 0;
+    for h in handles {
+        if let Ok(Some(())) = h.await {
+            ok += 1;
+        }
+    }
+    ok
+}
