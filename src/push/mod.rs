@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::AppState;
 use crate::queue::{QueueName, RateEstimator, Snapshot, UserId};
-use crate::store::StoreEvent;
+use crate::store::{QueueEvent, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
 pub use session::{StreamSession, shed_frame};
@@ -176,6 +176,7 @@ impl Hub {
             rank,
             total: snapshot.total_waiting,
             id,
+            synced_pass: snapshot.pass,
             next_refresh,
         };
         if let Some(q) = self.queues.get(queue) {
@@ -204,20 +205,32 @@ impl Hub {
         }
     }
 
-    fn on_event(&self, event: StoreEvent, fallback_rate: f64) {
+    async fn on_event(&self, event: StoreEvent, fallback_rate: f64) {
         match event {
+            StoreEvent::Queue {
+                queue,
+                event: QueueEvent::Pass(pass),
+            } => {
+                let Some(q) = self.queues.get(&queue) else {
+                    return;
+                };
+                if pass.busy {
+                    lock(&q.rate).record(pass.at, pass.admitted.len() as u64);
+                }
+                let rate = lock(&q.rate).rate(fallback_rate);
+                lock(&q.watchers).apply_admissions(&pass);
+                // Let the admitted buyers' streams write their `ready`
+                // before thousands of rank updates queue up behind them.
+                tokio::task::yield_now().await;
+                lock(&q.watchers).apply_ranks(&pass, rate);
+                q.events_seen.fetch_add(1, Ordering::Release);
+            }
             StoreEvent::Queue { queue, event } => {
                 let Some(q) = self.queues.get(&queue) else {
                     return;
                 };
-                if let crate::store::QueueEvent::Pass(pass) = &event
-                    && pass.busy
-                {
-                    lock(&q.rate).record(pass.at, pass.admitted.len() as u64);
-                }
                 let rate = lock(&q.rate).rate(fallback_rate);
-                let mut watchers = lock(&q.watchers);
-                watchers.apply(&event, rate);
+                lock(&q.watchers).apply(&event, rate);
                 q.events_seen.fetch_add(1, Ordering::Release);
             }
             StoreEvent::Resync => {
@@ -279,7 +292,7 @@ pub async fn run(state: AppState) {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             event = events.next() => match event {
-                Some(event) => state.hub().on_event(event, fallback),
+                Some(event) => state.hub().on_event(event, fallback).await,
                 None => break,
             },
             _ = refresh.tick() => refresh_due(&state).await,

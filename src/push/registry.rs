@@ -26,6 +26,10 @@ pub(super) struct Watcher {
     pub rank: u64,
     pub total: u64,
     pub id: EventId,
+    /// The pass whose removals `rank` already counts (from the snapshot the
+    /// stream started with, an exact re-read, or an applied pass), so a pass
+    /// event arriving after a read that saw it is not counted twice.
+    pub synced_pass: u64,
     pub next_refresh: Instant,
 }
 
@@ -105,7 +109,10 @@ impl QueueWatchers {
     /// Applies a queue event to every stream it concerns.
     pub fn apply(&mut self, event: &QueueEvent, rate: f64) {
         match event {
-            QueueEvent::Pass(pass) => self.apply_pass(pass, rate),
+            QueueEvent::Pass(pass) => {
+                self.apply_admissions(pass);
+                self.apply_ranks(pass, rate);
+            }
             QueueEvent::Left { user, seq } => {
                 for (u, w) in self.by_user.iter_mut() {
                     if w.is_gone() {
@@ -134,19 +141,19 @@ impl QueueWatchers {
         }
     }
 
-    fn apply_pass(&mut self, pass: &Pass, rate: f64) {
-        let mut removed: Vec<u64> = pass
-            .admitted
-            .iter()
-            .map(|a| a.seq)
-            .chain(pass.abandoned.iter().map(|a| a.seq))
-            .collect();
-        removed.sort_unstable();
+    /// A pass's first half: `ready` to the admitted, `gone` to the dropped.
+    /// The hub sends these before the rank updates, which go to everyone.
+    pub fn apply_admissions(&mut self, pass: &Pass) {
         for a in &pass.admitted {
             if let Some(w) = UserId::parse(&a.user)
                 .ok()
                 .and_then(|u| self.by_user.get_mut(&u))
             {
+                // A refresh may have shown this token already, between the
+                // pass committing and its event arriving: send it once.
+                if matches!(&w.view(), View::Ready { token, .. } if *token == a.token) {
+                    continue;
+                }
                 let view = View::Ready {
                     token: a.token.clone(),
                     expires_at: Instant::now() + Duration::from_millis(a.ttl_ms),
@@ -165,12 +172,27 @@ impl QueueWatchers {
                 w.show(pass.pass, View::Gone(GoneReason::Abandoned));
             }
         }
+    }
+
+    /// A pass's second half: every waiting stream moves up by the removals
+    /// ahead of it.
+    pub fn apply_ranks(&mut self, pass: &Pass, rate: f64) {
+        let mut removed: Vec<u64> = pass
+            .admitted
+            .iter()
+            .map(|a| a.seq)
+            .chain(pass.abandoned.iter().map(|a| a.seq))
+            .collect();
+        removed.sort_unstable();
         for w in self.by_user.values_mut() {
             if !w.is_waiting() {
                 continue;
             }
-            let ahead_removed = removed.partition_point(|&s| s < w.seq) as u64;
-            w.rank = w.rank.saturating_sub(ahead_removed);
+            if w.synced_pass < pass.pass {
+                let ahead_removed = removed.partition_point(|&s| s < w.seq) as u64;
+                w.rank = w.rank.saturating_sub(ahead_removed);
+                w.synced_pass = pass.pass;
+            }
             w.total = pass.waiting;
             let view = w.waiting_view(rate);
             w.show(pass.pass, view);
@@ -186,13 +208,14 @@ impl QueueWatchers {
             return;
         }
         // A pass applied after this read was taken is newer than the read.
-        if snapshot.pass < w.id.pass {
+        if snapshot.pass < w.synced_pass {
             w.next_refresh = Instant::now();
             return;
         }
         match &snapshot.standing {
             Standing::Waiting { rank, seq } => {
                 w.seq = *seq;
+                w.synced_pass = snapshot.pass;
                 // Never show the rank going up; an optimistic estimate
                 // catches up as the line moves.
                 w.rank = if w.is_waiting() {
@@ -232,5 +255,194 @@ impl QueueWatchers {
                 w.show(snapshot.pass, View::Gone(reason));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::EntryToken;
+    use crate::store::{Abandoned, Admitted};
+
+    fn watcher(seq: u64, rank: u64) -> (Watcher, watch::Receiver<Update>) {
+        let view = View::Waiting {
+            rank,
+            total: 10,
+            eta: None,
+        };
+        let (tx, rx) = watch::channel(Update {
+            id: EventId { pass: 1, n: 0 },
+            view,
+        });
+        let w = Watcher {
+            conn: 1,
+            tx,
+            seq,
+            rank,
+            total: 10,
+            id: EventId { pass: 1, n: 0 },
+            synced_pass: 1,
+            next_refresh: Instant::now(),
+        };
+        (w, rx)
+    }
+
+    fn pass(
+        n: u64,
+        admitted: Vec<(&str, u64, &str)>,
+        abandoned: Vec<(&str, u64)>,
+        waiting: u64,
+    ) -> QueueEvent {
+        QueueEvent::Pass(Pass {
+            pass: n,
+            at: 1_000,
+            admitted: admitted
+                .into_iter()
+                .map(|(u, seq, t)| Admitted {
+                    user: u.into(),
+                    seq,
+                    token: t.into(),
+                    ttl_ms: 60_000,
+                })
+                .collect(),
+            abandoned: abandoned
+                .into_iter()
+                .map(|(u, seq)| Abandoned {
+                    user: u.into(),
+                    seq,
+                })
+                .collect(),
+            waiting,
+            busy: true,
+        })
+    }
+
+    fn u(s: &str) -> UserId {
+        UserId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn removals_ahead_move_a_stream_up_exactly() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(10, 5);
+        q.by_user.insert(u("me"), w);
+        // Two admitted ahead, one abandoned ahead, one abandoned behind.
+        q.apply(
+            &pass(
+                2,
+                vec![("a", 3, "t1"), ("b", 4, "t2")],
+                vec![("c", 7), ("d", 12)],
+                6,
+            ),
+            1.0,
+        );
+        assert!(rx.has_changed().unwrap());
+        let update = rx.borrow_and_update().clone();
+        assert_eq!(
+            update.view,
+            View::Waiting {
+                rank: 2,
+                total: 6,
+                eta: Some(2)
+            }
+        );
+        assert_eq!(update.id.to_string(), "2");
+        q.apply(
+            &QueueEvent::Left {
+                user: "x".into(),
+                seq: Some(11),
+            },
+            1.0,
+        );
+        assert_eq!(
+            rx.borrow_and_update().view,
+            View::Waiting {
+                rank: 2,
+                total: 5,
+                eta: Some(2)
+            }
+        );
+        q.apply(
+            &QueueEvent::Left {
+                user: "y".into(),
+                seq: Some(9),
+            },
+            1.0,
+        );
+        let update = rx.borrow_and_update().clone();
+        assert_eq!(
+            update.view,
+            View::Waiting {
+                rank: 1,
+                total: 4,
+                eta: Some(1)
+            }
+        );
+        assert_eq!(update.id.to_string(), "2.2");
+    }
+
+    #[test]
+    fn a_token_shown_by_a_refresh_is_not_sent_again_by_its_pass() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(3, 0);
+        q.by_user.insert(u("me"), w);
+        let token = EntryToken::generate();
+        let snapshot = Snapshot {
+            standing: Standing::Ready {
+                token: token.clone(),
+                expires_in_ms: 60_000,
+            },
+            total_waiting: 0,
+            entered_at_ms: None,
+            pass: 2,
+        };
+        q.apply_snapshot(&u("me"), &snapshot, 1.0);
+        assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
+        q.apply(&pass(2, vec![("me", 3, token.as_str())], vec![], 0), 1.0);
+        assert!(!rx.has_changed().unwrap(), "ready sent twice");
+    }
+
+    #[test]
+    fn a_pass_already_seen_by_a_refresh_is_not_counted_twice() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(10, 5);
+        q.by_user.insert(u("me"), w);
+        // The re-read ran after pass 2 committed (rank 3), before its event.
+        let fresh = Snapshot {
+            standing: Standing::Waiting { rank: 3, seq: 10 },
+            total_waiting: 8,
+            entered_at_ms: None,
+            pass: 2,
+        };
+        q.apply_snapshot(&u("me"), &fresh, 1.0);
+        q.apply(
+            &pass(2, vec![("a", 1, "t1"), ("b", 2, "t2")], vec![], 8),
+            1.0,
+        );
+        assert_eq!(q.by_user[&u("me")].rank, 3);
+        assert!(matches!(
+            rx.borrow_and_update().view,
+            View::Waiting { rank: 3, .. }
+        ));
+        q.apply(&pass(3, vec![("c", 4, "t3")], vec![], 7), 1.0);
+        assert_eq!(q.by_user[&u("me")].rank, 2);
+    }
+
+    #[test]
+    fn a_stale_refresh_is_not_applied() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(10, 5);
+        q.by_user.insert(u("me"), w);
+        q.apply(&pass(3, vec![("a", 1, "t")], vec![], 9), 1.0);
+        rx.borrow_and_update();
+        let stale = Snapshot {
+            standing: Standing::Waiting { rank: 5, seq: 10 },
+            total_waiting: 10,
+            entered_at_ms: None,
+            pass: 2,
+        };
+        q.apply_snapshot(&u("me"), &stale, 1.0);
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(q.by_user[&u("me")].rank, 4);
     }
 }
