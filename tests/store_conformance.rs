@@ -627,4 +627,28 @@ conformance!(
     a_lapsed_claim_returns_to_ready,
     passes_and_changes_are_published,
     budget_holds_one_global_rate,
+    paused_queues_admit_nobody,
 );
+
+async fn paused_queues_admit_nobody(store: SharedStore) {
+    let p = Policy {
+        interval_ms: 10,
+        ..slow(5)
+    };
+    assert!(store.set_paused(&q(), true).await.unwrap());
+    assert!(!store.set_paused(&q(), true).await.unwrap(), "already held");
+    let first = store
+        .enter(&q(), &u("held"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert_eq!(rank(&first.snapshot), Some(0), "no fast track while held");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+    assert!(pass.admitted.is_empty());
+    assert!(store.stats(&q()).await.unwrap().paused);
+    assert!(store.set_paused(&q(), false).await.unwrap());
+    let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1, "resumed");
+    let stats = store.stats(&q()).await.unwrap();
+    assert_eq!((stats.waiting, stats.active, stats.paused), (0, 1, false));
+}

@@ -1,24 +1,28 @@
-//! The admin API for operators: queue counts and rates, and products of
+//! The admin API for operators: queue counts and rates, holding and
+//! resuming admission (when the order service struggles), and products of
 //! the demo order service (restocking). `Authorization: Bearer <admin token>`.
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::require_bearer;
 use super::error::ApiError;
-use super::extract::JsonBody;
+use super::extract::{JsonBody, Queue};
 use crate::AppState;
 use crate::orders::Product;
 use crate::queue::QueueName;
 
-/// `/api/admin/queues`, `/api/admin/products/{id}`.
+/// `/api/admin/queues`, `/api/admin/queues/{queue}/{pause,resume}`,
+/// `/api/admin/products/{id}`.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/admin/queues", get(queues))
+        .route("/api/admin/queues/{queue}/pause", post(pause))
+        .route("/api/admin/queues/{queue}/resume", post(resume))
         .route("/api/admin/products/{id}", put(put_product))
 }
 
@@ -36,6 +40,7 @@ async fn queues(
             "waiting": stats.waiting,
             "active": stats.active,
             "pass": stats.pass,
+            "paused": stats.paused,
             "observedAdmissionsPerSecond": state.admission_rate(queue),
             "streamsOnThisInstance": state.hub().registered(queue),
         }));
@@ -52,6 +57,38 @@ async fn queues(
         "streamsOpen": state.hub().open_streams(),
         "maxStreams": state.max_streams(),
     })))
+}
+
+async fn pause(
+    state: State<AppState>,
+    queue: Queue,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    set_paused(state, queue, headers, true).await
+}
+
+async fn resume(
+    state: State<AppState>,
+    queue: Queue,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    set_paused(state, queue, headers, false).await
+}
+
+/// Holds or resumes admission for every instance at once (the flag lives in
+/// the store); buyers keep their places and their streams.
+async fn set_paused(
+    State(state): State<AppState>,
+    Queue(queue): Queue,
+    headers: HeaderMap,
+    paused: bool,
+) -> Result<Json<Value>, ApiError> {
+    require_bearer(&headers, state.admin_token())?;
+    let changed = state.store().set_paused(&queue, paused).await?;
+    tracing::info!(%queue, paused, changed, "admission hold changed by an operator");
+    Ok(Json(
+        json!({ "queue": queue.as_str(), "paused": paused, "changed": changed }),
+    ))
 }
 
 #[derive(Deserialize)]

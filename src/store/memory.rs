@@ -44,6 +44,7 @@ struct QueueData {
     expiry: BTreeSet<(u64, String)>,
     bucket: Option<Bucket>,
     pass: u64,
+    paused: bool,
 }
 
 struct TokenRecord {
@@ -226,7 +227,8 @@ impl Store for MemoryStore {
                     snapshot: q.snapshot(user, now),
                 };
             }
-            if q.line.is_empty() && q.room(policy) > 0 && q.refill(policy, now) >= 1.0 {
+            if q.line.is_empty() && !q.paused && q.room(policy) > 0 && q.refill(policy, now) >= 1.0
+            {
                 q.spend(1);
                 q.issue(user, fast_track_token, now, policy.token_ttl_ms, now);
             } else {
@@ -320,7 +322,11 @@ impl Store for MemoryStore {
                     }
                 }
             }
-            let budget = q.refill(policy, now).floor().max(0.0) as u64;
+            let budget = if q.paused {
+                0
+            } else {
+                q.refill(policy, now).floor().max(0.0) as u64
+            };
             let n = budget
                 .min(q.room(policy))
                 .min(tokens.len() as u64)
@@ -426,6 +432,13 @@ impl Store for MemoryStore {
             waiting: q.line.len() as u64,
             active: q.tokens.len() as u64,
             pass: q.pass,
+            paused: q.paused,
+        }))
+    }
+
+    async fn set_paused(&self, queue: &QueueName, paused: bool) -> StoreResult<bool> {
+        Ok(self.with_queue(queue, |q, _| {
+            std::mem::replace(&mut q.paused, paused) != paused
         }))
     }
 

@@ -119,6 +119,8 @@ pub struct QueueStats {
     pub active: u64,
     /// The admission pass counter.
     pub pass: u64,
+    /// True while an operator holds admission.
+    pub paused: bool,
 }
 
 /// The store port. Implementations are cheap to share (`Arc<dyn Store>`).
@@ -181,6 +183,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// The queue's counts.
     async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats>;
+
+    /// Holds (`true`) or resumes admission of `queue`, for every instance:
+    /// while held, passes admit nobody and enters take no fast track; the
+    /// line, presence and tokens already issued carry on. True if changed.
+    async fn set_paused(&self, queue: &QueueName, paused: bool) -> StoreResult<bool>;
 
     /// Answers when the store is reachable.
     async fn ping(&self) -> StoreResult<()>;

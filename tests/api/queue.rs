@@ -390,5 +390,57 @@ async fn admin_api_shows_counts_and_requires_its_token() {
     );
     assert_eq!(body["policy"]["admissionBatch"], 1);
     assert!(body["maxStreams"].as_u64().unwrap() > 0);
+    assert_eq!(q["paused"], false);
+
+    // Hold admission: a newcomer to an empty line no longer skips it.
+    let post = |path: &str, auth: bool| {
+        let mut r = app.client.post(app.url(path));
+        if auth {
+            r = r.bearer_auth(admin);
+        }
+        r.send()
+    };
+    assert_eq!(
+        post("/api/admin/queues/default/pause", false)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        post("/api/admin/queues/nope/pause", true)
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let held: Value = post("/api/admin/queues/default/pause", true)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (held["paused"].as_bool(), held["changed"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let body: Value = app
+        .client
+        .get(&url)
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["queues"][0]["paused"], true);
+    let resumed: Value = post("/api/admin/queues/default/resume", true)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resumed["paused"], false);
     app.stop().await;
 }

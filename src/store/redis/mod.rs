@@ -132,9 +132,9 @@ impl QueueKeys {
         }
     }
 
-    fn script_keys(&self) -> [String; 7] {
+    fn script_keys(&self) -> [String; 8] {
         [
-            "waiting", "seq", "entered", "seen", "active", "bucket", "pass",
+            "waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused",
         ]
         .map(|k| format!("{}{k}", self.base))
     }
@@ -316,13 +316,23 @@ impl Store for RedisStore {
     }
 
     async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats> {
-        let (waiting, active, pass): (u64, u64, u64) =
+        let (waiting, active, pass, paused): (u64, u64, u64, u8) =
             self.run(&self.scripts.stats, queue, |_| {}).await?;
         Ok(QueueStats {
             waiting,
             active,
             pass,
+            paused: paused == 1,
         })
+    }
+
+    async fn set_paused(&self, queue: &QueueName, paused: bool) -> StoreResult<bool> {
+        let changed: i64 = self
+            .run(&self.scripts.pause, queue, |inv| {
+                inv.arg(if paused { "1" } else { "0" });
+            })
+            .await?;
+        Ok(changed == 1)
     }
 
     async fn ping(&self) -> StoreResult<()> {

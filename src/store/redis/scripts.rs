@@ -22,6 +22,7 @@ pub(super) struct Scripts {
     pub consume: Script,
     pub release: Script,
     pub stats: Script,
+    pub pause: Script,
 }
 
 impl Scripts {
@@ -37,6 +38,7 @@ impl Scripts {
             consume: with_common(include_str!("lua/consume.lua")),
             release: with_common(include_str!("lua/release.lua")),
             stats: with_common(include_str!("lua/stats.lua")),
+            pause: with_common(include_str!("lua/pause.lua")),
         }
     }
 }

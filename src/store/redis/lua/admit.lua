@@ -32,6 +32,9 @@ end
 local admitted = {}
 local level, at = refill(batch, interval, now)
 local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch)
+if redis.call('EXISTS', K.paused) == 1 then
+  n = 0 -- held by an operator: the line waits, presence still counts
+end
 if n > 0 then
   local head = redis.call('ZRANGE', K.waiting, 0, n - 1)
   for _, user in ipairs(head) do

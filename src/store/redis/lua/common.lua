@@ -10,6 +10,7 @@
 --   KEYS[5] active   ZSET user -> token expiry ms (holders; maxActive)
 --   KEYS[6] bucket   HASH level, at (the shared admission budget)
 --   KEYS[7] pass     STRING admission pass counter
+--   KEYS[8] paused   STRING present while an operator holds admission
 --   ARGV[1] token key prefix: a user's token lives in HASH ARGV[1]..user
 --           (token, enteredAt, exp, claim, claimUntil) with PEXPIREAT exp.
 --           Built here rather than passed in KEYS because admit learns the
@@ -19,7 +20,7 @@
 
 local K = {
   waiting = KEYS[1], seq = KEYS[2], entered = KEYS[3], seen = KEYS[4],
-  active = KEYS[5], bucket = KEYS[6], pass = KEYS[7],
+  active = KEYS[5], bucket = KEYS[6], pass = KEYS[7], paused = KEYS[8],
   tokprefix = ARGV[1], channel = ARGV[2],
 }
 

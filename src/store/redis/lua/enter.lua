@@ -7,7 +7,7 @@
 -- first enters of one user must not both add), the arrival number must be
 -- taken in the same step as the add (strict FIFO), and the fast track must
 -- spend from the shared budget in the same step as it issues the token (a
--- burst cannot bypass the rate or maxActive).
+-- burst cannot bypass the rate or maxActive). No fast track while paused.
 local user = ARGV[3]
 local ttl, batch, interval, max_active =
   tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -20,7 +20,8 @@ if redis.call('EXISTS', K.tokprefix .. user) == 1 or redis.call('ZSCORE', K.wait
   return describe(user, now, 0, total, pass)
 end
 
-if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0 then
+if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
+    and redis.call('EXISTS', K.paused) == 0 then
   local level, at = refill(batch, interval, now)
   if level >= 1 then
     save_bucket(level - 1, at)
