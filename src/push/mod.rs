@@ -43,6 +43,7 @@ pub struct Hub {
     queues: HashMap<QueueName, QueueHub>,
     next_conn: AtomicU64,
     open: AtomicUsize,
+    resyncs: AtomicU64,
 }
 
 struct QueueHub {
@@ -109,6 +110,7 @@ impl Hub {
                 .collect(),
             next_conn: AtomicU64::new(1),
             open: AtomicUsize::new(0),
+            resyncs: AtomicU64::new(0),
         }
     }
 
@@ -123,6 +125,12 @@ impl Hub {
     /// Streams open on this instance.
     pub fn open_streams(&self) -> usize {
         self.open.load(Ordering::Relaxed)
+    }
+
+    /// How often the event subscription was interrupted and every stream
+    /// re-read since start.
+    pub fn resyncs(&self) -> u64 {
+        self.resyncs.load(Ordering::Relaxed)
     }
 
     /// Streams registered for `queue` (for tests and metrics).
@@ -235,6 +243,8 @@ impl Hub {
             }
             StoreEvent::Resync => {
                 tracing::info!("event subscription resumed: re-reading every stream");
+                self.resyncs.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("waitroom_event_resyncs_total").increment(1);
                 let now = Instant::now();
                 for q in self.queues.values() {
                     for w in lock(&q.watchers).by_user.values_mut() {

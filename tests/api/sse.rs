@@ -585,3 +585,42 @@ async fn streams_on_reused_connections_behave_the_same() {
     assert!(forged.contains("invalid_ticket"));
     app.stop().await;
 }
+
+/// A Redis that stops answering without closing anything (a partition):
+/// the subscriber notices by its unanswered ping, resubscribes once Redis
+/// answers again, re-reads every stream, and buyers still get `ready`.
+#[tokio::test]
+async fn a_frozen_redis_is_noticed_and_streams_resync() {
+    let redis = RedisProcess::start(false);
+    let store = Arc::new(RedisStore::connect(&redis.url(), "frozen").await.unwrap());
+    let app = TestApp::spawn_with(
+        config(&["--admission-interval-ms", "300", "--admission-batch", "1", "--max-active", "1"]),
+        store,
+    )
+    .await;
+    let tickets = line(&app, "fz", 2).await;
+    let mut s = SseStream::open(&app, "default", &tickets[0], None).await;
+    assert_eq!(s.next(SECS).await.unwrap().event, "waiting");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.freeze();
+    let (code, _) = app.enter("default", "during-freeze").await;
+    assert_eq!(code, 503, "fail closed while Redis does not answer");
+    tokio::time::sleep(Duration::from_secs(9)).await; // > ping period + timeout
+    redis.thaw();
+    eventually(Duration::from_secs(20), "a resync after the freeze", || async {
+        (app.state.hub().resyncs() >= 1).then_some(())
+    })
+    .await;
+    // The fast-track holder leaves: the slot frees and fz000 is admitted.
+    let r = app
+        .client
+        .delete(app.url("/api/queues/default/entries/me"))
+        .header("x-queue-ticket", ticket(&app, "fz-first").await)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let events = s.until("ready", Duration::from_secs(10)).await;
+    assert_eq!(events.last().unwrap().event, "ready");
+    app.stop().await;
+}

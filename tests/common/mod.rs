@@ -109,6 +109,23 @@ impl RedisProcess {
         }
     }
 
+    /// SIGSTOP: the server stops answering but keeps every connection
+    /// open, as behind a network partition.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`RedisProcess::freeze`].
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let ok = Command::new("kill").arg(sig).arg(pid).status().expect("kill runs").success();
+        assert!(ok, "kill {sig} failed");
+    }
+
     /// Starts it again on the same port and directory (AOF is replayed).
     pub fn restart(&mut self) {
         self.kill();

@@ -15,6 +15,11 @@ use super::QueueKeys;
 use crate::queue::QueueName;
 use crate::store::{QueueEvent, StoreEvent};
 
+/// How often the subscriber connection is checked with a ping.
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
+/// How long a ping may go unanswered before the connection counts as lost.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+
 pub(super) fn subscribe(
     client: Client,
     prefix: &str,
@@ -34,12 +39,17 @@ async fn pump(client: Client, channels: HashMap<String, QueueName>, tx: mpsc::Se
     let mut backoff = Duration::from_millis(100);
     let mut first = true;
     while !tx.is_closed() {
-        match client.get_async_pubsub().await {
-            Ok(mut pubsub) => {
+        let connected = tokio::time::timeout(HEALTH_TIMEOUT, client.get_async_pubsub()).await;
+        match connected
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+        {
+            Ok(pubsub) => {
+                let (mut sink, mut messages) = pubsub.split();
                 let mut subscribed = true;
                 for channel in channels.keys() {
-                    if let Err(e) = pubsub.subscribe(channel).await {
-                        tracing::warn!(error = %e, "pub/sub subscribe failed");
+                    let done = tokio::time::timeout(HEALTH_TIMEOUT, sink.subscribe(channel)).await;
+                    if !matches!(done, Ok(Ok(()))) {
+                        tracing::warn!("pub/sub subscribe failed");
                         subscribed = false;
                         break;
                     }
@@ -50,10 +60,19 @@ async fn pump(client: Client, channels: HashMap<String, QueueName>, tx: mpsc::Se
                         return;
                     }
                     tracing::debug!("pub/sub subscribed");
-                    let mut messages = pubsub.into_on_message();
+                    // A connection can die without a reset (a partition):
+                    // a ping that goes unanswered counts as lost too.
+                    let mut health = tokio::time::interval(HEALTH_EVERY);
+                    health.tick().await;
                     loop {
                         tokio::select! {
                             _ = tx.closed() => return,
+                            _ = health.tick() => {
+                                let pong = tokio::time::timeout(HEALTH_TIMEOUT, sink.ping::<redis::Value>()).await;
+                                if !matches!(pong, Ok(Ok(_))) {
+                                    break;
+                                }
+                            }
                             msg = messages.next() => {
                                 let Some(msg) = msg else { break };
                                 let Some(queue) = channels.get(msg.get_channel_name()) else { continue };
