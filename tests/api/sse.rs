@@ -594,7 +594,14 @@ async fn a_frozen_redis_is_noticed_and_streams_resync() {
     let redis = RedisProcess::start(false);
     let store = Arc::new(RedisStore::connect(&redis.url(), "frozen").await.unwrap());
     let app = TestApp::spawn_with(
-        config(&["--admission-interval-ms", "300", "--admission-batch", "1", "--max-active", "1"]),
+        config(&[
+            "--admission-interval-ms",
+            "300",
+            "--admission-batch",
+            "1",
+            "--max-active",
+            "1",
+        ]),
         store,
     )
     .await;
@@ -607,9 +614,11 @@ async fn a_frozen_redis_is_noticed_and_streams_resync() {
     assert_eq!(code, 503, "fail closed while Redis does not answer");
     tokio::time::sleep(Duration::from_secs(9)).await; // > ping period + timeout
     redis.thaw();
-    eventually(Duration::from_secs(20), "a resync after the freeze", || async {
-        (app.state.hub().resyncs() >= 1).then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "a resync after the freeze",
+        || async { (app.state.hub().resyncs() >= 1).then_some(()) },
+    )
     .await;
     // The fast-track holder leaves: the slot frees and fz000 is admitted.
     let r = app

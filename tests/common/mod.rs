@@ -122,7 +122,12 @@ impl RedisProcess {
 
     fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id().to_string();
-        let ok = Command::new("kill").arg(sig).arg(pid).status().expect("kill runs").success();
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(pid)
+            .status()
+            .expect("kill runs")
+            .success();
         assert!(ok, "kill {sig} failed");
     }
 
