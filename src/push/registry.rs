@@ -231,18 +231,23 @@ impl QueueWatchers {
                 let view = w.waiting_view(rate);
                 w.show(snapshot.pass, view);
             }
-            Standing::Ready { .. } => {
-                if let Some(view) = view_of(snapshot, rate) {
-                    if let View::Ready { expires_at, .. } = &view {
-                        w.next_refresh = *expires_at + Duration::from_millis(250);
-                    }
-                    let keep_admitted_at = match (&w.view(), &view) {
-                        (View::Ready { token: a, .. }, View::Ready { token: b, .. }) => a == b,
-                        _ => false,
+            Standing::Ready {
+                token,
+                expires_in_ms,
+            } => {
+                let expires_at = Instant::now() + Duration::from_millis(*expires_in_ms);
+                w.next_refresh = expires_at + Duration::from_millis(250);
+                // The same token is already shown (a claim may have extended
+                // its life): nothing new for the buyer.
+                let shown =
+                    matches!(&w.view(), View::Ready { token: t, .. } if t == token.as_str());
+                if !shown {
+                    let view = View::Ready {
+                        token: token.as_str().to_owned(),
+                        expires_at,
+                        admitted_at: None,
                     };
-                    if !keep_admitted_at {
-                        w.show(snapshot.pass, view);
-                    }
+                    w.show(snapshot.pass, view);
                 }
             }
             Standing::NotEntered => {
