@@ -60,6 +60,7 @@ struct Inner {
     admin_token: String,
     hub: push::Hub,
     gate: gate::Gate,
+    limits: http::limit::RequestLimits,
     orders: Option<orders::OrderStore>,
     max_streams: usize,
     shutdown: CancellationToken,
@@ -127,6 +128,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 policy,
                 gate,
+                limits: http::limit::RequestLimits::default(),
                 orders,
                 queue_set: queues.iter().cloned().collect(),
                 hub: push::Hub::new(&queues),
@@ -185,6 +187,11 @@ impl AppState {
     /// The order gate (entry-token claims).
     pub fn gate(&self) -> &gate::Gate {
         &self.inner.gate
+    }
+
+    /// Per-buyer request limits of this instance.
+    pub fn limits(&self) -> &http::limit::RequestLimits {
+        &self.inner.limits
     }
 
     /// The demo order database, when `--orders on`.

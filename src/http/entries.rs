@@ -67,6 +67,7 @@ async fn position(
     State(state): State<AppState>,
     member: Member,
 ) -> Result<Json<QueueStatus>, ApiError> {
+    state.limits().check(&member.queue, &member.user)?;
     let snapshot = state
         .store()
         .status(&member.queue, &member.user, true)

@@ -27,9 +27,12 @@ pub enum ApiError {
     /// `413`: the body is larger than this endpoint takes.
     #[error("request body too large")]
     PayloadTooLarge,
-    /// `429`: too many requests; try again later.
+    /// `429`: too many requests; try again after `retry_after_secs`.
     #[error("{message}")]
-    TooManyRequests { message: String },
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
     /// `503`: the store is unreachable; the request was refused (fail-closed).
     #[error("store unavailable")]
     Unavailable(#[from] StoreError),
@@ -84,7 +87,7 @@ impl ApiError {
                 "payload_too_large",
                 "the request body is too large".into(),
             ),
-            Self::TooManyRequests { message } => (
+            Self::TooManyRequests { message, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 message.clone(),
@@ -111,12 +114,19 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         let (status, code, message) = self.parts();
+        let retry_after = match &self {
+            Self::Unavailable(_) => Some(2),
+            Self::TooManyRequests {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        };
         let mut response =
             (status, Json(json!({ "error": code, "message": message }))).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
-                .insert("retry-after", axum::http::HeaderValue::from_static("2"));
+                .insert("retry-after", axum::http::HeaderValue::from(secs));
         }
         response
     }

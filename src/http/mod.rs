@@ -10,6 +10,7 @@ mod events;
 mod handover;
 mod health;
 mod lean;
+pub mod limit;
 mod orders;
 mod page;
 pub mod serve;

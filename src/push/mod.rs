@@ -298,6 +298,7 @@ pub async fn run(state: AppState) {
     let mut presence = tokio::time::interval(touch_interval(&state));
     presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let fallback = state.policy().configured_rate();
+    let mut housekeeping = tokio::time::interval(Duration::from_secs(30));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -307,6 +308,7 @@ pub async fn run(state: AppState) {
             },
             _ = refresh.tick() => refresh_due(&state).await,
             _ = presence.tick() => touch_streaming(&state).await,
+            _ = housekeeping.tick() => state.limits().forget_idle(),
         }
     }
 }

@@ -444,3 +444,55 @@ async fn admin_api_shows_counts_and_requires_its_token() {
     assert_eq!(resumed["paused"], false);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn polling_faster_than_told_is_limited_per_buyer() {
+    let app = TestApp::memory(&[
+        "--admission-interval-ms",
+        "600000",
+        "--admission-batch",
+        "1",
+    ])
+    .await;
+    app.enter("default", "first").await;
+    let (_, eager) = app.enter("default", "eager").await;
+    let (_, calm) = app.enter("default", "calm").await;
+    let eager = eager["ticket"].as_str().unwrap().to_owned();
+    let mut limited = None;
+    for _ in 0..30 {
+        let r = app
+            .client
+            .get(app.url("/api/queues/default/position"))
+            .header("x-queue-ticket", &eager)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 429 {
+            limited = Some(r);
+            break;
+        }
+    }
+    let r = limited.expect("30 polls at once are limited");
+    assert!(
+        r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited");
+    // Another buyer is not affected, and joining again is never limited.
+    let (code, _) = app
+        .position("default", calm["ticket"].as_str().unwrap())
+        .await;
+    assert_eq!(code, 200);
+    let (code, _) = app.enter("default", "eager").await;
+    assert_eq!(code, 200);
+    // The limit recovers at two polls a second.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let (code, _) = app.position("default", &eager).await;
+    assert_eq!(code, 200);
+    app.stop().await;
+}
