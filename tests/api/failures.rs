@@ -27,24 +27,8 @@ async fn redis_down_means_503_then_recovery() {
     assert_eq!(body["error"], "store_unavailable");
     let (code, _) = app.position("default", &ticket).await;
     assert_eq!(code, 503);
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.get_status("/readyz").await, 503);
+    assert_eq!(app.get_status("/healthz").await, 200);
 
     redis.restart(); // no AOF: empty, but reachable again
     eventually(Duration::from_secs(10), "recovery", || async {
@@ -52,15 +36,7 @@ async fn redis_down_means_503_then_recovery() {
         (code == 201).then_some(())
     })
     .await;
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.get_status("/readyz").await, 200);
     app.stop().await;
 }
 

@@ -2,14 +2,7 @@
 
 use serde_json::Value;
 
-use crate::common::TestApp;
-
-const SLOW: &[&str] = &[
-    "--admission-interval-ms",
-    "600000",
-    "--admission-batch",
-    "1",
-];
+use crate::common::{IDLE, TestApp};
 
 async fn both(args: &[&str]) -> Vec<TestApp> {
     vec![
@@ -20,7 +13,7 @@ async fn both(args: &[&str]) -> Vec<TestApp> {
 
 #[tokio::test]
 async fn join_position_and_leave() {
-    for app in both(SLOW).await {
+    for app in both(IDLE).await {
         let (code, first) = app.enter("default", "alice").await;
         assert_eq!(code, 201);
         assert_eq!(first["status"], "READY", "empty queue: fast track");
@@ -52,14 +45,7 @@ async fn join_position_and_leave() {
             );
         }
 
-        let r = app
-            .client
-            .delete(app.url("/api/queues/default/entries/me"))
-            .header("x-queue-ticket", &ticket)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 204);
+        assert_eq!(app.leave("default", &ticket).await, 204);
         let (_, gone) = app.position("default", &ticket).await;
         assert_eq!(gone["status"], "NOT_ENTERED");
         assert!(gone["enteredAt"].is_null());
@@ -131,7 +117,7 @@ async fn expect_error(r: reqwest::Response, status: u16, code: &str) {
 
 #[tokio::test]
 async fn bad_input_gets_json_errors_and_changes_nothing() {
-    for app in both(SLOW).await {
+    for app in both(IDLE).await {
         let (_, first) = app.enter("default", "first").await;
         let (_, waiting) = app.enter("default", "second").await;
         let ticket = waiting["ticket"].as_str().unwrap().to_owned();
@@ -304,24 +290,8 @@ async fn an_admitted_user_turns_ready_with_the_token_position_shows() {
 #[tokio::test]
 async fn health_readiness_and_metrics() {
     let app = TestApp::memory(&[]).await;
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(app.get_status("/healthz").await, 200);
+    assert_eq!(app.get_status("/readyz").await, 200);
     app.enter("default", "m1").await;
     let metrics = app
         .client
@@ -447,13 +417,7 @@ async fn admin_api_shows_counts_and_requires_its_token() {
 
 #[tokio::test]
 async fn polling_faster_than_told_is_limited_per_buyer() {
-    let app = TestApp::memory(&[
-        "--admission-interval-ms",
-        "600000",
-        "--admission-batch",
-        "1",
-    ])
-    .await;
+    let app = TestApp::memory(IDLE).await;
     app.enter("default", "first").await;
     let (_, eager) = app.enter("default", "eager").await;
     let (_, calm) = app.enter("default", "calm").await;

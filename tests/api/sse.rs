@@ -8,7 +8,7 @@ use futures::StreamExt;
 use waitroom::store::redis::RedisStore;
 
 use crate::common::{
-    BinApp, RedisProcess, SseStream, TestApp, config, eventually, redis_url, unique_prefix,
+    BinApp, IDLE, RedisProcess, SseStream, TestApp, config, eventually, redis_url, unique_prefix,
 };
 
 const SECS: Duration = Duration::from_secs(1);
@@ -213,13 +213,7 @@ async fn restarting_redis_keeps_streams_and_every_ready_arrives() {
 
 #[tokio::test]
 async fn reconnect_gets_current_state_and_a_second_stream_replaces_the_first() {
-    let app = TestApp::memory(&[
-        "--admission-interval-ms",
-        "600000",
-        "--admission-batch",
-        "1",
-    ])
-    .await;
+    let app = TestApp::memory(IDLE).await;
     let tickets = line(&app, "r", 3).await;
     let mut first = SseStream::open(&app, "default", &tickets[2], None).await;
     let e = first.next(SECS).await.unwrap();
@@ -243,25 +237,13 @@ async fn reconnect_gets_current_state_and_a_second_stream_replaces_the_first() {
     // Someone ahead leaves: the live stream moves up (with the next pass
     // or, admission being idle here, the next re-read, about a second near
     // the front), then its own leave ends it.
-    let r = app
-        .client
-        .delete(app.url("/api/queues/default/entries/me"))
-        .header("x-queue-ticket", &tickets[0])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    assert_eq!(app.leave("default", &tickets[0]).await, 204);
     let moved = second.next(Duration::from_secs(3)).await.unwrap();
     assert_eq!(
         (moved.event.as_str(), moved.data["rank"].as_u64()),
         ("waiting", Some(1))
     );
-    app.client
-        .delete(app.url("/api/queues/default/entries/me"))
-        .header("x-queue-ticket", &tickets[2])
-        .send()
-        .await
-        .unwrap();
+    app.leave("default", &tickets[2]).await;
     let gone = second.next(SECS).await.unwrap();
     assert_eq!(
         (gone.event.as_str(), gone.data["reason"].as_str()),
@@ -279,13 +261,7 @@ async fn reconnect_gets_current_state_and_a_second_stream_replaces_the_first() {
 
 #[tokio::test]
 async fn a_thousand_disconnects_leave_nothing_behind() {
-    let server = BinApp::spawn(&[
-        "--admission-interval-ms",
-        "600000",
-        "--admission-batch",
-        "1",
-    ])
-    .await;
+    let server = BinApp::spawn(IDLE).await;
     let client = reqwest::Client::new();
     let mut tickets = Vec::new();
     for i in 0..1000 {
@@ -621,14 +597,8 @@ async fn a_frozen_redis_is_noticed_and_streams_resync() {
     )
     .await;
     // The fast-track holder leaves: the slot frees and fz000 is admitted.
-    let r = app
-        .client
-        .delete(app.url("/api/queues/default/entries/me"))
-        .header("x-queue-ticket", ticket(&app, "fz-first").await)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    let first = ticket(&app, "fz-first").await;
+    assert_eq!(app.leave("default", &first).await, 204);
     let events = s.until("ready", Duration::from_secs(10)).await;
     assert_eq!(events.last().unwrap().event, "ready");
     app.stop().await;

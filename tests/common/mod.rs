@@ -242,6 +242,29 @@ impl TestApp {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// The status code of `GET path`.
+    pub async fn get_status(&self, path: &str) -> u16 {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// `DELETE /api/queues/{queue}/entries/me` with `ticket`: the status code.
+    pub async fn leave(&self, queue: &str, ticket: &str) -> u16 {
+        self.client
+            .delete(self.url(&format!("/api/queues/{queue}/entries/me")))
+            .header("x-queue-ticket", ticket)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     /// Stops the instance and waits for everything it spawned.
     pub async fn stop(self) {
         self.shutdown.cancel();
@@ -251,6 +274,15 @@ impl TestApp {
             .expect("instance stops within 15 s");
     }
 }
+
+/// Arguments that keep admission idle for a whole test (one slot, taken
+/// by the first joiner's fast track; the next pass is ten minutes away).
+pub const IDLE: &[&str] = &[
+    "--admission-interval-ms",
+    "600000",
+    "--admission-batch",
+    "1",
+];
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics after `limit`.
 pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
