@@ -58,6 +58,9 @@ async fn killing_redis_mid_admission_loses_nobody() {
     let users: Vec<UserId> = (0..10_000)
         .map(|i| UserId::parse(&format!("c{i:05}")).unwrap())
         .collect();
+    // The first joiners take the fast track (the budget starts full): count
+    // them apart, so the check below compares passes with passes.
+    let mut fast_tracked = 0;
     for chunk in users.chunks(200) {
         let enters = chunk.iter().map(|user| async {
             store
@@ -65,7 +68,9 @@ async fn killing_redis_mid_admission_loses_nobody() {
                 .await
         });
         for r in futures::future::join_all(enters).await {
-            r.unwrap();
+            if matches!(r.unwrap().snapshot.standing, Standing::Ready { .. }) {
+                fast_tracked += 1;
+            }
         }
     }
     let acknowledged = Arc::new(AtomicUsize::new(0));
@@ -101,7 +106,7 @@ async fn killing_redis_mid_admission_loses_nobody() {
 
     let store = RedisStore::connect(&redis.url(), "crash").await.unwrap();
     let snapshots = store.statuses(&queue, &users).await.unwrap();
-    let mut ready = 0;
+    let mut ready: usize = 0;
     let mut tokens = HashSet::new();
     for (user, s) in users.iter().zip(&snapshots) {
         match &s.standing {
@@ -113,13 +118,22 @@ async fn killing_redis_mid_admission_loses_nobody() {
             Standing::NotEntered => panic!("{user} is neither in line nor holding a token"),
         }
     }
+    let admitted_by_passes = ready
+        .checked_sub(fast_tracked)
+        .expect("fast-tracked buyers kept their tokens");
+    // Every acknowledged pass survived; at most the one pass each worker had
+    // in flight at the kill may have landed without its acknowledgement.
     assert!(
-        ready >= admitted_acknowledged,
-        "{ready} ready < {admitted_acknowledged} acknowledged"
+        admitted_by_passes >= admitted_acknowledged,
+        "{admitted_by_passes} admitted by passes < {admitted_acknowledged} acknowledged"
     );
     assert!(
-        ready > 0 && ready < users.len(),
-        "the kill landed mid-admission ({ready} ready)"
+        admitted_by_passes <= admitted_acknowledged + 4 * 50,
+        "{admitted_by_passes} admitted by passes, only {admitted_acknowledged} acknowledged"
+    );
+    assert!(
+        admitted_acknowledged > 0 && ready < users.len(),
+        "the kill landed mid-admission ({admitted_acknowledged} acknowledged, {ready} ready)"
     );
     assert_eq!(snapshots[0].total_waiting as usize + ready, users.len());
 }

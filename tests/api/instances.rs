@@ -33,8 +33,12 @@ async fn two_instances_admit_at_one_global_rate_in_fifo_order() {
         assert_eq!(code, 201);
         tickets.push(body["ticket"].as_str().unwrap().to_owned());
     }
-    // Five intervals, both loops running.
+    // Five intervals, both loops running; then hold admission so the
+    // positions below are read from a line that no pass moves mid-sweep.
     tokio::time::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed())).await;
+    let queue = waitroom::queue::QueueName::parse("default").unwrap();
+    a.state.store().set_paused(&queue, true).await.unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
     let mut ready = Vec::new();
     for (i, t) in tickets.iter().enumerate() {
         // Each instance accepts the other's tickets.
@@ -45,7 +49,6 @@ async fn two_instances_admit_at_one_global_rate_in_fifo_order() {
             ready.push(i);
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
     let intervals = elapsed / 0.3;
     // Budget starts full (4) and refills 4 per interval, whoever spends it.
     let bound = (4.0 * intervals + 4.0).floor() as usize;

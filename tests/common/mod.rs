@@ -62,15 +62,24 @@ impl RedisProcess {
             aof,
             child: None,
         };
-        me.spawn();
-        me
+        // `free_port` then bind can race with another test: try new ports.
+        for _ in 0..5 {
+            match me.spawn() {
+                Ok(()) => return me,
+                Err(why) => {
+                    eprintln!("{why}; trying another port");
+                    me.port = free_port();
+                }
+            }
+        }
+        panic!("could not start a redis-server of the test's own");
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -87,18 +96,34 @@ impl RedisProcess {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
-        self.child = Some(cmd.spawn().expect("redis-server must be installed"));
+        die_with_the_test(&mut cmd);
+        let mut child = cmd.spawn().expect("redis-server must be installed");
+        let pid = child.id();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "redis-server on port {} exited at start ({status})",
+                    self.port
+                ));
+            }
+            // Only our own server counts: another test's server may have
+            // taken the port between `free_port` and the bind.
             if let Ok(client) = redis::Client::open(self.url())
                 && let Ok(mut c) = client.get_connection()
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c)
+                && info
+                    .lines()
+                    .any(|l| l.trim() == format!("process_id:{pid}"))
             {
-                return;
+                self.child = Some(child);
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("redis-server on port {} did not start", self.port);
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(format!("redis-server on port {} did not answer", self.port))
     }
 
     /// SIGKILL: no clean shutdown, no final save.
@@ -134,7 +159,9 @@ impl RedisProcess {
     /// Starts it again on the same port and directory (AOF is replayed).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Err(why) = self.spawn() {
+            panic!("restart on the same port failed: {why}");
+        }
     }
 }
 
@@ -142,6 +169,33 @@ impl Drop for RedisProcess {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Makes a child process die when the test process does, even when the
+/// test harness is killed hard (no `Drop` runs then): no redis-servers or
+/// waitroom binaries are left behind.
+pub fn die_with_the_test(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Removes every `WAITROOM_*` and `REDIS_URL` variable from a child's
+/// environment, so a developer's shell cannot change what a test runs.
+pub fn clean_env(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let text = name.to_string_lossy();
+        if text.starts_with("WAITROOM_") || text == "REDIS_URL" {
+            cmd.env_remove(&name);
+        }
     }
 }
 
@@ -153,12 +207,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Test configuration: defaults plus `args` (as on the command line).
+/// Test configuration: defaults plus `args` (as on the command line). The
+/// environment is not read: a `WAITROOM_*` variable in the shell that runs
+/// the tests must not change them.
 pub fn config(args: &[&str]) -> Config {
-    use clap::Parser;
+    use clap::{CommandFactory, FromArgMatches};
     let mut all = vec!["waitroom", "--orders-db", ":memory:"];
     all.extend_from_slice(args);
-    Config::parse_from(all)
+    let command = Config::command().mut_args(|arg| arg.env(None::<&str>));
+    Config::from_arg_matches(&command.get_matches_from(all)).expect("valid test arguments")
 }
 
 /// One running instance on 127.0.0.1:0.
@@ -398,16 +455,17 @@ impl BinApp {
     pub async fn spawn(args: &[&str]) -> Self {
         let port = free_port();
         let db = std::env::temp_dir().join(format!("waitroom-bin-{port}.db"));
-        let child = Command::new(env!("CARGO_BIN_EXE_waitroom"))
-            .arg("--addr")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_waitroom"));
+        cmd.arg("--addr")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--orders-db")
             .arg(&db)
             .args(args)
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn waitroom");
+            .stdout(Stdio::null());
+        clean_env(&mut cmd);
+        die_with_the_test(&mut cmd);
+        let child = cmd.spawn().expect("spawn waitroom");
         let me = Self { port, child };
         let client = reqwest::Client::new();
         eventually(

@@ -113,13 +113,25 @@ async function startOnce(extraArgs) {
     port,
     log,
     async stop() {
-      if (!exited) {
+      let hung = false;
+      const stopping = !exited;
+      if (stopping) {
         child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), STOP_TIMEOUT_MS);
+        const timer = setTimeout(() => {
+          hung = true;
+          child.kill('SIGKILL');
+        }, STOP_TIMEOUT_MS);
         await exit;
         clearTimeout(timer);
       }
       rmSync(dir, { recursive: true, force: true });
+      // A server that does not stop on SIGTERM is a bug, not a detail.
+      if (hung) {
+        throw new Error(`waitroom did not exit within ${STOP_TIMEOUT_MS} ms of SIGTERM\n${log.slice(-20).join('\n')}`);
+      }
+      if (stopping && exited && exited.code !== 0) {
+        throw new Error(`waitroom exited with code ${exited.code} after SIGTERM\n${log.slice(-20).join('\n')}`);
+      }
     },
   };
 
