@@ -9,4 +9,5 @@ mod instances;
 mod metrics;
 mod orders;
 mod queue;
+mod reach;
 mod sse;

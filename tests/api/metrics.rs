@@ -111,7 +111,10 @@ async fn counters_move_by_exactly_what_the_test_did() {
     };
     assert_eq!(order("m0", &tokens[0], 1).await.unwrap().status(), 201);
     assert_eq!(
-        order("m1", &tokens[1], 1_000_000_000).await.unwrap().status(),
+        order("m1", &tokens[1], 1_000_000_000)
+            .await
+            .unwrap()
+            .status(),
         409
     );
 
