@@ -25,6 +25,11 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await context.newPage();
   const consoleWatch = watchConsole(page);
+  // A live page never polls: every change comes over the stream.
+  const polls = [];
+  page.on('request', (req) => {
+    if (/\/api\/queues\/[^/]+\/position$/.test(new URL(req.url()).pathname)) polls.push(req.url());
+  });
 
   await page.goto(`${server.base}/`);
   await waitForState(page, 'waiting', 10_000);
@@ -48,6 +53,8 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
 
   // Its turn: a countdown and the order form.
   await waitForState(page, 'ready', 30_000);
+  assert.equal(await page.getAttribute('#conn', 'data-mode'), 'live', 'still live at READY');
+  assert.deepEqual(polls, [], 'the page stayed live from joining to READY: no polls');
   assert.match(await page.textContent('#ready-heading'), /your turn/i);
   assert.match(await page.textContent('#countdown-time'), /^\d+:\d{2}$/);
   await waitForProducts(page);
@@ -127,13 +134,20 @@ test('when the turn runs out unused, the page says so and offers to join again',
   const context = await browser.newContext();
   const page = await context.newPage();
   const consoleWatch = watchConsole(page);
+  // The page's clock is ours: once READY it stops, so the page's own
+  // countdown can never run out and "expired" can only come from the server.
+  await page.clock.install();
 
   // Nobody else is waiting: straight to READY, with a four-second pass.
   await page.goto(`${server.base}/`);
   await waitForState(page, 'ready', 10_000);
   assert.match(await page.textContent('#countdown-time'), /^0:0[0-4]$/);
+  await page.clock.pauseAt(Date.now() + 50);
+  const frozen = await page.textContent('#countdown-time');
 
   await waitForState(page, 'ended', 15_000);
+  assert.equal(await page.textContent('#countdown-time'), frozen, "the page's countdown stood still");
+  await page.clock.resume();
   assert.equal(await page.getAttribute('#view-ended', 'data-reason'), 'expired');
   assert.match(await page.textContent('#ended-heading'), /turn has ended/i);
 
