@@ -341,6 +341,16 @@ pub const IDLE: &[&str] = &[
     "1",
 ];
 
+/// An SSE event id, `<pass>` or `<pass>.<n>`, as the pair it stands for:
+/// ids are ordered as pairs, never as decimals ("7.10" follows "7.9").
+pub fn event_id(id: &str) -> (u64, u64) {
+    let (pass, n) = id.split_once('.').unwrap_or((id, "0"));
+    (
+        pass.parse().unwrap_or_else(|_| panic!("event id {id:?}")),
+        n.parse().unwrap_or_else(|_| panic!("event id {id:?}")),
+    )
+}
+
 /// Polls `f` every 50 ms until it returns `Some`, or panics after `limit`.
 pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
 where
