@@ -64,6 +64,39 @@ async fn fill(store: &SharedStore, policy: &Policy, prefix: &str, n: usize) -> V
     users
 }
 
+/// A subscription to `q()` that is known to be live: Redis subscribes in
+/// the background, so probe events on another queue are sent until one
+/// arrives (a fixed pause would only guess).
+async fn subscribed(store: &SharedStore) -> futures::stream::BoxStream<'static, StoreEvent> {
+    let probe = QueueName::parse("probe").unwrap();
+    let mut events = store.subscribe(&[q(), probe.clone()]);
+    let nobody_admitted = Policy {
+        max_active: Some(0),
+        ..slow(1)
+    };
+    for i in 0..100 {
+        let user = u(&format!("probe{i}"));
+        store
+            .enter(&probe, &user, &nobody_admitted, &EntryToken::generate())
+            .await
+            .unwrap();
+        store.leave(&probe, &user).await.unwrap();
+        if let Ok(Some(StoreEvent::Queue { queue, .. })) =
+            tokio::time::timeout(Duration::from_millis(100), events.next()).await
+        {
+            assert_eq!(queue, probe, "nothing else happened yet");
+            // Later probes' events may still be in flight: drop them.
+            while let Ok(Some(ev)) =
+                tokio::time::timeout(Duration::from_millis(50), events.next()).await
+            {
+                assert!(matches!(ev, StoreEvent::Queue { queue, .. } if queue == probe));
+            }
+            return events;
+        }
+    }
+    panic!("the subscription never delivered an event");
+}
+
 /// Drains the initial budget so later enters wait instead of taking the
 /// fast track.
 async fn drain_budget(store: &SharedStore, policy: &Policy) {
@@ -219,7 +252,11 @@ async fn admission_is_fifo(store: SharedStore) {
         ..slow(3)
     };
     let mut order = Vec::new();
-    while order.len() < 12 {
+    // Bounded: a store that stopped admitting fails here instead of hanging.
+    for _ in 0..100 {
+        if order.len() >= 12 {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(60)).await;
         let pass = store.admit(&q(), &fast, &tokens(3)).await.unwrap();
         order.extend(pass.admitted.into_iter().map(|a| a.user));
@@ -306,8 +343,15 @@ async fn fast_track_only_with_room(store: SharedStore) {
         rank(&d.snapshot).is_some(),
         "maxActive reached: waits although the budget refilled"
     );
+    // Room in the budget and no maxActive: only the rule that nobody
+    // skips a waiting buyer keeps ft5 from the fast track.
+    let roomy = Policy {
+        interval_ms: 10,
+        ..slow(2)
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
     let e = store
-        .enter(&q(), &u("ft5"), &slow(2), &EntryToken::generate())
+        .enter(&q(), &u("ft5"), &roomy, &EntryToken::generate())
         .await
         .unwrap();
     assert!(
@@ -347,16 +391,21 @@ async fn leave_moves_those_behind(store: SharedStore) {
 
 async fn absent_users_are_dropped_before_admission(store: SharedStore) {
     let p = Policy {
-        abandon_after_ms: Some(300),
+        abandon_after_ms: Some(1_000),
         interval_ms: 50,
         ..slow(3)
     };
-    drain_budget(&store, &p).await;
-    let users = fill(&store, &p, "ab", 3).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Joins under a budget that does not refill, so nobody in `fill` takes
+    // the fast track however slowly the machine runs; the pass then refills
+    // at `p`'s rate.
+    let joining = slow(3);
+    drain_budget(&store, &joining).await;
+    let users = fill(&store, &joining, "ab", 3).await;
+    // Past the abandon window for everyone; a slow machine only makes the
+    // unseen buyer staler. The other two are seen just before the pass.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     store.status(&q(), &users[1], true).await.unwrap(); // polled
     store.touch(&q(), &[users[2].clone()]).await.unwrap(); // streaming
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let pass = store.admit(&q(), &p, &tokens(3)).await.unwrap();
     let abandoned: Vec<&str> = pass.abandoned.iter().map(|a| a.user.as_str()).collect();
     assert_eq!(abandoned, vec![users[0].as_str()]);
@@ -525,9 +574,7 @@ async fn a_lapsed_claim_returns_to_ready(store: SharedStore) {
 }
 
 async fn passes_and_changes_are_published(store: SharedStore) {
-    let mut events = store.subscribe(&[q()]);
-    // Redis subscribes in the background: give it a moment.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut events = subscribed(&store).await;
     let p = slow(2);
     drain_budget(&store, &p).await;
     let users = fill(&store, &p, "e", 3).await;
