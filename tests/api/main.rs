@@ -5,6 +5,7 @@
 mod common;
 
 mod failures;
+mod gone;
 mod instances;
 mod metrics;
 mod orders;
