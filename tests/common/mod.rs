@@ -456,27 +456,69 @@ impl SseStream {
 
 /// The release-shaped `waitroom` binary as a separate process, for tests
 /// that measure the server alone (its memory) or signal it.
+///
+/// It binds port 0 itself and the test reads the address from its log, so
+/// no other process can take the port between choosing and binding it.
 pub struct BinApp {
     pub port: u16,
     child: Child,
+    /// The last lines the server logged (stderr), for failure messages.
+    pub log: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl BinApp {
     pub async fn spawn(args: &[&str]) -> Self {
-        let port = free_port();
-        let db = std::env::temp_dir().join(format!("waitroom-bin-{port}.db"));
+        let db =
+            std::env::temp_dir().join(format!("waitroom-bin-{:016x}.db", rand::random::<u64>()));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_waitroom"));
         cmd.arg("--addr")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg("127.0.0.1:0")
             .arg("--orders-db")
             .arg(&db)
             .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null());
+            .env("RUST_LOG", "warn,waitroom=info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         clean_env(&mut cmd);
         die_with_the_test(&mut cmd);
-        let child = cmd.spawn().expect("spawn waitroom");
-        let me = Self { port, child };
+        let mut child = cmd.spawn().expect("spawn waitroom");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (found, address) = std::sync::mpsc::channel();
+        let keep = log.clone();
+        // Drains the log for the process's whole life, so it never blocks.
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("waitroom listening")
+                    && let Some(port) = line
+                        .split_whitespace()
+                        .find_map(|w| w.strip_prefix("addr="))
+                        .and_then(|a| a.rsplit_once(':'))
+                        .and_then(|(_, p)| p.parse::<u16>().ok())
+                {
+                    let _ = found.send(port);
+                }
+                let mut kept = keep.lock().unwrap();
+                kept.push(line);
+                if kept.len() > 200 {
+                    kept.remove(0);
+                }
+            }
+        });
+        let port =
+            tokio::task::spawn_blocking(move || address.recv_timeout(Duration::from_secs(20)))
+                .await
+                .unwrap()
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "the binary did not log its address: {:?}",
+                        log.lock().unwrap()
+                    )
+                });
+        let me = Self { port, child, log };
         let client = reqwest::Client::new();
         eventually(
             Duration::from_secs(20),
