@@ -6,6 +6,7 @@ mod common;
 
 mod failures;
 mod instances;
+mod order_gate;
 mod orders;
 mod queue;
 mod sse;
