@@ -675,6 +675,8 @@ conformance!(
     passes_and_changes_are_published,
     budget_holds_one_global_rate,
     paused_queues_admit_nobody,
+    renewing_a_claim_extends_its_lease_and_the_tokens_life,
+    renewing_does_nothing_for_a_claim_that_no_longer_holds,
 );
 
 async fn paused_queues_admit_nobody(store: SharedStore) {
@@ -698,4 +700,104 @@ async fn paused_queues_admit_nobody(store: SharedStore) {
     assert_eq!(pass.admitted.len(), 1, "resumed");
     let stats = store.stats(&q()).await.unwrap();
     assert_eq!((stats.waiting, stats.active, stats.paused), (0, 1, false));
+}
+
+async fn renewing_a_claim_extends_its_lease_and_the_tokens_life(store: SharedStore) {
+    let p = Policy {
+        token_ttl_ms: 400,
+        ..slow(1)
+    };
+    let user = u("renewed");
+    let e = store
+        .enter(&q(), &user, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let token = token_of(&e.snapshot).unwrap();
+    let ClaimOutcome::Claimed { claim_id } = store.claim(&q(), &user, &token, 400).await.unwrap()
+    else {
+        panic!("claim expected");
+    };
+    assert!(
+        store
+            .renew_claim(&q(), &user, &claim_id, 2_000)
+            .await
+            .unwrap()
+    );
+    // Past both the first lease and the token's own TTL: the renewal holds.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        token_of(&store.status(&q(), &user, false).await.unwrap()).is_some(),
+        "the token lives as long as the renewed lease"
+    );
+    assert_eq!(
+        store.claim(&q(), &user, &token, 400).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    assert_eq!(store.stats(&q()).await.unwrap().active, 1);
+    // After the order commits, a late renewal brings nothing back.
+    assert!(store.consume(&q(), &user, &claim_id).await.unwrap());
+    assert!(
+        !store
+            .renew_claim(&q(), &user, &claim_id, 2_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.status(&q(), &user, false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    assert_eq!(store.stats(&q()).await.unwrap().active, 0);
+    assert_eq!(
+        store.claim(&q(), &user, &token, 400).await.unwrap(),
+        ClaimOutcome::Invalid
+    );
+}
+
+async fn renewing_does_nothing_for_a_claim_that_no_longer_holds(store: SharedStore) {
+    let user = u("stale");
+    let e = store
+        .enter(&q(), &user, &slow(1), &EntryToken::generate())
+        .await
+        .unwrap();
+    let token = token_of(&e.snapshot).unwrap();
+    let queue = q();
+    let claim = |lease| store.claim(&queue, &user, &token, lease);
+    let ClaimOutcome::Claimed { claim_id: lapsed } = claim(200).await.unwrap() else {
+        panic!("claim expected");
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        matches!(claim(600).await.unwrap(), ClaimOutcome::Claimed { .. }),
+        "the lapsed claim gave the token back"
+    );
+    // The lapsed claim's owner may not extend the newer claim.
+    assert!(
+        !store
+            .renew_claim(&q(), &user, &lapsed, 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_claim(&q(), &user, "made-up", 60_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(claim(600).await.unwrap(), ClaimOutcome::InUse);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let ClaimOutcome::Claimed { claim_id: released } = claim(60_000).await.unwrap() else {
+        panic!("the newer claim lapsed on time: the stale renewals extended nothing");
+    };
+    // After a release, a late renewal does not lock the token again.
+    assert!(store.release(&q(), &user, &released).await.unwrap());
+    assert!(
+        !store
+            .renew_claim(&q(), &user, &released, 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        claim(60_000).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
 }

@@ -1,33 +1,104 @@
 //! The order gate: how an order service uses an entry token for exactly
 //! one order.
 //!
-//! [`EntryPass`] is an axum extractor that claims the token from
-//! `X-User-Id` + `X-Entry-Token` before the handler runs (`401` for a
-//! missing, wrong, foreign or expired token, `409 token_in_use` while
-//! another order holds it, `503` when the store is away). The handler gets
-//! a pass to call [`EntryPass::commit_succeeded`] after its transaction
-//! commits (the token is deleted, durably) or [`EntryPass::rolled_back`]
-//! (the token is kept for a retry). Dropping the pass without either
-//! releases the claim, so an early return or a panic never burns a token.
+//! [`EntryPass`] is an axum extractor. It reads the identity headers
+//! (`X-User-Id`, `X-Entry-Token`: `401` when missing, `400
+//! duplicate_header` when sent twice), then the whole request body
+//! (bounded, see [`Gate::with_body_limit`]), and only then claims the token
+//! (`401` for a wrong, foreign or expired token, `409 token_in_use` while
+//! another order holds it, `503` when the store is away). Claiming after
+//! the body is in means a slow upload never holds a claim; a bad token is
+//! still answered `401` before any body error.
+//!
+//! While the handler runs, the pass renews the claim's lease every third of
+//! it, so a working handler never loses its claim however long its
+//! transaction takes; a dead process stops renewing and its claim lapses,
+//! returning the token to READY. The handler then calls
+//! [`EntryPass::commit_succeeded`] after its transaction commits (the token
+//! is deleted, durably) or [`EntryPass::rolled_back`] (the token is kept
+//! for a retry). Dropping the pass without either releases the claim, so an
+//! early return or a panic never burns a token.
+//!
+//! Store [`EntryPass::idempotency_key`] with the order under a `UNIQUE`
+//! constraint. The gate makes one token buy once while its store keeps
+//! track; the key makes the database refuse a second order even when the
+//! store could not (it was away longer than a lease, or the delete after a
+//! commit never landed).
 //!
 //! ```no_run
-//! use axum::{routing::post, Json, Router};
+//! use axum::extract::{FromRef, State};
+//! use axum::http::StatusCode;
+//! use axum::{routing::post, Router};
+//! use serde::Deserialize;
+//! use sqlx::SqlitePool;
 //! use waitroom::gate::{EntryPass, Gate};
 //!
-//! async fn place_order(pass: EntryPass, Json(order): Json<serde_json::Value>) -> &'static str {
-//!     // ... validate `order`; returning early here releases the claim ...
-//!     let committed = true; // your SQL transaction
-//!     if committed {
-//!         pass.commit_succeeded().await; // deletes the token
-//!         "ordered"
-//!     } else {
-//!         pass.rolled_back().await; // keeps the token for a retry
-//!         "try again"
+//! // `idempotency_key` is UNIQUE: one entry token, one order row, even if
+//! // the token store ever lost track of a claim or a used token.
+//! const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS orders (
+//!     id INTEGER PRIMARY KEY,
+//!     user_id TEXT NOT NULL,
+//!     product_id TEXT NOT NULL,
+//!     quantity INTEGER NOT NULL,
+//!     idempotency_key TEXT NOT NULL UNIQUE)";
+//!
+//! #[derive(Clone)]
+//! struct Shop {
+//!     gate: Gate,
+//!     db: SqlitePool,
+//! }
+//!
+//! impl FromRef<Shop> for Gate {
+//!     fn from_ref(shop: &Shop) -> Gate {
+//!         shop.gate.clone()
 //!     }
 //! }
 //!
-//! # async fn build(gate: Gate) {
-//! let app: Router = Router::new().route("/orders", post(place_order)).with_state(gate);
+//! #[derive(Deserialize)]
+//! #[serde(rename_all = "camelCase")]
+//! struct NewOrder {
+//!     product_id: String,
+//!     quantity: i64,
+//! }
+//!
+//! // The pass is the last argument: it takes the body, and hands it over
+//! // only once the token is claimed.
+//! async fn place_order(State(shop): State<Shop>, pass: EntryPass) -> (StatusCode, &'static str) {
+//!     let Ok(order) = pass.json::<NewOrder>() else {
+//!         pass.rolled_back().await; // keeps the token for a corrected retry
+//!         return (StatusCode::BAD_REQUEST, "bad order");
+//!     };
+//!     let inserted = sqlx::query(
+//!         "INSERT INTO orders (user_id, product_id, quantity, idempotency_key)
+//!          VALUES (?, ?, ?, ?)",
+//!     )
+//!     .bind(pass.user().as_str())
+//!     .bind(&order.product_id)
+//!     .bind(order.quantity)
+//!     .bind(pass.idempotency_key())
+//!     .execute(&shop.db)
+//!     .await;
+//!     match inserted {
+//!         Ok(_) => {
+//!             pass.commit_succeeded().await; // deletes the token
+//!             (StatusCode::CREATED, "ordered")
+//!         }
+//!         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+//!             pass.commit_succeeded().await; // this token bought already: finish deleting it
+//!             (StatusCode::UNAUTHORIZED, "this entry token was already used")
+//!         }
+//!         Err(_) => {
+//!             pass.rolled_back().await; // keeps the token for a retry
+//!             (StatusCode::SERVICE_UNAVAILABLE, "try again")
+//!         }
+//!     }
+//! }
+//!
+//! # async fn build(gate: Gate, db: SqlitePool) {
+//! sqlx::query(SCHEMA).execute(&db).await.unwrap();
+//! let app: Router = Router::new()
+//!     .route("/orders", post(place_order))
+//!     .with_state(Shop { gate, db });
 //! # }
 //! ```
 
@@ -37,6 +108,7 @@ pub use pass::EntryPass;
 
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -53,7 +125,13 @@ pub struct Gate {
     retry_for: Duration,
     retries: TaskTracker,
     shutdown: CancellationToken,
+    /// The largest order body [`EntryPass`] reads.
+    body_limit: usize,
 }
+
+/// The order body [`EntryPass`] reads at most unless
+/// [`Gate::with_body_limit`] says otherwise (the rest of the API's cap).
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
 
 /// Why a token could not be claimed.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +145,18 @@ pub enum GateError {
     /// `401`: the token is not this user's valid token in any queue.
     #[error("the entry token is invalid, expired or not yours")]
     InvalidToken,
+    /// `400`: an identity header was sent more than once, so which one
+    /// names the buyer is ambiguous (a gateway that appends instead of
+    /// replacing would let a client pick).
+    #[error("the {0} header must be sent once")]
+    DuplicateHeader(&'static str),
+    /// `413`: the order body is larger than the gate reads.
+    #[error("the request body is too large")]
+    BodyTooLarge,
+    /// `400`: the order body could not be read (the client broke off or
+    /// was too slow).
+    #[error("the request body could not be read")]
+    BodyUnreadable,
     /// `409`: another order holds a live claim on the token.
     #[error("the entry token is being used by another order")]
     InUse,
@@ -80,6 +170,19 @@ pub struct Claim {
     pub queue: QueueName,
     pub user: UserId,
     pub claim_id: String,
+    /// The token's fingerprint (see [`idempotency_key`]).
+    pub idempotency_key: String,
+}
+
+/// The idempotency key of an entry token: its SHA-256, hex. Order services
+/// store it with the order under a `UNIQUE` constraint so one token can
+/// never make two orders, even if the token store lost track of it; being
+/// a one-way hash, the stored key cannot be turned back into a token.
+pub fn idempotency_key(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Gate {
@@ -100,7 +203,14 @@ impl Gate {
             retry_for,
             retries: TaskTracker::new(),
             shutdown,
+            body_limit: DEFAULT_BODY_LIMIT,
         }
+    }
+
+    /// The same gate reading order bodies of at most `bytes` (`413` past it).
+    pub fn with_body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
     }
 
     /// Claims `user`'s `token`: in `queue` if given, else in whichever
@@ -131,6 +241,7 @@ impl Gate {
                         queue: q.clone(),
                         user: user.clone(),
                         claim_id,
+                        idempotency_key: idempotency_key(token),
                     });
                 }
                 ClaimOutcome::InUse => in_use = true,
@@ -177,6 +288,45 @@ impl Gate {
             // The lease lapses by itself; the token comes back then.
             tracing::warn!(queue = %claim.queue, user = %claim.user, error = %e, "release failed; the claim lease will lapse");
         }
+    }
+
+    /// Renews `claim`'s lease every third of it until the returned token is
+    /// cancelled (the order settled or was dropped), the claim is lost, or
+    /// the gate shuts down. Renewing well before the lease ends lets one
+    /// renewal fail (a store blip) without losing the claim.
+    fn keep_alive(&self, claim: &Claim) -> CancellationToken {
+        let stop = self.shutdown.child_token();
+        let store = self.store.clone();
+        let (queue, user, claim_id) = (
+            claim.queue.clone(),
+            claim.user.clone(),
+            claim.claim_id.clone(),
+        );
+        let lease_ms = self.lease.as_millis() as u64;
+        let period = (self.lease / 3).max(Duration::from_millis(10));
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stopped.cancelled() => return,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                match store.renew_claim(&queue, &user, &claim_id, lease_ms).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Settled meanwhile, or lapsed and taken: nothing to keep.
+                        if !stopped.is_cancelled() {
+                            tracing::warn!(%queue, %user, "order claim lost before the order settled");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%queue, %user, error = %e, "claim renewal failed; retrying")
+                    }
+                }
+            }
+        });
+        stop
     }
 
     /// Deletes still being retried (for tests and shutdown).

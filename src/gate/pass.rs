@@ -1,16 +1,24 @@
-//! The [`EntryPass`] extractor and its release-on-drop guard.
+//! The [`EntryPass`] extractor: identity headers, then the whole body, then
+//! the claim; the claim's renewal while the handler runs; release on drop.
 
-use axum::extract::{FromRef, FromRequestParts};
-use axum::http::StatusCode;
-use axum::http::request::Parts;
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRef, FromRequest, Request};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 
 use super::{Claim, Gate, GateError};
 use crate::queue::{QueueName, UserId};
 
-/// A claimed entry token for one order. Call [`commit_succeeded`] after the
-/// order's transaction commits, or [`rolled_back`] if it did not; dropped
-/// without either, the claim is released.
+/// A claimed entry token for one order, with the order's body. Call
+/// [`commit_succeeded`] after the order's transaction commits, or
+/// [`rolled_back`] if it did not; dropped without either, the claim is
+/// released. Until then the claim's lease is renewed in the background.
+///
+/// It takes the request body, so it is the handler's last argument; read
+/// the body with [`EntryPass::json`] or [`EntryPass::body`].
 ///
 /// The queue is taken from an optional `X-Queue` header, else found among
 /// the gate's queues.
@@ -21,31 +29,56 @@ pub struct EntryPass {
     gate: Gate,
     claim: Option<Claim>,
     token: String,
+    body: Bytes,
+    /// Cancelled when the order settles or the pass is dropped: stops the
+    /// lease renewal.
+    renewal: CancellationToken,
 }
 
 impl EntryPass {
+    fn claim(&self) -> &Claim {
+        self.claim
+            .as_ref()
+            .expect("claim held until the pass settles")
+    }
+
     /// The queue the token was claimed in.
     pub fn queue(&self) -> &QueueName {
-        &self
-            .claim
-            .as_ref()
-            .expect("claim held until consumed")
-            .queue
+        &self.claim().queue
     }
 
     /// The user the token belongs to.
     pub fn user(&self) -> &UserId {
-        &self.claim.as_ref().expect("claim held until consumed").user
+        &self.claim().user
     }
 
-    /// The entry token that was claimed (for recording which token bought
-    /// an order; never log it).
+    /// The entry token that was claimed. Never log or store it; store
+    /// [`EntryPass::idempotency_key`] instead.
     pub fn token(&self) -> &str {
         &self.token
     }
 
+    /// The token's fingerprint (SHA-256, hex). Store it with the order
+    /// under a `UNIQUE` constraint: one token then makes at most one order
+    /// row even if the token store lost track of a claim or a used token.
+    pub fn idempotency_key(&self) -> &str {
+        &self.claim().idempotency_key
+    }
+
+    /// The order's body, read in full before the token was claimed.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The body as JSON. On an error, answer `400` and call
+    /// [`EntryPass::rolled_back`] (or return: dropping releases too).
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
     /// The order committed: delete the token (durably; see [`Gate::consume`]).
     pub async fn commit_succeeded(mut self) {
+        self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
             self.gate.consume(claim).await;
         }
@@ -53,6 +86,7 @@ impl EntryPass {
 
     /// The order rolled back: keep the token so the buyer can retry.
     pub async fn rolled_back(mut self) {
+        self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
             self.gate.release(claim).await;
         }
@@ -61,6 +95,7 @@ impl EntryPass {
 
 impl Drop for EntryPass {
     fn drop(&mut self) {
+        self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
             let gate = self.gate.clone();
             // Drop cannot await; outside a runtime the lease lapses instead.
@@ -71,37 +106,107 @@ impl Drop for EntryPass {
     }
 }
 
-impl<S> FromRequestParts<S> for EntryPass
+/// What the identity headers present.
+struct Presented {
+    user: UserId,
+    token: String,
+    queue: Option<QueueName>,
+}
+
+/// The one value of `name`, `None` if absent; sent twice is an error, since
+/// which copy a gateway vouched for cannot be known.
+fn single<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+    shown: &'static str,
+) -> Result<Option<&'a HeaderValue>, GateError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(GateError::DuplicateHeader(shown));
+    }
+    Ok(first)
+}
+
+impl Presented {
+    fn from_headers(headers: &HeaderMap) -> Result<Self, GateError> {
+        let user = single(headers, "x-user-id", "X-User-Id")?;
+        let token = single(headers, "x-entry-token", "X-Entry-Token")?;
+        let queue = single(headers, "x-queue", "X-Queue")?;
+        let user = user
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| UserId::parse(v).ok())
+            .ok_or(GateError::MissingUser)?;
+        let token = token
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(GateError::MissingToken)?
+            .to_owned();
+        let queue = match queue.map(|v| v.to_str()) {
+            Some(Ok(raw)) => Some(QueueName::parse(raw).map_err(|_| GateError::InvalidToken)?),
+            Some(Err(_)) => return Err(GateError::InvalidToken),
+            None => None,
+        };
+        Ok(Self { user, token, queue })
+    }
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, GateError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => {
+            // The limit error may come wrapped by layers in front.
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
+            let mut too_large = false;
+            while let Some(c) = cause {
+                too_large |= c.is::<LengthLimitError>();
+                cause = c.source();
+            }
+            Err(if too_large {
+                GateError::BodyTooLarge
+            } else {
+                GateError::BodyUnreadable
+            })
+        }
+    }
+}
+
+impl<S> FromRequest<S> for EntryPass
 where
     Gate: FromRef<S>,
     S: Send + Sync,
 {
     type Rejection = GateError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, GateError> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, GateError> {
         let gate = Gate::from_ref(state);
-        let user = parts
-            .headers
-            .get("x-user-id")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| UserId::parse(v).ok())
-            .ok_or(GateError::MissingUser)?;
-        let token = parts
-            .headers
-            .get("x-entry-token")
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or(GateError::MissingToken)?;
-        let queue = match parts.headers.get("x-queue").and_then(|v| v.to_str().ok()) {
-            Some(raw) => Some(QueueName::parse(raw).map_err(|_| GateError::InvalidToken)?),
-            None => None,
+        let (parts, body) = req.into_parts();
+        let presented = Presented::from_headers(&parts.headers)?;
+        // The body comes in before the claim: a slow upload holds nothing,
+        // so no claim can lapse while its order is still arriving.
+        let body = match read_body(body, gate.body_limit).await {
+            Ok(body) => body,
+            Err(body_error) => {
+                // The token is still answered first (401/409 before a body
+                // error), as when the claim came before the body.
+                let claim = gate
+                    .claim(presented.queue.as_ref(), &presented.user, &presented.token)
+                    .await?;
+                gate.release(claim).await;
+                return Err(body_error);
+            }
         };
-        let claim = gate.claim(queue.as_ref(), &user, token).await?;
+        let claim = gate
+            .claim(presented.queue.as_ref(), &presented.user, &presented.token)
+            .await?;
+        let renewal = gate.keep_alive(&claim);
         Ok(EntryPass {
             gate,
             claim: Some(claim),
-            token: token.to_owned(),
+            token: presented.token,
+            body,
+            renewal,
         })
     }
 }
@@ -113,6 +218,9 @@ impl GateError {
             Self::MissingUser => (StatusCode::UNAUTHORIZED, "missing_user_id"),
             Self::MissingToken => (StatusCode::UNAUTHORIZED, "missing_token"),
             Self::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
+            Self::DuplicateHeader(_) => (StatusCode::BAD_REQUEST, "duplicate_header"),
+            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BodyUnreadable => (StatusCode::BAD_REQUEST, "invalid_body"),
             Self::InUse => (StatusCode::CONFLICT, "token_in_use"),
             Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
         }

@@ -1,19 +1,19 @@
 //! The admin API for operators: queue counts and rates, holding and
 //! resuming admission (when the order service struggles), and products of
-//! the demo order service (restocking). `Authorization: Bearer <admin token>`.
+//! the demo order service (restocking, per-order caps).
+//! `Authorization: Bearer <admin token>`, checked before anything else.
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::require_bearer;
+use super::auth::AdminAuth;
 use super::error::ApiError;
 use super::extract::{JsonBody, Queue};
 use crate::AppState;
-use crate::orders::Product;
+use crate::orders::{Product, ProductUpdate};
 use crate::queue::QueueName;
 
 /// `/api/admin/queues`, `/api/admin/queues/{queue}/{pause,resume}`,
@@ -26,11 +26,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/admin/products/{id}", put(put_product))
 }
 
-async fn queues(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    require_bearer(&headers, state.admin_token())?;
+async fn queues(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let policy = state.policy();
     let mut out = Vec::new();
     for queue in state.queue_names() {
@@ -60,19 +56,19 @@ async fn queues(
 }
 
 async fn pause(
+    _: AdminAuth,
     state: State<AppState>,
     queue: Queue,
-    headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    set_paused(state, queue, headers, true).await
+    set_paused(state, queue, true).await
 }
 
 async fn resume(
+    _: AdminAuth,
     state: State<AppState>,
     queue: Queue,
-    headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    set_paused(state, queue, headers, false).await
+    set_paused(state, queue, false).await
 }
 
 /// Holds or resumes admission for every instance at once (the flag lives in
@@ -80,10 +76,8 @@ async fn resume(
 async fn set_paused(
     State(state): State<AppState>,
     Queue(queue): Queue,
-    headers: HeaderMap,
     paused: bool,
 ) -> Result<Json<Value>, ApiError> {
-    require_bearer(&headers, state.admin_token())?;
     let changed = state.store().set_paused(&queue, paused).await?;
     tracing::info!(%queue, paused, changed, "admission hold changed by an operator");
     Ok(Json(
@@ -98,15 +92,20 @@ struct ProductBody {
     queue: String,
     price_cents: i64,
     stock: i64,
+    /// The most one order may buy; absent keeps the current cap (a new
+    /// product gets the default).
+    max_per_order: Option<i64>,
 }
 
+/// The largest `maxPerOrder` accepted (the order API's own quantity cap).
+const MAX_PER_ORDER_LIMIT: i64 = 1_000_000_000;
+
 async fn put_product(
+    _: AdminAuth,
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
     JsonBody(body): JsonBody<ProductBody>,
 ) -> Result<Json<Product>, ApiError> {
-    require_bearer(&headers, state.admin_token())?;
     let orders = state
         .orders()
         .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))?;
@@ -122,22 +121,29 @@ async fn put_product(
         || body.name.is_empty()
         || body.price_cents < 0
         || body.stock < 0
+        || body
+            .max_per_order
+            .is_some_and(|m| !(1..=MAX_PER_ORDER_LIMIT).contains(&m))
     {
         return Err(ApiError::bad_request(
             "invalid_product",
-            "id (1-64 chars), name, priceCents >= 0 and stock >= 0 are required",
+            format!(
+                "id (1-64 chars), name, priceCents >= 0 and stock >= 0 are required; \
+                 maxPerOrder, if given, is 1-{MAX_PER_ORDER_LIMIT}"
+            ),
         ));
     }
-    let product = Product {
+    let update = ProductUpdate {
         id,
         name: body.name,
         queue: body.queue,
         price_cents: body.price_cents,
         stock: body.stock,
+        max_per_order: body.max_per_order,
     };
     orders
-        .upsert_product(&product)
+        .upsert_product(&update)
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(Json(product))
+        .map(Json)
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }

@@ -1,9 +1,18 @@
 //! Bearer-token authentication of the admin API and the token API.
+//!
+//! [`AdminAuth`] and [`ServiceAuth`] are extractors each handler of those
+//! APIs takes as its first argument: axum runs extractors in order, so the
+//! bearer is checked before the path or the body is looked at, and an
+//! unauthenticated caller learns nothing (`401`, never a `404` for an
+//! unknown queue or a `400` for a bad body).
 
+use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use crate::AppState;
 
 /// Checks `Authorization: Bearer <expected>` in constant time.
 pub fn require_bearer(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
@@ -19,5 +28,29 @@ pub fn require_bearer(headers: &HeaderMap, expected: &str) -> Result<(), ApiErro
             "unauthorized",
             "a valid Authorization: Bearer token is required",
         ))
+    }
+}
+
+/// The caller presented the admin token (`401` otherwise). First argument
+/// of every admin handler.
+pub struct AdminAuth;
+
+impl FromRequestParts<AppState> for AdminAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        require_bearer(&parts.headers, state.admin_token()).map(|()| AdminAuth)
+    }
+}
+
+/// The caller presented the service token (`401` otherwise). First
+/// argument of every token API handler.
+pub struct ServiceAuth;
+
+impl FromRequestParts<AppState> for ServiceAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        require_bearer(&parts.headers, state.service_token()).map(|()| ServiceAuth)
     }
 }

@@ -3,8 +3,11 @@
 //!
 //! Checks run in the contract's order: identity and entry token (`401`,
 //! by the [`EntryPass`] extractor, before any order logic), then the body
-//! (`400`, releasing the claim), then the transaction. The token is
-//! deleted only after the transaction commits; a rolled-back order keeps it.
+//! (`400`, releasing the claim), then the transaction. The extractor reads
+//! the whole body before it claims, and keeps the claim alive while the
+//! order runs. The token is deleted only after the transaction commits; a
+//! rolled-back order (out of stock, over the product's `maxPerOrder`)
+//! keeps it.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -14,7 +17,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::error::ApiError;
-use super::extract::{JsonBody, optional_user};
+use super::extract::optional_user;
 use crate::AppState;
 use crate::gate::EntryPass;
 use crate::orders::{Order, OrderError, OrderStore, Product};
@@ -43,14 +46,10 @@ fn orders(state: &AppState) -> Result<&OrderStore, ApiError> {
         .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))
 }
 
-async fn place(
-    State(state): State<AppState>,
-    pass: EntryPass,
-    body: Result<JsonBody<OrderRequest>, ApiError>,
-) -> Result<Response, ApiError> {
+async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Response, ApiError> {
     let store = orders(&state)?;
-    let request = match body {
-        Ok(JsonBody(r)) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
+    let request = match pass.json::<OrderRequest>() {
+        Ok(r) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
         Ok(_) => {
             pass.rolled_back().await;
             return Err(ApiError::bad_request(
@@ -60,7 +59,10 @@ async fn place(
         }
         Err(e) => {
             pass.rolled_back().await;
-            return Err(e);
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                format!("the body is not valid JSON for this endpoint: {e}"),
+            ));
         }
     };
     let product = match store.product(&request.product_id).await {
@@ -81,9 +83,13 @@ async fn place(
             "this entry token is for another queue than the product's",
         ));
     }
-    let token = pass.token().to_owned();
     match store
-        .place(pass.user().as_str(), &product.id, request.quantity, &token)
+        .place(
+            pass.user().as_str(),
+            &product.id,
+            request.quantity,
+            pass.idempotency_key(),
+        )
         .await
     {
         Ok(order) => {
@@ -97,6 +103,14 @@ async fn place(
             Err(ApiError::conflict(
                 "out_of_stock",
                 "not enough stock left; your entry token is still valid",
+            ))
+        }
+        Err(OrderError::OverLimit { max }) => {
+            pass.rolled_back().await;
+            metrics::counter!("waitroom_orders_total", "result" => "over_limit").increment(1);
+            Err(ApiError::bad_request(
+                "quantity_over_limit",
+                format!("at most {max} of this product per order; your entry token is still valid"),
             ))
         }
         Err(OrderError::UnknownProduct) => {

@@ -1,16 +1,20 @@
 //! The token API, for order services not written in Rust: claim a buyer's
 //! entry token before the order, consume it after commit, release it after
-//! a rollback. Authenticated with `Authorization: Bearer <service token>`.
+//! a rollback. Authenticated with `Authorization: Bearer <service token>`,
+//! checked before anything else.
+//!
+//! A claim's answer carries the token's `idempotencyKey` (its SHA-256):
+//! the order service stores it with the order under a `UNIQUE` constraint.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::require_bearer;
+use super::auth::ServiceAuth;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use crate::AppState;
@@ -53,11 +57,10 @@ fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
 }
 
 async fn claim(
+    _: ServiceAuth,
     State(state): State<AppState>,
-    headers: HeaderMap,
     JsonBody(req): JsonBody<ClaimRequest>,
 ) -> Result<Response, ApiError> {
-    require_bearer(&headers, state.service_token())?;
     let user = user(&req.user_id)?;
     let queue = req.queue.as_deref().map(|q| queue(&state, q)).transpose()?;
     match state.gate().claim(queue.as_ref(), &user, &req.token).await {
@@ -65,6 +68,7 @@ async fn claim(
             "claimId": claim.claim_id,
             "queue": claim.queue.as_str(),
             "userId": claim.user.as_str(),
+            "idempotencyKey": claim.idempotency_key,
             "leaseSeconds": state.config().claim_lease_secs,
         }))
         .into_response()),
@@ -83,28 +87,27 @@ enum Settle {
 }
 
 async fn consume(
+    _: ServiceAuth,
     state: State<AppState>,
-    headers: HeaderMap,
     body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    settle(state, headers, body, Settle::Consume).await
+    settle(state, body, Settle::Consume).await
 }
 
 async fn release(
+    _: ServiceAuth,
     state: State<AppState>,
-    headers: HeaderMap,
     body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    settle(state, headers, body, Settle::Release).await
+    settle(state, body, Settle::Release).await
 }
 
+/// Settles a claim; the caller is already authenticated.
 async fn settle(
     State(state): State<AppState>,
-    headers: HeaderMap,
     JsonBody(req): JsonBody<ClaimRef>,
     how: Settle,
 ) -> Result<Response, ApiError> {
-    require_bearer(&headers, state.service_token())?;
     let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
     let store = state.store();
     let held = match how {

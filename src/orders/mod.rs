@@ -2,10 +2,12 @@
 //! database (embedded SQLite) with real transactions.
 //!
 //! Stock is decremented inside the order's transaction by a guarded
-//! `UPDATE … WHERE stock >= ?`, so it never goes below zero however many
-//! orders race. Each order records a hash of the entry token it used under
-//! a `UNIQUE` constraint: even if the token store lost track of a used
-//! token, the database refuses a second order with it.
+//! `UPDATE … WHERE stock >= ? AND max_per_order >= ?`, so it never goes
+//! below zero however many orders race, and one order (one entry token)
+//! takes at most the product's `max_per_order`. Each order records the
+//! entry token's idempotency key (its SHA-256) under a `UNIQUE`
+//! constraint: even if the token store lost track of a used token, the
+//! database refuses a second order with it.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -14,13 +16,23 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 use time::OffsetDateTime;
 
 /// The product every fresh database starts with.
 pub const DEMO_PRODUCT: &str = "demo-sneaker";
+
+/// A product's `max_per_order` unless set: the waiting-room page's own cap.
+pub const DEFAULT_MAX_PER_ORDER: i64 = 10;
+
+/// The columns [`product_of`] reads, for `concat!` into queries (sqlx takes
+/// only static SQL).
+macro_rules! product_columns {
+    () => {
+        "id, name, queue, price_cents, stock, max_per_order"
+    };
+}
 
 /// A product on sale.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -32,6 +44,21 @@ pub struct Product {
     pub queue: String,
     pub price_cents: i64,
     pub stock: i64,
+    /// The most one order (one entry token) may buy.
+    pub max_per_order: i64,
+}
+
+/// A product to add or update. `max_per_order: None` keeps an existing
+/// product's cap (a restock does not reset it) and gives a new one
+/// [`DEFAULT_MAX_PER_ORDER`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductUpdate {
+    pub id: String,
+    pub name: String,
+    pub queue: String,
+    pub price_cents: i64,
+    pub stock: i64,
+    pub max_per_order: Option<i64>,
 }
 
 /// A committed order.
@@ -55,6 +82,9 @@ pub enum OrderError {
     /// `409`: not enough stock; the transaction rolled back.
     #[error("not enough stock left")]
     OutOfStock,
+    /// `400`: more than the product's `max_per_order`; rolled back.
+    #[error("at most {max} per order")]
+    OverLimit { max: i64 },
     /// `401`: this entry token was already used for an order.
     #[error("this entry token was already used")]
     TokenAlreadyUsed,
@@ -75,7 +105,8 @@ const SCHEMA: &[&str] = &[
         name TEXT NOT NULL,
         queue TEXT NOT NULL,
         price_cents INTEGER NOT NULL CHECK (price_cents >= 0),
-        stock INTEGER NOT NULL CHECK (stock >= 0)
+        stock INTEGER NOT NULL CHECK (stock >= 0),
+        max_per_order INTEGER NOT NULL DEFAULT 10 CHECK (max_per_order > 0)
     )",
     "CREATE TABLE IF NOT EXISTS orders (
         id TEXT PRIMARY KEY,
@@ -112,6 +143,20 @@ impl OrderStore {
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await?;
         }
+        // Databases created before the per-order cap get it, defaulted.
+        let has_cap =
+            sqlx::query("SELECT 1 FROM pragma_table_info('products') WHERE name = 'max_per_order'")
+                .fetch_optional(&pool)
+                .await?
+                .is_some();
+        if !has_cap {
+            sqlx::query(
+                "ALTER TABLE products ADD COLUMN max_per_order INTEGER NOT NULL DEFAULT 10
+                 CHECK (max_per_order > 0)",
+            )
+            .execute(&pool)
+            .await?;
+        }
         sqlx::query(
             "INSERT OR IGNORE INTO products (id, name, queue, price_cents, stock)
              VALUES (?, 'Limited sneaker drop', ?, 12900, 1000)",
@@ -125,69 +170,88 @@ impl OrderStore {
 
     /// Every product.
     pub async fn products(&self) -> Result<Vec<Product>, sqlx::Error> {
-        let rows =
-            sqlx::query("SELECT id, name, queue, price_cents, stock FROM products ORDER BY id")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            product_columns!(),
+            " FROM products ORDER BY id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(product_of).collect()
     }
 
     /// One product.
     pub async fn product(&self, id: &str) -> Result<Option<Product>, sqlx::Error> {
-        let row =
-            sqlx::query("SELECT id, name, queue, price_cents, stock FROM products WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            product_columns!(),
+            " FROM products WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(product_of).transpose()
     }
 
-    /// Adds or updates a product (operators restock through the admin API).
-    pub async fn upsert_product(&self, product: &Product) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO products (id, name, queue, price_cents, stock) VALUES (?, ?, ?, ?, ?)
+    /// Adds or updates a product (operators restock through the admin
+    /// API) and returns it as stored.
+    pub async fn upsert_product(&self, update: &ProductUpdate) -> Result<Product, sqlx::Error> {
+        let row = sqlx::query(concat!(
+            "INSERT INTO products (id, name, queue, price_cents, stock, max_per_order)
+             VALUES (?1, ?2, ?3, ?4, ?5, COALESCE(?6, ?7))
              ON CONFLICT(id) DO UPDATE SET name = excluded.name, queue = excluded.queue,
-               price_cents = excluded.price_cents, stock = excluded.stock",
-        )
-        .bind(&product.id)
-        .bind(&product.name)
-        .bind(&product.queue)
-        .bind(product.price_cents)
-        .bind(product.stock)
-        .execute(&self.pool)
+               price_cents = excluded.price_cents, stock = excluded.stock,
+               max_per_order = COALESCE(?6, products.max_per_order)
+             RETURNING ",
+            product_columns!()
+        ))
+        .bind(&update.id)
+        .bind(&update.name)
+        .bind(&update.queue)
+        .bind(update.price_cents)
+        .bind(update.stock)
+        .bind(update.max_per_order)
+        .bind(DEFAULT_MAX_PER_ORDER)
+        .fetch_one(&self.pool)
         .await?;
-        Ok(())
+        product_of(&row)
     }
 
     /// Places an order in one transaction: takes the stock, records the
-    /// order and the token it used, commits. Nothing is written unless all
-    /// of it is.
+    /// order and the idempotency key of the entry token it used, commits.
+    /// Nothing is written unless all of it is. More than the stock left is
+    /// `OutOfStock`; otherwise more than `max_per_order` is `OverLimit`.
     pub async fn place(
         &self,
         user: &str,
         product_id: &str,
         quantity: i64,
-        entry_token: &str,
+        idempotency_key: &str,
     ) -> Result<Order, OrderError> {
         let mut tx = self.pool.begin().await?;
-        let taken =
-            sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
-                .bind(quantity)
-                .bind(product_id)
-                .bind(quantity)
-                .execute(&mut *tx)
-                .await?;
+        let taken = sqlx::query(
+            "UPDATE products SET stock = stock - ?1
+             WHERE id = ?2 AND stock >= ?1 AND max_per_order >= ?1",
+        )
+        .bind(quantity)
+        .bind(product_id)
+        .execute(&mut *tx)
+        .await?;
         if taken.rows_affected() == 0 {
-            let exists = sqlx::query("SELECT 1 FROM products WHERE id = ?")
+            let row = sqlx::query("SELECT stock, max_per_order FROM products WHERE id = ?")
                 .bind(product_id)
                 .fetch_optional(&mut *tx)
-                .await?
-                .is_some();
+                .await?;
             tx.rollback().await?;
-            return Err(if exists {
+            let Some(row) = row else {
+                return Err(OrderError::UnknownProduct);
+            };
+            let (stock, max): (i64, i64) = (row.try_get("stock")?, row.try_get("max_per_order")?);
+            return Err(if quantity > stock {
                 OrderError::OutOfStock
             } else {
-                OrderError::UnknownProduct
+                debug_assert!(quantity > max);
+                OrderError::OverLimit { max }
             });
         }
         let order = Order {
@@ -207,7 +271,7 @@ impl OrderStore {
         .bind(&order.product_id)
         .bind(order.quantity)
         .bind(&order.created_at)
-        .bind(token_digest(entry_token))
+        .bind(idempotency_key)
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -260,6 +324,7 @@ fn product_of(r: &sqlx::sqlite::SqliteRow) -> Result<Product, sqlx::Error> {
         queue: r.try_get("queue")?,
         price_cents: r.try_get("price_cents")?,
         stock: r.try_get("stock")?,
+        max_per_order: r.try_get("max_per_order")?,
     })
 }
 
@@ -269,13 +334,6 @@ fn new_order_id() -> String {
     let mut bytes = [0u8; 16];
     rand::fill(&mut bytes);
     format!("ord_{}", URL_SAFE_NO_PAD.encode(bytes))
-}
-
-fn token_digest(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn now_rfc3339() -> String {
@@ -294,31 +352,46 @@ mod tests {
             .unwrap()
     }
 
+    fn update(p: &Product, stock: i64, max_per_order: Option<i64>) -> ProductUpdate {
+        ProductUpdate {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            queue: p.queue.clone(),
+            price_cents: p.price_cents,
+            stock,
+            max_per_order,
+        }
+    }
+
     #[tokio::test]
     async fn seeds_the_demo_product() {
         let s = store().await;
         let p = s.products().await.unwrap();
         assert_eq!(p.len(), 1);
         assert_eq!(
-            (p[0].id.as_str(), p[0].queue.as_str(), p[0].stock),
-            (DEMO_PRODUCT, "default", 1000)
+            (
+                p[0].id.as_str(),
+                p[0].queue.as_str(),
+                p[0].stock,
+                p[0].max_per_order
+            ),
+            (DEMO_PRODUCT, "default", 1000, DEFAULT_MAX_PER_ORDER)
         );
     }
 
     #[tokio::test]
     async fn stock_never_goes_below_zero_and_tokens_buy_once() {
         let s = store().await;
-        let mut p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
-        p.stock = 3;
-        s.upsert_product(&p).await.unwrap();
+        let p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
+        s.upsert_product(&update(&p, 3, None)).await.unwrap();
         assert!(matches!(
-            s.place("a", DEMO_PRODUCT, 4, "t1").await,
+            s.place("a", DEMO_PRODUCT, 4, "k1").await,
             Err(OrderError::OutOfStock)
         ));
-        let o = s.place("a", DEMO_PRODUCT, 2, "t1").await.unwrap();
+        let o = s.place("a", DEMO_PRODUCT, 2, "k1").await.unwrap();
         assert!(o.order_id.starts_with("ord_"));
         assert!(matches!(
-            s.place("a", DEMO_PRODUCT, 1, "t1").await,
+            s.place("a", DEMO_PRODUCT, 1, "k1").await,
             Err(OrderError::TokenAlreadyUsed)
         ));
         assert_eq!(
@@ -327,10 +400,68 @@ mod tests {
             "the refused order took nothing"
         );
         assert!(matches!(
-            s.place("b", "nope", 1, "t2").await,
+            s.place("b", "nope", 1, "k2").await,
             Err(OrderError::UnknownProduct)
         ));
         assert_eq!(s.order(&o.order_id).await.unwrap().unwrap().user_id, "a");
         assert_eq!(s.order_count(DEMO_PRODUCT).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn one_order_takes_at_most_max_per_order_and_stock_comes_first() {
+        let s = store().await;
+        let p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
+        // Stock 1000, cap 10: 999 is over the cap, 10**9 over the stock.
+        assert!(matches!(
+            s.place("a", DEMO_PRODUCT, 999, "k1").await,
+            Err(OrderError::OverLimit { max: 10 })
+        ));
+        assert!(matches!(
+            s.place("a", DEMO_PRODUCT, 1_000_000_000, "k1").await,
+            Err(OrderError::OutOfStock)
+        ));
+        assert_eq!(s.product(DEMO_PRODUCT).await.unwrap().unwrap().stock, 1000);
+        assert_eq!(s.order_count(DEMO_PRODUCT).await.unwrap(), 0);
+        s.place("a", DEMO_PRODUCT, 10, "k1").await.unwrap();
+        // A restock keeps the cap; an explicit one replaces it.
+        let kept = s.upsert_product(&update(&p, 50, None)).await.unwrap();
+        assert_eq!((kept.stock, kept.max_per_order), (50, 10));
+        let raised = s.upsert_product(&update(&p, 50, Some(40))).await.unwrap();
+        assert_eq!(raised.max_per_order, 40);
+        s.place("b", DEMO_PRODUCT, 40, "k2").await.unwrap();
+        assert_eq!(s.product(DEMO_PRODUCT).await.unwrap().unwrap().stock, 10);
+    }
+
+    #[tokio::test]
+    async fn a_database_from_before_the_cap_gets_it() {
+        let dir = std::env::temp_dir().join(format!("waitroom-orders-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("orders.db");
+        {
+            let options = SqliteConnectOptions::new()
+                .filename(&path)
+                .create_if_missing(true);
+            let pool = SqlitePoolOptions::new()
+                .connect_with(options)
+                .await
+                .unwrap();
+            sqlx::query(
+                "CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
+                 queue TEXT NOT NULL, price_cents INTEGER NOT NULL, stock INTEGER NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            sqlx::query("INSERT INTO products VALUES ('old', 'Old', 'default', 100, 5)")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+        let s = OrderStore::open(&path, "default").await.unwrap();
+        let old = s.product("old").await.unwrap().unwrap();
+        assert_eq!((old.stock, old.max_per_order), (5, DEFAULT_MAX_PER_ORDER));
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

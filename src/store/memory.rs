@@ -463,4 +463,32 @@ impl Store for MemoryStore {
             })
             .boxed()
     }
+
+    async fn renew_claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        claim_id: &str,
+        lease_ms: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.with_queue(queue, |q, now| {
+            let user = user.as_str();
+            // Expired tokens are already gone (`with_queue`).
+            let Some(record) = q.tokens.get_mut(user) else {
+                return false;
+            };
+            if !matches!(&record.claim, Some((id, _)) if id == claim_id) {
+                return false;
+            }
+            let until = now + lease_ms;
+            record.claim = Some((claim_id.to_owned(), until));
+            if record.expires_at < until {
+                let old = record.expires_at;
+                record.expires_at = until;
+                q.expiry.remove(&(old, user.to_owned()));
+                q.expiry.insert((until, user.to_owned()));
+            }
+            true
+        }))
+    }
 }

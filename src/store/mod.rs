@@ -195,6 +195,19 @@ pub trait Store: Send + Sync + 'static {
     /// Every queue event of `queues`, from every instance, plus `Resync`
     /// after an interruption. The stream ends only when the store is dropped.
     fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent>;
+
+    /// Extends a live order's claim: if `claim_id` still holds `user`'s
+    /// token (not consumed, released, expired or taken over by a newer
+    /// claim), the lease runs `lease_ms` from now and the token lives at
+    /// least as long. True if it held. A working order keeps its claim by
+    /// calling this well within the lease; a dead one's claim lapses.
+    async fn renew_claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        claim_id: &str,
+        lease_ms: u64,
+    ) -> StoreResult<bool>;
 }
 
 /// A shared store handle.

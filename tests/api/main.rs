@@ -8,6 +8,7 @@ mod failures;
 mod gone;
 mod instances;
 mod metrics;
+mod order_gate;
 mod orders;
 mod queue;
 mod reach;

@@ -344,4 +344,19 @@ impl Store for RedisStore {
     fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent> {
         events::subscribe(self.client.clone(), &self.prefix, queues)
     }
+
+    async fn renew_claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        claim_id: &str,
+        lease_ms: u64,
+    ) -> StoreResult<bool> {
+        let n: i64 = self
+            .run(&self.scripts.renew_claim, queue, |inv| {
+                inv.arg(user.as_str()).arg(claim_id).arg(lease_ms);
+            })
+            .await?;
+        Ok(n == 1)
+    }
 }

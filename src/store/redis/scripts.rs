@@ -23,6 +23,7 @@ pub(super) struct Scripts {
     pub release: Script,
     pub stats: Script,
     pub pause: Script,
+    pub renew_claim: Script,
 }
 
 impl Scripts {
@@ -39,6 +40,7 @@ impl Scripts {
             release: with_common(include_str!("lua/release.lua")),
             stats: with_common(include_str!("lua/stats.lua")),
             pause: with_common(include_str!("lua/pause.lua")),
+            renew_claim: with_common(include_str!("lua/renew_claim.lua")),
         }
     }
 }

@@ -1,0 +1,23 @@
+-- renew_claim.lua: keeps a working order's claim alive (lease renewal).
+-- KEYS, ARGV[1..2]: see common.lua.
+-- ARGV[3] user  ARGV[4] claim id  ARGV[5] lease ms
+-- Returns 1 if this claim still held the token and its lease now ends
+-- lease ms from now (the token living at least as long), 0 if the token
+-- was consumed, released, expired or claimed anew (nothing is written).
+-- Atomic because check-and-extend must be one step: a renewal read before
+-- and written after another order's claim would steal that order's token.
+local user, claim_id, lease = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local key = K.tokprefix .. user
+local now = now_ms()
+local t = redis.call('HMGET', key, 'claim', 'exp')
+if t[1] ~= claim_id or not t[2] or tonumber(t[2]) <= now then
+  return 0
+end
+local lease_end = now + lease
+redis.call('HSET', key, 'claimUntil', lease_end)
+if lease_end > tonumber(t[2]) then
+  redis.call('HSET', key, 'exp', lease_end)
+  redis.call('PEXPIREAT', key, lease_end)
+  redis.call('ZADD', K.active, lease_end, user)
+end
+return 1
