@@ -118,11 +118,11 @@ impl AppState {
             }
             config::OrdersMode::Off => None,
         };
+        // Every stream is a connection: unset, either cap follows the
+        // other one set explicitly.
         let max_connections = config
             .max_connections
-            .unwrap_or_else(default_max_connections);
-        // Unset, the stream cap follows the connection cap down: every
-        // stream is a connection.
+            .unwrap_or_else(|| default_max_connections().max(config.max_streams.unwrap_or(0)));
         let max_streams = config
             .max_streams
             .unwrap_or_else(|| default_max_streams().min(max_connections));
