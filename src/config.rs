@@ -1,10 +1,11 @@
 //! Flags and environment variables, validated at start-up.
 //!
 //! Every flag can also be set through the environment variable named in
-//! `--help`; names and defaults are the public contract (`DESIGN.md`).
+//! `--help`; names and defaults are the public contract (README).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
@@ -71,6 +72,18 @@ pub struct Config {
     /// limit, with headroom for other sockets and files.
     #[arg(long, env = "WAITROOM_MAX_STREAMS")]
     pub max_streams: Option<usize>,
+
+    /// Most open connections on this instance, event streams included; a
+    /// connection over the cap gets `503 server_busy` (with `Retry-After`)
+    /// and is closed. Unset: from the open-file limit, above --max-streams.
+    #[arg(long, env = "WAITROOM_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+
+    /// Seconds a client has to send a whole request body once its head has
+    /// arrived; slower ones get `408 request_timeout`. Must be shorter than
+    /// --claim-lease-secs. Unset: 10, or half the claim lease if shorter.
+    #[arg(long, env = "WAITROOM_BODY_TIMEOUT_SECS")]
+    pub body_timeout_secs: Option<u64>,
 
     /// Seconds over which open streams are closed on shutdown, so clients
     /// do not all reconnect at once.
@@ -155,6 +168,21 @@ impl Config {
         if self.max_streams == Some(0) {
             return bad("--max-streams must be at least 1");
         }
+        if self.max_connections == Some(0) {
+            return bad("--max-connections must be at least 1");
+        }
+        if let (Some(streams), Some(connections)) = (self.max_streams, self.max_connections)
+            && streams > connections
+        {
+            return bad("--max-connections must be at least --max-streams");
+        }
+        if let Some(secs) = self.body_timeout_secs
+            && (secs == 0 || secs >= self.claim_lease_secs)
+        {
+            return bad(
+                "--body-timeout-secs must be at least 1 and shorter than --claim-lease-secs",
+            );
+        }
         Ok(())
     }
 
@@ -172,6 +200,16 @@ impl Config {
             return Err(ConfigError("--queues names no queue".into()));
         }
         Ok(names)
+    }
+
+    /// How long a request body may take to arrive: `--body-timeout-secs`,
+    /// or 10 s capped at half the claim lease, so a body that trickles in
+    /// can never outlast the claim an order would take on it.
+    pub fn body_timeout(&self) -> Duration {
+        match self.body_timeout_secs {
+            Some(secs) => Duration::from_secs(secs),
+            None => Duration::from_secs(10).min(Duration::from_secs(self.claim_lease_secs) / 2),
+        }
     }
 
     /// The admission policy every queue follows.
@@ -209,6 +247,12 @@ mod tests {
         assert_eq!(p.max_active, None);
         assert_eq!(p.abandon_after_ms, Some(120_000));
         assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
+        assert_eq!(c.body_timeout(), Duration::from_secs(10));
+        let short = Config::parse_from(["waitroom", "--claim-lease-secs", "1"]);
+        assert!(
+            short.body_timeout() < Duration::from_secs(1),
+            "below the lease"
+        );
     }
 
     #[test]
@@ -223,6 +267,28 @@ mod tests {
         assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
         assert!(parse(&["--admission-interval-ms", "-1"]).is_err());
         assert!(parse(&["--abandon-after-secs", "0"]).unwrap().is_ok());
+        assert!(parse(&["--max-connections", "0"]).unwrap().is_err());
+        assert!(
+            parse(&["--max-streams", "10", "--max-connections", "9"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--max-streams", "10", "--max-connections", "10"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(parse(&["--body-timeout-secs", "0"]).unwrap().is_err());
+        assert!(
+            parse(&["--body-timeout-secs", "30"]).unwrap().is_err(),
+            "not shorter than the 30 s lease"
+        );
+        assert!(
+            parse(&["--body-timeout-secs", "5", "--claim-lease-secs", "5"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(parse(&["--body-timeout-secs", "29"]).unwrap().is_ok());
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

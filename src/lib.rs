@@ -4,7 +4,8 @@
 //! [`app`] builds the router alone so tests can drive it without a socket.
 //! The layout follows the architecture: `queue` holds the rules, `store`
 //! the state (Redis or memory), `admission` the loop that lets people in,
-//! `push` the per-instance event fan-out, `http` the API.
+//! `push` the per-instance event fan-out, `http` the API, `server` the
+//! connections it is served on.
 
 pub mod admission;
 pub mod config;
@@ -13,6 +14,7 @@ pub mod http;
 pub mod orders;
 pub mod push;
 pub mod queue;
+pub mod server;
 pub mod store;
 pub mod telemetry;
 
@@ -63,6 +65,7 @@ struct Inner {
     limits: http::limit::RequestLimits,
     orders: Option<orders::OrderStore>,
     max_streams: usize,
+    max_connections: usize,
     shutdown: CancellationToken,
 }
 
@@ -115,6 +118,20 @@ impl AppState {
             }
             config::OrdersMode::Off => None,
         };
+        // Every stream is a connection: unset, either cap follows the
+        // other one set explicitly.
+        let max_connections = config
+            .max_connections
+            .unwrap_or_else(|| default_max_connections().max(config.max_streams.unwrap_or(0)));
+        let max_streams = config
+            .max_streams
+            .unwrap_or_else(|| default_max_streams().min(max_connections));
+        if max_streams > max_connections {
+            return Err(config::ConfigError(format!(
+                "--max-connections ({max_connections}) must be at least --max-streams ({max_streams})"
+            ))
+            .into());
+        }
         let policy = config.policy();
         let gate = gate::Gate::new(
             store.clone(),
@@ -132,7 +149,8 @@ impl AppState {
                 orders,
                 queue_set: queues.iter().cloned().collect(),
                 hub: push::Hub::new(&queues),
-                max_streams: config.max_streams.unwrap_or_else(default_max_streams),
+                max_streams,
+                max_connections,
                 queues,
                 config,
                 store,
@@ -182,6 +200,13 @@ impl AppState {
     /// open-file limit less headroom for Redis, the database and the rest.
     pub fn max_streams(&self) -> usize {
         self.inner.max_streams
+    }
+
+    /// Most connections this instance holds open, streams included:
+    /// `--max-connections`, or the open-file limit less a smaller headroom
+    /// than the stream cap's.
+    pub fn max_connections(&self) -> usize {
+        self.inner.max_connections
     }
 
     /// The order gate (entry-token claims).
@@ -241,6 +266,15 @@ fn default_max_streams() -> usize {
     soft.saturating_sub((soft / 20).max(256)).max(1)
 }
 
+/// Every connection holds one socket: leave a fortieth of the open-file
+/// limit (at least 128) for Redis, the database, logs and connections
+/// being turned away, so accepting never runs out of descriptors.
+fn default_max_connections() -> usize {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX).min(1 << 24);
+    soft.saturating_sub((soft / 40).max(128)).max(1)
+}
+
 impl axum::extract::FromRef<AppState> for gate::Gate {
     fn from_ref(state: &AppState) -> Self {
         state.inner.gate.clone()
@@ -277,7 +311,7 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartEr
     let tasks = TaskTracker::new();
     state.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
-    let served = http::serve::serve(state, listener).await;
+    let served = server::serve(state, listener).await;
     shutdown.cancel();
     state_gate.drain().await;
     tasks.close();

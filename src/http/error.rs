@@ -21,6 +21,12 @@ pub enum ApiError {
     /// `404`: no such queue, product or order.
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
+    /// `405`: the path exists but not with this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// `408`: the request body did not arrive within the body timeout.
+    #[error("request body timed out")]
+    RequestTimeout,
     /// `409`: the request conflicts with the current state.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
@@ -33,6 +39,10 @@ pub enum ApiError {
         message: String,
         retry_after_secs: u64,
     },
+    /// `503`: this instance holds as many connections as it may; retry
+    /// (the load balancer can pick another instance).
+    #[error("server busy")]
+    ServerBusy,
     /// `503`: the store is unreachable; the request was refused (fail-closed).
     #[error("store unavailable")]
     Unavailable(#[from] StoreError),
@@ -81,6 +91,16 @@ impl ApiError {
                 (StatusCode::UNAUTHORIZED, code, message.clone())
             }
             Self::NotFound { code, message } => (StatusCode::NOT_FOUND, code, message.clone()),
+            Self::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this path does not take this method".into(),
+            ),
+            Self::RequestTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive in time".into(),
+            ),
             Self::Conflict { code, message } => (StatusCode::CONFLICT, code, message.clone()),
             Self::PayloadTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -91,6 +111,11 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 message.clone(),
+            ),
+            Self::ServerBusy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_busy",
+                "too many connections; please retry".into(),
             ),
             Self::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -116,6 +141,7 @@ impl IntoResponse for ApiError {
         let (status, code, message) = self.parts();
         let retry_after = match &self {
             Self::Unavailable(_) => Some(2),
+            Self::ServerBusy => Some(1),
             Self::TooManyRequests {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),

@@ -7,12 +7,15 @@
 //! a long `retry:` and an immediate close, because a non-200 answer would
 //! stop a browser's EventSource for good.
 //!
-//! A stream that is the first request of its connection is served by the
-//! lean writer in `lean.rs`; this handler serves the rest through hyper.
+//! Whichever transport carries the request (see `crate::server`), it runs
+//! through this handler: on the lean path the request carries a
+//! [`LeanStream`] and the session is left there for the lean writer instead
+//! of becoming a hyper body.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -26,10 +29,14 @@ use super::error::ApiError;
 use super::extract::Member;
 use crate::AppState;
 use crate::push::{StreamSession, shed_frame, view_of};
+use crate::server::LeanStream;
+
+/// The route of the event stream (the lean writer matches it too).
+pub const PATH: &str = "/api/queues/{queue}/events";
 
 /// `/api/queues/{queue}/events`.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/queues/{queue}/events", get(events))
+    Router::new().route(PATH, get(events))
 }
 
 /// What opening a stream came to.
@@ -79,17 +86,25 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
     ("x-accel-buffering", "no"),
 ];
 
-async fn events(State(state): State<AppState>, member: Member) -> Result<Response, ApiError> {
+async fn events(
+    State(state): State<AppState>,
+    lean: Option<Extension<LeanStream>>,
+    member: Member,
+) -> Result<Response, ApiError> {
     let body = match open_stream(&state, &member).await? {
         Opening::NotEntered => return Ok(StatusCode::NO_CONTENT.into_response()),
         Opening::Shed(frame) => Body::from(frame),
-        Opening::Stream(session) => {
-            Body::from_stream(stream::unfold(session, |mut s| async move {
+        Opening::Stream(session) => match lean {
+            Some(Extension(lean)) => {
+                lean.hand_over(session);
+                Body::empty()
+            }
+            None => Body::from_stream(stream::unfold(session, |mut s| async move {
                 s.next_frame()
                     .await
                     .map(|frame| (Ok::<_, Infallible>(frame), s))
-            }))
-        }
+            })),
+        },
     };
     let mut response = Response::new(body);
     for (name, value) in STREAM_HEADERS {

@@ -175,8 +175,8 @@ const BODY_LIMIT: usize = 16 * 1024;
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJson<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = read_limited(req, state).await?;
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        let bytes = read_limited(req).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalJson(None));
         }
@@ -197,8 +197,8 @@ pub struct JsonBody<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = read_limited(req, state).await?;
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        let bytes = read_limited(req).await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             ApiError::bad_request(
                 "invalid_body",
@@ -208,13 +208,32 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-async fn read_limited<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    let req = req.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, BODY_LIMIT)));
-    Bytes::from_request(req, state).await.map_err(|e| {
-        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge
-        } else {
-            ApiError::bad_request("invalid_body", "the body could not be read")
+/// Reads a whole body of at most [`BODY_LIMIT`] bytes: `413` past it, `408`
+/// when it did not arrive within the body timeout (the server's deadline
+/// on request bodies), `400` when the client broke it off.
+async fn read_limited(req: Request) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(req.into_body(), BODY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(body_error(&*e)),
+    }
+}
+
+/// The error a body read failed with, found anywhere in its cause chain
+/// (axum and the limits each wrap it once more).
+fn body_error(error: &(dyn std::error::Error + 'static)) -> ApiError {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge;
         }
-    })
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::RequestTimeout;
+        }
+        cause = e.source();
+    }
+    ApiError::bad_request("invalid_body", "the body could not be read")
 }

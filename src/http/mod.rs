@@ -7,13 +7,10 @@ mod admin;
 mod auth;
 mod entries;
 mod events;
-mod handover;
 mod health;
-mod lean;
 pub mod limit;
 mod orders;
 mod page;
-pub mod serve;
 mod tokens;
 
 use axum::Router;
@@ -21,6 +18,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::AppState;
 pub use error::ApiError;
+pub use events::PATH as EVENTS_PATH;
 
 /// Every route of the service.
 pub fn router(state: AppState) -> Router {
@@ -32,6 +30,13 @@ pub fn router(state: AppState) -> Router {
         .merge(tokens::router())
         .merge(admin::router())
         .merge(page::router())
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// A known path with a method it does not take: the JSON error shape (axum
+/// adds the `Allow` header).
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }

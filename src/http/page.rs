@@ -2,26 +2,34 @@
 //! runs the whole service; debug builds read the files from disk.
 
 use axum::Router;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use rust_embed::RustEmbed;
 
+use super::error::ApiError;
 use crate::AppState;
 
 #[derive(RustEmbed)]
 #[folder = "static/"]
 struct Assets;
 
-/// `/` and every file of `static/` at the root.
+/// `/` and every file of `static/` at the root; also the answer to every
+/// path no other router knows (a JSON `404`, whatever the method).
 pub fn router() -> Router<AppState> {
-    Router::new().fallback(get(asset))
+    Router::new().fallback(asset)
 }
 
-async fn asset(uri: Uri) -> Response {
+async fn asset(method: Method, uri: Uri) -> Response {
     let path = uri.path().trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
     match Assets::get(path) {
+        Some(_) if method != Method::GET && method != Method::HEAD => {
+            let mut response = ApiError::MethodNotAllowed.into_response();
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET,HEAD"));
+            response
+        }
         Some(file) => {
             let mime = mime_guess::from_path(path).first_or_octet_stream();
             (
@@ -33,10 +41,6 @@ async fn asset(uri: Uri) -> Response {
             )
                 .into_response()
         }
-        None => (
-            StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({"error": "not_found", "message": "no such resource"})),
-        )
-            .into_response(),
+        None => ApiError::not_found("not_found", "no such resource").into_response(),
     }
 }

@@ -2,8 +2,9 @@
 //! jittered `retry:`), then each change, keep-alive comments while idle,
 //! until `gone`, the client leaves, or shutdown.
 //!
-//! The session produces SSE text; the two transports (the lean writer for
-//! fresh connections and the hyper body for the rest) only move bytes.
+//! The session produces SSE text; the two transports (the lean writer, and
+//! a hyper body where a connection cannot be handed over: see
+//! `crate::server`) only move bytes.
 
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -13,3 +13,4 @@ mod orders;
 mod queue;
 mod reach;
 mod sse;
+mod transport;

@@ -502,8 +502,10 @@ async fn shutdown_closes_streams_within_the_drain_window() {
     );
 }
 
-/// Streams on a kept-alive connection (after other requests) are served by
-/// hyper; fresh connections by the lean writer. Both speak the same SSE.
+/// Streams on a kept-alive connection (after other requests) are handed to
+/// the lean writer at the message boundary, as on fresh connections; both
+/// transports speak the same SSE (tests/api/transport.rs covers the hyper
+/// fallback).
 #[tokio::test]
 async fn streams_on_reused_connections_behave_the_same() {
     let app = TestApp::memory(&["--admission-interval-ms", "300", "--admission-batch", "1"]).await;

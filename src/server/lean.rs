@@ -1,0 +1,267 @@
+//! The lean writer: serves an event-stream request straight on its socket
+//! once [`super::handover`] has taken the connection from hyper.
+//!
+//! The request still runs through the application's router (routing,
+//! percent-decoding, extractors, identity binding, limits, error JSON and
+//! middleware are the hyper path's own); only the bytes around it differ.
+//! A [`LeanStream`] in the request's extensions tells the events handler
+//! to leave its session here instead of building a hyper body. The
+//! router's answer is then written as produced, framed by the connection's
+//! close: a stream as its head and the session's frames, anything else
+//! with a `Content-Length`. Nothing of the request or the router outlives
+//! that first answer: a stream keeps its socket and its session, no more.
+
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{
+    HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tower::ServiceExt;
+
+use super::handover::{MAX_HEAD, MAX_HEADERS};
+use crate::http::EVENTS_PATH;
+use crate::push::StreamSession;
+
+/// A client that takes longer than this to accept a frame is dropped:
+/// its stream shows only the latest state, so it loses nothing it needs.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest non-stream answer written here (error JSON, a shed frame).
+const MAX_PLAIN_BODY: usize = 64 * 1024;
+
+/// Put in a lean request's extensions: the events handler leaves the
+/// stream's session here for the lean writer.
+#[derive(Clone, Default)]
+pub struct LeanStream(Arc<Mutex<Option<StreamSession>>>);
+
+impl LeanStream {
+    /// Leaves `session` for the lean writer.
+    pub fn hand_over(&self, session: StreamSession) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
+    }
+
+    fn take(&self) -> Option<StreamSession> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// The event-stream route, matched by axum's own matcher on the raw path,
+/// as the router matches it.
+static STREAM_ROUTE: LazyLock<matchit::Router<()>> = LazyLock::new(|| {
+    let mut route = matchit::Router::new();
+    route.insert(EVENTS_PATH, ()).expect("a valid route");
+    route
+});
+
+/// `bytes` as a request for the lean writer: exactly one complete,
+/// bodyless HTTP/1.1 `GET` head for the event-stream route, which hyper
+/// would accept as it is; `None` for anything else (hyper serves it).
+pub fn stream_request(bytes: &[u8]) -> Option<Request<Body>> {
+    if bytes.len() > MAX_HEAD {
+        return None;
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut head = httparse::Request::new(&mut headers);
+    let httparse::Status::Complete(len) = head.parse(bytes).ok()? else {
+        return None;
+    };
+    if len != bytes.len() || head.method != Some("GET") || head.version != Some(1) {
+        return None;
+    }
+    // hyper parses the target the same way (`Uri::from_maybe_shared`).
+    let uri: Uri = head.path?.parse().ok()?;
+    STREAM_ROUTE.at(uri.path()).ok()?;
+    let mut request = Request::new(Body::empty());
+    *request.method_mut() = Method::GET;
+    *request.version_mut() = Version::HTTP_11;
+    *request.uri_mut() = uri;
+    for h in head.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+        // A body, or a protocol switch: hyper's business.
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::UPGRADE
+        {
+            return None;
+        }
+        request
+            .headers_mut()
+            .append(name, HeaderValue::from_bytes(h.value).ok()?);
+    }
+    Some(request)
+}
+
+/// Serves `request`, already read off `socket`, through `router`: writes
+/// its answer and, for a stream, every frame until the stream ends.
+pub async fn serve(router: Router, mut socket: TcpStream, request: Request<Body>) {
+    // Boxed and finished before the stream starts, so the routing's state
+    // does not stay in this task for the stream's life.
+    let (head, session) = Box::pin(respond(router, request)).await;
+    let Some(mut session) = session else {
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, socket.write_all(&head)).await;
+        let _ = socket.shutdown().await;
+        return;
+    };
+    let _ = socket.set_nodelay(true);
+    match tokio::time::timeout(WRITE_TIMEOUT, socket.write_all(&head)).await {
+        Ok(Ok(())) => {}
+        _ => return,
+    }
+    drop(head);
+    let mut scratch = [0u8; 64];
+    loop {
+        tokio::select! {
+            frame = session.next_frame() => {
+                let Some(frame) = frame else { break };
+                match tokio::time::timeout(WRITE_TIMEOUT, socket.write_all(&frame)).await {
+                    Ok(Ok(())) => {}
+                    _ => break,
+                }
+            }
+            // The client sends nothing on a stream: readable means it
+            // closed (or misbehaves); either way the stream is over.
+            readable = socket.readable() => {
+                if readable.is_err() {
+                    break;
+                }
+                match socket.try_read(&mut scratch) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    let _ = socket.shutdown().await;
+}
+
+/// Runs `request` through the router: the bytes to write first, and the
+/// session when the answer is a stream.
+async fn respond(router: Router, mut request: Request<Body>) -> (Vec<u8>, Option<StreamSession>) {
+    let lean = LeanStream::default();
+    request.extensions_mut().insert(lean.clone());
+    let Ok(response) = router.oneshot(request).await;
+    match lean.take() {
+        Some(session) if response.status() == StatusCode::OK => {
+            let (parts, _) = response.into_parts();
+            (head_bytes(&parts, None), Some(session))
+        }
+        // Anything else is written whole (a stream session the answer
+        // does not carry is dropped).
+        _ => (plain_response(response).await, None),
+    }
+}
+
+/// A whole answer, closing the connection: the router's head with a
+/// `Content-Length`, then its body.
+pub async fn plain_response(response: Response<Body>) -> Vec<u8> {
+    let (parts, body) = response.into_parts();
+    let body = tokio::time::timeout(WRITE_TIMEOUT, axum::body::to_bytes(body, MAX_PLAIN_BODY))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let bodiless = parts.status.is_informational()
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    let mut out = head_bytes(&parts, (!bodiless).then_some(body.len()));
+    if !bodiless {
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+/// The response head as hyper would write it (lower-case names, a `date`),
+/// with this writer's own framing: `Content-Length` when given, and
+/// `connection: close` always.
+fn head_bytes(parts: &axum::http::response::Parts, content_length: Option<usize>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+        {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(httpdate::fmt_http_date(SystemTime::now()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(len) = content_length {
+        out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_only_one_complete_bodyless_stream_get() {
+        let ok = stream_request(
+            b"GET /api/queues/def%61ult/events?ticket=abc HTTP/1.1\r\nHost: x\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(ok.uri().path(), "/api/queues/def%61ult/events");
+        assert_eq!(ok.uri().query(), Some("ticket=abc"));
+        assert_eq!(
+            ok.headers().get_all("cookie").iter().count(),
+            2,
+            "duplicates kept"
+        );
+        for refused in [
+            &b"GET /api/queues/default/events HTTP/1.1\r\nHost: x\r\n"[..],
+            b"GET /api/queues/default/events HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+            b"POST /api/queues/default/events HTTP/1.1\r\n\r\n",
+            b"GET /api/queues/default/events HTTP/1.0\r\n\r\n",
+            b"GET /api/queues/default/events HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"GET /api/queues/default/events HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET /api/queues/default/position HTTP/1.1\r\n\r\n",
+            b"GET /api/queues/a/b/events HTTP/1.1\r\n\r\n",
+            b"GET /api/queues/default/events/ HTTP/1.1\r\n\r\n",
+            b"garbage",
+        ] {
+            assert!(
+                stream_request(refused).is_none(),
+                "{}",
+                String::from_utf8_lossy(refused)
+            );
+        }
+    }
+
+    #[test]
+    fn heads_carry_the_answer_and_close_framing() {
+        let response = Response::builder()
+            .status(401)
+            .header("content-type", "application/json")
+            .header("retry-after", "2")
+            .body(())
+            .unwrap();
+        let (parts, ()) = response.into_parts();
+        let head = String::from_utf8(head_bytes(&parts, Some(12))).unwrap();
+        assert!(head.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{head}");
+        assert!(head.contains("\r\ncontent-type: application/json\r\n"));
+        assert!(head.contains("\r\nretry-after: 2\r\n"));
+        assert!(head.contains("\r\ndate: "));
+        assert!(head.ends_with("content-length: 12\r\nconnection: close\r\n\r\n"));
+    }
+}

@@ -1,0 +1,157 @@
+//! The connections the API is served on: the accept loop, and the two
+//! paths an event stream can take.
+//!
+//! **Why two paths.** Waiting is the long part of a waiting room: most open
+//! connections are idle event streams. Served through hyper, each keeps a
+//! read buffer, a write buffer and hyper's connection state: about 34 KiB
+//! of server memory per idle stream, measured with the load test. Served
+//! straight on its socket it keeps the socket and its session: about
+//! 3.5 KiB. So one instance holds several times more waiting buyers.
+//!
+//! **The hyper path** serves every connection first: hyper (HTTP/1.1, one
+//! task per connection) calls the axum router, tower middleware included,
+//! and streams an event stream as a chunked body. It is always correct,
+//! and it is what a connection falls back to whenever a handover is not
+//! certain to be safe (a stream head that arrives in pieces, a pipelined
+//! request, a body nobody read, `Transfer-Encoding`, …).
+//!
+//! **The lean path** takes over a connection when, at a true message
+//! boundary (every earlier request read whole, body included, every
+//! response written and flushed), one read brings exactly one complete
+//! bodyless `GET` head for the event-stream route. `handover.rs` decides
+//! that and recovers the socket from hyper; `lean.rs` runs the request
+//! through the same router and writes its answer, then the stream's frames,
+//! on the socket, closing the connection when the stream ends.
+//!
+//! **What middleware reaches.** Both paths run each request through the
+//! whole router: routing, extractors (identity binding, tickets, limits),
+//! handlers, error JSON and every router layer (the trace layer, …) see
+//! the same request either way. On the lean path the stream's frames do not
+//! pass through a response body, so a layer that wraps response bodies
+//! sees an empty one there (the trace layer logs the stream's start, not
+//! its end); response framing (`Content-Length`, chunking, `Connection`) is
+//! the transport's. The layers added here, per connection — the request
+//! body deadline (`--body-timeout-secs`) and the in-flight tracking of
+//! `handover.rs` — are hyper-path only: a lean request has no body.
+//!
+//! **Limits.** Heads are capped at [`handover::MAX_HEAD`] (`431`, from
+//! hyper), must arrive within [`HEAD_TIMEOUT`] (which also closes idle
+//! keep-alive connections), and bodies within the body timeout (`408`).
+//! At most `--max-connections` connections, streams included, are open at
+//! once; one over the cap is answered `503 server_busy` with `Retry-After`
+//! and closed.
+
+mod handover;
+mod lean;
+
+pub use lean::LeanStream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::IntoResponse;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::task::TaskTracker;
+use tower_http::timeout::RequestBodyDeadlineLayer;
+
+use crate::AppState;
+use crate::http::ApiError;
+use handover::{HandoverIo, Shared, Tracked};
+
+/// How long a client may take to send its request head (and so how long
+/// an idle keep-alive connection stays open).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections over the cap being answered at once; more are closed
+/// unanswered. Bounds the descriptors refusing can take.
+const TURN_AWAY_AT_ONCE: usize = 64;
+
+/// How long a turned-away client has to read its answer.
+const TURN_AWAY_LINGER: Duration = Duration::from_secs(1);
+
+/// Serves `listener` until the state's shutdown fires and every connection
+/// has finished (streams close within the drain window; anything still
+/// open `drain + 5 s` after shutdown is dropped).
+pub async fn serve(state: AppState, listener: TcpListener) -> std::io::Result<()> {
+    let router = crate::app(state.clone());
+    let app = tower::ServiceBuilder::new()
+        .layer(RequestBodyDeadlineLayer::new(state.config().body_timeout()))
+        .service(router.clone());
+    let shutdown = state.shutdown().clone();
+    let graceful = GracefulShutdown::new();
+    let connections = TaskTracker::new();
+    let open = Arc::new(Semaphore::new(state.max_connections()));
+    let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
+    loop {
+        let (socket, _) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            metrics::counter!("waitroom_connections_refused_total").increment(1);
+            if let Ok(slot) = turning_away.clone().try_acquire_owned() {
+                connections.spawn(turn_away(socket, slot));
+            }
+            continue;
+        };
+        let router = router.clone();
+        let app = app.clone();
+        let watcher = graceful.watcher();
+        connections.spawn(async move {
+            let _permit = permit;
+            let shared = Arc::new(Shared::default());
+            let io = HandoverIo::new(socket, shared.clone());
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_header_size(handover::MAX_HEAD)
+                .serve_connection(TokioIo::new(io), Tracked::new(app, shared.clone()));
+            // Boxed, so a lean stream's task does not keep hyper's size.
+            let _ = Box::pin(watcher.watch(connection)).await;
+            let handed = shared.take_handed_over();
+            drop(shared);
+            if let Some(handed) = handed {
+                Box::pin(lean::serve(router, handed.socket, handed.request)).await;
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    let drain = Duration::from_secs(state.config().drain_secs) + Duration::from_secs(5);
+    let finished = async {
+        graceful.shutdown().await;
+        connections.wait().await;
+    };
+    if tokio::time::timeout(drain, finished).await.is_err() {
+        tracing::warn!("connections still open after the drain window; closing them");
+    }
+    Ok(())
+}
+
+/// Answers a connection over the cap `503 server_busy` and closes it. The
+/// client gets [`TURN_AWAY_LINGER`] to read the answer before the close
+/// (closing with its request unread would reset the connection and could
+/// destroy the answer on the way).
+async fn turn_away(mut socket: TcpStream, _slot: OwnedSemaphorePermit) {
+    let answer = lean::plain_response(ApiError::ServerBusy.into_response()).await;
+    let _ = tokio::time::timeout(TURN_AWAY_LINGER, async {
+        socket.write_all(&answer).await?;
+        socket.shutdown().await?;
+        let mut sink = [0u8; 256];
+        while socket.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
