@@ -107,14 +107,16 @@ impl RedisProcess {
                     self.port
                 ));
             }
-            // Only our own server counts: another test's server may have
-            // taken the port between `free_port` and the bind.
+            // Only our own server counts (another test's server may have
+            // taken the port between `free_port` and the bind), and only
+            // once it has loaded its AOF (INFO answers while loading).
             if let Ok(client) = redis::Client::open(self.url())
                 && let Ok(mut c) = client.get_connection()
-                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c)
+                && let Ok(info) = redis::cmd("INFO").query::<String>(&mut c)
                 && info
                     .lines()
                     .any(|l| l.trim() == format!("process_id:{pid}"))
+                && info.lines().any(|l| l.trim() == "loading:0")
             {
                 self.child = Some(child);
                 return Ok(());
