@@ -28,6 +28,7 @@ pub struct StreamRequest {
     queue: String,
     ticket: Option<String>,
     user: Option<Vec<u8>>,
+    last_event_id: Option<Vec<u8>>,
 }
 
 /// Parses `bytes` as a complete `GET /api/queues/{queue}/events` head;
@@ -67,6 +68,7 @@ pub fn parse_stream_request(bytes: &[u8]) -> Option<StreamRequest> {
         queue: queue.to_owned(),
         ticket,
         user: header("x-user-id").map(|h| h.value.to_vec()),
+        last_event_id: header("last-event-id").map(|h| h.value.to_vec()),
     })
 }
 
@@ -78,7 +80,7 @@ pub async fn serve(state: &AppState, mut stream: TcpStream, request: StreamReque
         request.ticket,
         request.user.as_deref(),
     ) {
-        Ok(member) => open_stream(state, &member).await,
+        Ok(member) => open_stream(state, &member, request.last_event_id.as_deref()).await,
         Err(e) => Err(e),
     };
     let mut session = match opening {
@@ -147,11 +149,17 @@ fn stream_head() -> Vec<u8> {
 async fn error_response(error: ApiError) -> Vec<u8> {
     let response = error.into_response();
     let status = response.status();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| format!("Retry-After: {v}\r\n"))
+        .unwrap_or_default();
     let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
         .await
         .unwrap_or_default();
     let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{retry_after}Connection: close\r\n\r\n",
         status.as_u16(),
         status.canonical_reason().unwrap_or(""),
         body.len()
