@@ -47,13 +47,13 @@ async fn enter(
         .store()
         .enter(&queue, &user, state.policy(), &EntryToken::generate())
         .await?;
+    metrics::counter!("waitroom_enters_total", "queue" => queue.to_string(), "new" => outcome.created.to_string()).increment(1);
     state.limits().after_join(
         &queue,
         &user,
         outcome.created,
         outcome.snapshot.entered_at_ms,
     )?;
-    metrics::counter!("waitroom_enters_total", "queue" => queue.to_string(), "new" => outcome.created.to_string()).increment(1);
     let ticket = state.signer().sign(&queue, &user);
     let body = Entered {
         status: QueueStatus::new(&outcome.snapshot, state.admission_rate(&queue)),

@@ -231,11 +231,17 @@ mod tests {
         let limits = RequestLimits::new(2, 10);
         let t = Instant::now();
         for i in 0..10 {
-            assert!(limits.spend_at(key("a"), t).is_ok(), "request {i} of the burst");
+            assert!(
+                limits.spend_at(key("a"), t).is_ok(),
+                "request {i} of the burst"
+            );
         }
         let wait = limits.spend_at(key("a"), t).unwrap_err();
         assert_eq!(wait, Duration::from_millis(500));
-        assert!(limits.spend_at(key("b"), t).is_ok(), "budgets are per buyer");
+        assert!(
+            limits.spend_at(key("b"), t).is_ok(),
+            "budgets are per buyer"
+        );
         let later = t + Duration::from_millis(500);
         assert!(limits.spend_at(key("a"), later).is_ok());
         assert!(limits.spend_at(key("a"), later).is_err());

@@ -681,7 +681,10 @@ mod tests {
                         q.apply(
                             &pass(
                                 pass_no,
-                                admitted.iter().map(|(s, u)| (u.as_str(), *s, "t")).collect(),
+                                admitted
+                                    .iter()
+                                    .map(|(s, u)| (u.as_str(), *s, "t"))
+                                    .collect(),
                                 abandoned.iter().map(|(s, u)| (u.as_str(), *s)).collect(),
                                 line.len() as u64,
                             ),

@@ -79,7 +79,8 @@ impl EventId {
             Some((p, n)) => (p, Some(n)),
             None => (text, None),
         };
-        let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(pass) || !n.is_none_or(digits) {
             return None;
         }
@@ -98,9 +99,7 @@ impl EventId {
         let start = Self { pass, n: 0 };
         match floor {
             Some(f)
-                if f >= start
-                    && f.pass - pass <= FLOOR_MAX_PASSES_AHEAD
-                    && f.n < FLOOR_MAX_N =>
+                if f >= start && f.pass - pass <= FLOOR_MAX_PASSES_AHEAD && f.n < FLOOR_MAX_N =>
             {
                 Self {
                     pass: f.pass,
@@ -180,8 +179,21 @@ mod tests {
             assert_eq!(EventId::parse(&want.to_string()), Some(want));
         }
         for bad in [
-            "", ".", "7.", ".3", "+7", "-1", "7.3.1", "7,3", "1e3", "abc", "7.-1",
-            "18446744073709551616", "7.4294967296", "0x10", "٣",
+            "",
+            ".",
+            "7.",
+            ".3",
+            "+7",
+            "-1",
+            "7.3.1",
+            "7,3",
+            "1e3",
+            "abc",
+            "7.-1",
+            "18446744073709551616",
+            "7.4294967296",
+            "0x10",
+            "٣",
         ] {
             assert_eq!(EventId::parse(bad), None, "{bad:?}");
         }
@@ -191,7 +203,12 @@ mod tests {
     fn ids_compare_as_tuples_not_decimals() {
         assert!(id(7, 10) > id(7, 9));
         assert!(id(8, 0) > id(7, 100));
-        assert_eq!(EventId::parse("7.10").unwrap().cmp(&EventId::parse("7.9").unwrap()), std::cmp::Ordering::Greater);
+        assert_eq!(
+            EventId::parse("7.10")
+                .unwrap()
+                .cmp(&EventId::parse("7.9").unwrap()),
+            std::cmp::Ordering::Greater
+        );
     }
 
     #[test]
@@ -210,11 +227,21 @@ mod tests {
     #[test]
     fn an_absurd_floor_is_ignored() {
         let far = 5 + FLOOR_MAX_PASSES_AHEAD;
-        assert_eq!(EventId::first(5, Some(id(far, 0))), id(far, 1), "at the edge");
+        assert_eq!(
+            EventId::first(5, Some(id(far, 0))),
+            id(far, 1),
+            "at the edge"
+        );
         assert_eq!(EventId::first(5, Some(id(far + 1, 0))), id(5, 0));
         assert_eq!(EventId::first(5, Some(id(u64::MAX, u32::MAX))), id(5, 0));
-        assert_eq!(EventId::first(u64::MAX, Some(id(u64::MAX, 0))), id(u64::MAX, 1));
+        assert_eq!(
+            EventId::first(u64::MAX, Some(id(u64::MAX, 0))),
+            id(u64::MAX, 1)
+        );
         assert_eq!(EventId::first(5, Some(id(5, FLOOR_MAX_N))), id(5, 0));
-        assert_eq!(EventId::first(5, Some(id(5, FLOOR_MAX_N - 1))), id(5, FLOOR_MAX_N));
+        assert_eq!(
+            EventId::first(5, Some(id(5, FLOOR_MAX_N - 1))),
+            id(5, FLOOR_MAX_N)
+        );
     }
 }

@@ -6,6 +6,7 @@ mod common;
 
 mod failures;
 mod instances;
+mod limits;
 mod orders;
 mod queue;
 mod sse;
