@@ -12,6 +12,10 @@
 #      and Redis commands per waiting user per second while admission is
 #      stalled, then admission at BATCH per second: lags, lost/duplicate
 #      readies, orders against STOCK
+#   b2. leaves: LEAVE_USERS streams on one server admitting LEAVE_BATCH per
+#      second; a pool of extra buyers behind them leaves at LEAVE_RATE per
+#      second for LEAVE_SECS: the crowd's rank-update p99 during the leaves
+#      against the QUIET_SECS before them (target: within 2x)
 #   c. the same crowd (POLL_USERS) served by polling only
 # and writes ONE markdown table ($RESULTS_DIR/latest.md) and ONE SVG chart
 # of the SSE run ($RESULTS_DIR/latest.svg), plus the raw JSON reports.
@@ -22,7 +26,9 @@
 # env (defaults): USERS (15000), POLL_USERS (USERS), BURST (10000),
 #   BATCH (500 per 1 s pass; also the plug size and --max-active),
 #   STOCK (2/3 of USERS), SETTLE_SECS (150: see below), STEADY_SECS (30),
-#   BUDGET_SECS (600: hard limit on the scenarios, the build not counted),
+#   BUDGET_SECS (800: hard limit on the scenarios, the build not counted),
+#   LEAVE_USERS (USERS + 2000), LEAVE_RATE (5000), LEAVE_SECS (20),
+#   QUIET_SECS (20), LEAVE_BATCH (20), SKIP_LEAVES (unset),
 #   WORKERS (0: one generator process per 17,000 buyers),
 #   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset), SKIP_K6 (unset).
 #
@@ -43,7 +49,14 @@ BATCH=${BATCH:-500}
 STOCK=${STOCK:-$((USERS * 2 / 3))}
 SETTLE_SECS=${SETTLE_SECS:-150}
 STEADY_SECS=${STEADY_SECS:-30}
-BUDGET_SECS=${BUDGET_SECS:-600}
+BUDGET_SECS=${BUDGET_SECS:-800}
+# The leaves scenario: admission at LEAVE_BATCH/s takes about 2,000 of the
+# crowd during the run, so LEAVE_USERS = USERS + 2000 keeps ~USERS open.
+LEAVE_USERS=${LEAVE_USERS:-$((USERS + 2000))}
+LEAVE_RATE=${LEAVE_RATE:-5000}
+LEAVE_SECS=${LEAVE_SECS:-20}
+QUIET_SECS=${QUIET_SECS:-20}
+LEAVE_BATCH=${LEAVE_BATCH:-20}
 RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
 WORKERS=${WORKERS:-0}
 SOURCE_IPS=127.0.0.2-127.0.0.11
@@ -200,9 +213,14 @@ SERVER_FLAGS=(--admission-batch "$BATCH" --admission-interval-ms 1000 --max-acti
 # Time: the SSE crowd gets its settle + steady + 150 s to enter and drain,
 # polling the rest (at least 150 s); both are cut to fit the budget.
 POLL_NEED=$((10 + STEADY_SECS + 150))
+# Leaves: open the crowd (up to 90 s), join the pool (~5,000/s), 5 s
+# settle, 5 s steady, the quiet window, the leaves, 15 s to report.
+LEAVES_DURATION=$((90 + LEAVE_RATE * LEAVE_SECS / 5000 + 10 + QUIET_SECS + LEAVE_SECS + 15))
+LEAVES_NEED=0
+[[ -n "${SKIP_LEAVES:-}" ]] || LEAVES_NEED=$((LEAVES_DURATION + 10))
 SSE_DURATION=$((SETTLE_SECS + STEADY_SECS + 150))
-if ((SSE_DURATION > $(left) - POLL_NEED - 20)); then
-  SSE_DURATION=$(($(left) - POLL_NEED - 20))
+if ((SSE_DURATION > $(left) - POLL_NEED - LEAVES_NEED - 20)); then
+  SSE_DURATION=$(($(left) - POLL_NEED - LEAVES_NEED - 20))
   SETTLE_SECS=$((SSE_DURATION - STEADY_SECS - 150))
   ((SETTLE_SECS < 5)) && SETTLE_SECS=5
   log "b. budget: settle cut to $SETTLE_SECS s"
@@ -212,6 +230,25 @@ fi
 start_server sse "${SERVER_FLAGS[@]}"
 log "b. SSE crowd: $USERS buyers, plug $BATCH, settle $SETTLE_SECS s, steady $STEADY_SECS s, stock $STOCK (limit ${SSE_DURATION}s)"
 crowd sse "$USERS" "$RESULTS_DIR/sse.json" "$SETTLE_SECS" "$SSE_DURATION"
+
+# --- b2. leaves ----------------------------------------------------------
+# No plug and no --max-active: admission moves every rank each pass, in
+# the quiet window and during the leaves alike. Buyers still waiting when
+# the run ends are reported as "deadline before ready"; expected here.
+LEAVES_JSON=""
+if [[ -z "${SKIP_LEAVES:-}" ]] && ((LEAVES_DURATION < $(left) - POLL_NEED)); then
+  start_server leaves --admission-batch "$LEAVE_BATCH" --admission-interval-ms 1000 \
+    --token-ttl-secs 600 --abandon-after-secs 0
+  log "b2. leaves: $LEAVE_USERS streams, $LEAVE_RATE leaves/s for $LEAVE_SECS s after $QUIET_SECS s quiet (limit ${LEAVES_DURATION}s)"
+  "$GEN" crowd --mode sse --addr "$SERVER_ADDR" --users "$LEAVE_USERS" --source-ips "$SOURCE_IPS" \
+    --redis-url "$REDIS_URL" --key-prefix "$PREFIX" --server-pid "$SERVER_PID" --no-orders \
+    --settle-secs 5 --steady-secs 5 --open-timeout-secs 90 \
+    --churn-rate "$LEAVE_RATE" --churn-secs "$LEAVE_SECS" --quiet-secs "$QUIET_SECS" \
+    --duration-secs "$LEAVES_DURATION" --workers "$WORKERS" --out "$RESULTS_DIR/leaves.json"
+  LEAVES_JSON=$RESULTS_DIR/leaves.json
+elif [[ -z "${SKIP_LEAVES:-}" ]]; then
+  log "b2. skipped: no time left in BUDGET_SECS=$BUDGET_SECS"
+fi
 
 # --- c. polling ---------------------------------------------------------
 POLL_DURATION=$(($(left) - 10))
@@ -233,7 +270,7 @@ SERVER_PID=""
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 "$GEN" table --zadd-p1 "$ZADD_P1" --zadd-p16 "$ZADD_P16" \
   ${K6_JSON:+--k6 "$K6_JSON"} --burst "$RESULTS_DIR/burst.json" \
-  --sse "$RESULTS_DIR/sse.json" ${POLL_JSON:+--poll "$POLL_JSON"} \
+  --sse "$RESULTS_DIR/sse.json" ${POLL_JSON:+--poll "$POLL_JSON"} ${LEAVES_JSON:+--leaves "$LEAVES_JSON"} \
   --note "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`loadtest/run.sh\` (USERS=$USERS POLL_USERS=$POLL_USERS BURST=$BURST BATCH=$BATCH STOCK=$STOCK SETTLE_SECS=$SETTLE_SECS STEADY_SECS=$STEADY_SECS) in $((SECONDS - START)) s." \
   --note "Machine: $(nproc) cores ($CPU), $(free -g | awk '/Mem:/ {print $2}') GiB, shared and noisy; server, Redis and load generators all on the same 2 cores over loopback, so every latency includes the generator's own CPU contention. Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='), one redis-server of the run's own, no persistence." \
   --note "One waitroom process per scenario (fresh key prefix, SQLite orders DB in a temp dir), \`--admission-batch $BATCH --admission-interval-ms 1000 --max-active $BATCH --token-ttl-secs 600\` for b and c; the crowd's source addresses $SOURCE_IPS." \

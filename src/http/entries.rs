@@ -40,11 +40,20 @@ async fn enter(
     headers: HeaderMap,
     OptionalJson(_body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
+    // The per-buyer budget (limit.rs): refused before the store when over,
+    // counted after it when this was a repeat join past the grace window.
+    state.limits().before_join(&queue, &user)?;
     let outcome = state
         .store()
         .enter(&queue, &user, state.policy(), &EntryToken::generate())
         .await?;
     metrics::counter!("waitroom_enters_total", "queue" => queue.to_string(), "new" => outcome.created.to_string()).increment(1);
+    state.limits().after_join(
+        &queue,
+        &user,
+        outcome.created,
+        outcome.snapshot.entered_at_ms,
+    )?;
     let ticket = state.signer().sign(&queue, &user);
     let body = Entered {
         status: QueueStatus::new(&outcome.snapshot, state.admission_rate(&queue)),
@@ -84,6 +93,7 @@ async fn leave(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     state.store().leave(&member.queue, &member.user).await?;
+    state.limits().note_left(&member.queue, &member.user);
     let mut expired = ticket_cookie(&member.queue, String::new(), secure_request(&headers));
     expired.make_removal();
     let mut response = StatusCode::NO_CONTENT.into_response();

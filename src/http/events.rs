@@ -3,9 +3,13 @@
 //!
 //! On connect the current state goes out at once (a reconnect heals
 //! anything missed, whatever `Last-Event-ID` says), then every change the
-//! hub pushes. Over the per-instance cap the stream is shed with a `200`,
-//! a long `retry:` and an immediate close, because a non-200 answer would
-//! stop a browser's EventSource for good.
+//! hub pushes. `Last-Event-ID` is used only as a floor: the new stream's
+//! ids start after it, so ids only grow for a buyer across reconnects,
+//! restarts and instances (`EventId::first` says which ids are ignored).
+//! Each open counts against the buyer's request budget (`limit.rs`). Over
+//! the per-instance cap the stream is shed with a `200`, a long `retry:`
+//! and an immediate close, because a non-200 answer would stop a browser's
+//! EventSource for good.
 //!
 //! Whichever transport carries the request (see `crate::server`), it runs
 //! through this handler: on the lean path the request carries a
@@ -19,7 +23,7 @@ use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
@@ -28,7 +32,7 @@ use futures::stream;
 use super::error::ApiError;
 use super::extract::Member;
 use crate::AppState;
-use crate::push::{StreamSession, shed_frame, view_of};
+use crate::push::{EventId, StreamSession, shed_frame, view_of};
 use crate::server::LeanStream;
 
 /// The route of the event stream (the lean writer matches it too).
@@ -50,13 +54,22 @@ pub enum Opening {
 }
 
 /// Opens `member`'s stream: reads their standing (which also marks them as
-/// seen) and registers the stream with the hub.
-pub async fn open_stream(state: &AppState, member: &Member) -> Result<Opening, ApiError> {
+/// seen) and registers the stream with the hub. `last_event_id` is the
+/// raw `Last-Event-ID` header, if any; a malformed one is ignored.
+pub async fn open_stream(
+    state: &AppState,
+    member: &Member,
+    last_event_id: Option<&[u8]>,
+) -> Result<Opening, ApiError> {
     if state.hub().open_streams() >= state.max_streams() {
         metrics::counter!("waitroom_streams_shed_total").increment(1);
         let retry = Duration::from_millis(rand::random_range(20_000..40_000));
         return Ok(Opening::Shed(shed_frame(retry)));
     }
+    state.limits().check(&member.queue, &member.user)?;
+    let floor = last_event_id
+        .and_then(|raw| std::str::from_utf8(raw).ok())
+        .and_then(EventId::parse);
     let before = state.hub().events_seen(&member.queue);
     let snapshot = state
         .store()
@@ -66,9 +79,15 @@ pub async fn open_stream(state: &AppState, member: &Member) -> Result<Opening, A
     let Some(view) = view_of(&snapshot, rate) else {
         return Ok(Opening::NotEntered);
     };
-    let sub = state
-        .hub()
-        .register(state, &member.queue, &member.user, &snapshot, view, before);
+    let sub = state.hub().register(
+        state,
+        &member.queue,
+        &member.user,
+        &snapshot,
+        view,
+        before,
+        floor,
+    );
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
     Ok(Opening::Stream(StreamSession::new(
         sub,
@@ -90,8 +109,10 @@ async fn events(
     State(state): State<AppState>,
     lean: Option<Extension<LeanStream>>,
     member: Member,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let body = match open_stream(&state, &member).await? {
+    let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
+    let body = match open_stream(&state, &member, last_event_id).await? {
         Opening::NotEntered => return Ok(StatusCode::NO_CONTENT.into_response()),
         Opening::Shed(frame) => Body::from(frame),
         Opening::Stream(session) => match lean {

@@ -150,7 +150,9 @@ impl Hub {
 
     /// Registers a stream for `user` showing `view` (from `snapshot`, read
     /// after [`Hub::events_seen`] returned `seen_before`); a previous stream
-    /// of the same user is told `gone: replaced`.
+    /// of the same user is told `gone: replaced`. The stream's ids start
+    /// after `floor`, the last id its client saw (see [`EventId::first`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn register(
         &self,
         state: &AppState,
@@ -159,12 +161,10 @@ impl Hub {
         snapshot: &Snapshot,
         view: View,
         seen_before: u64,
+        floor: Option<EventId>,
     ) -> Subscription {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let id = EventId {
-            pass: snapshot.pass,
-            n: 0,
-        };
+        let id = EventId::first(snapshot.pass, floor);
         let (tx, updates) = watch::channel(Update {
             id,
             view: view.clone(),
@@ -195,7 +195,7 @@ impl Hub {
             if q.events_seen.load(Ordering::Acquire) != seen_before {
                 watcher.next_refresh = Instant::now();
             }
-            if let Some(mut old) = watchers.by_user.insert(user.clone(), watcher) {
+            if let Some(mut old) = watchers.insert(user.clone(), watcher) {
                 let pass = old.id.pass;
                 old.show(pass, View::Gone(GoneReason::Replaced));
             }

@@ -5,6 +5,16 @@
 //! abandoned, left) is published with its arrival sequence, so a stream
 //! behind it moves up by exactly one. Exact re-reads from the store (see
 //! `refresh`) only heal what an interruption lost.
+//!
+//! A leave costs O(log L), L the leaves since the last pass, however many
+//! streams are open: its sequence goes into an order-statistic set, and a
+//! stream's rank is its stored rank less the leavers ahead of it in that
+//! set (one `rank` query). The next pass, which walks every stream anyway to
+//! show the new ranks, folds the set into the stored ranks and empties it.
+//! Leaves are shown with that pass in any case: in a busy sale people leave
+//! all the time, and a frame to every stream per leave would swamp them. If
+//! no pass comes for a long time, the set is folded once it holds
+//! [`FOLD_AT`] leaves, one walk per that many leaves.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,7 +32,8 @@ pub(super) struct Watcher {
     pub tx: watch::Sender<Update>,
     /// Arrival sequence while waiting (orders removals before/after us).
     pub seq: u64,
-    /// Best known rank while waiting.
+    /// Best known rank while waiting, before the pending leaves ahead of it
+    /// are taken off ([`QueueWatchers::rank_of`] gives the rank itself).
     pub rank: u64,
     pub total: u64,
     pub id: EventId,
@@ -55,11 +66,12 @@ impl Watcher {
         let _ = self.tx.send_replace(Update { id: self.id, view });
     }
 
-    fn waiting_view(&self, rate: f64) -> View {
+    /// What a waiting stream at `rank` shows.
+    fn waiting_view(&self, rank: u64, rate: f64) -> View {
         View::Waiting {
-            rank: self.rank,
-            total: self.total.max(self.rank + 1),
-            eta: crate::queue::estimated_wait_secs(self.rank, rate),
+            rank,
+            total: self.total.max(rank + 1),
+            eta: crate::queue::estimated_wait_secs(rank, rate),
         }
     }
 }
@@ -99,13 +111,64 @@ pub fn view_of(snapshot: &Snapshot, rate: f64) -> Option<View> {
     }
 }
 
+/// Pending leaves that make the registry fold them into every stream's
+/// stored rank without waiting for a pass (which comes every admission
+/// interval while anyone waits, so this is for long intervals and holds).
+pub const FOLD_AT: usize = 16_384;
+
 /// The streams of one queue.
-#[derive(Default)]
 pub(super) struct QueueWatchers {
     pub by_user: HashMap<UserId, Watcher>,
+    /// Arrival sequences of those who left since the last pass or fold, not
+    /// yet taken off the stored ranks.
+    left: indexset::BTreeSet<u64>,
+    fold_at: usize,
+}
+
+impl Default for QueueWatchers {
+    fn default() -> Self {
+        Self {
+            by_user: HashMap::new(),
+            left: indexset::BTreeSet::new(),
+            fold_at: FOLD_AT,
+        }
+    }
+}
+
+/// Pending leavers ahead of arrival sequence `seq`.
+fn leaves_ahead(left: &indexset::BTreeSet<u64>, seq: u64) -> u64 {
+    if left.is_empty() {
+        0
+    } else {
+        left.rank(&seq) as u64
+    }
 }
 
 impl QueueWatchers {
+    /// The rank `w` has now: its stored rank less the pending leaves ahead.
+    #[cfg(test)]
+    pub fn rank_of(&self, w: &Watcher) -> u64 {
+        w.rank.saturating_sub(leaves_ahead(&self.left, w.seq))
+    }
+
+    /// Adds a stream whose rank was read with every pending leave already
+    /// gone from the line (they were counted here before the read); a
+    /// previous stream of the same user is returned.
+    pub fn insert(&mut self, user: UserId, mut watcher: Watcher) -> Option<Watcher> {
+        watcher.rank += leaves_ahead(&self.left, watcher.seq);
+        self.by_user.insert(user, watcher)
+    }
+
+    /// Takes the pending leaves off every waiting stream's stored rank.
+    fn fold(&mut self) {
+        let left = std::mem::take(&mut self.left);
+        for w in self.by_user.values_mut() {
+            if w.is_waiting() {
+                w.rank = w.rank.saturating_sub(leaves_ahead(&left, w.seq));
+            }
+        }
+    }
+
     /// Applies a queue event to every stream it concerns. Rank changes from
     /// leaves are shown with the next pass, which every queue with someone
     /// waiting publishes each interval.
@@ -116,20 +179,17 @@ impl QueueWatchers {
                 self.apply_ranks(pass, rate);
             }
             QueueEvent::Left { user, seq } => {
-                for (u, w) in self.by_user.iter_mut() {
-                    if w.is_gone() {
-                        continue;
-                    }
-                    if u.as_str() == user {
-                        w.show(w.id.pass, View::Gone(GoneReason::Left));
-                    } else if let (Some(seq), true) = (seq, w.is_waiting()) {
-                        // Counted now, shown with the next pass: in a busy
-                        // sale people leave all the time, and a frame to
-                        // every stream per leave would swamp the streams.
-                        if w.seq > *seq {
-                            w.rank = w.rank.saturating_sub(1);
-                        }
-                        w.total = w.total.saturating_sub(1);
+                if let Some(w) = UserId::parse(user)
+                    .ok()
+                    .and_then(|u| self.by_user.get_mut(&u))
+                    && !w.is_gone()
+                {
+                    w.show(w.id.pass, View::Gone(GoneReason::Left));
+                }
+                if let Some(seq) = seq {
+                    self.left.insert(*seq);
+                    if self.left.len() >= self.fold_at {
+                        self.fold();
                     }
                 }
             }
@@ -178,7 +238,7 @@ impl QueueWatchers {
     }
 
     /// A pass's second half: every waiting stream moves up by the removals
-    /// ahead of it.
+    /// ahead of it, the pass's and the leaves' since the last one.
     pub fn apply_ranks(&mut self, pass: &Pass, rate: f64) {
         let mut removed: Vec<u64> = pass
             .admitted
@@ -187,17 +247,21 @@ impl QueueWatchers {
             .chain(pass.abandoned.iter().map(|a| a.seq))
             .collect();
         removed.sort_unstable();
+        let left = std::mem::take(&mut self.left);
         for w in self.by_user.values_mut() {
             if !w.is_waiting() {
                 continue;
             }
+            // Leaves are not tied to a pass: whatever a re-read saw of them
+            // was already taken into the stored rank (`apply_snapshot`).
+            w.rank = w.rank.saturating_sub(leaves_ahead(&left, w.seq));
             if w.synced_pass < pass.pass {
                 let ahead_removed = removed.partition_point(|&s| s < w.seq) as u64;
                 w.rank = w.rank.saturating_sub(ahead_removed);
                 w.synced_pass = pass.pass;
             }
             w.total = pass.waiting;
-            let view = w.waiting_view(rate);
+            let view = w.waiting_view(w.rank, rate);
             w.show(pass.pass, view);
         }
     }
@@ -217,18 +281,22 @@ impl QueueWatchers {
         }
         match &snapshot.standing {
             Standing::Waiting { rank, seq } => {
-                w.seq = *seq;
-                w.synced_pass = snapshot.pass;
+                let current = w.rank.saturating_sub(leaves_ahead(&self.left, w.seq));
                 // Never show the rank going up; an optimistic estimate
                 // catches up as the line moves.
-                w.rank = if w.is_waiting() {
-                    (*rank).min(w.rank)
+                let rank = if w.is_waiting() {
+                    (*rank).min(current)
                 } else {
                     *rank
                 };
+                w.seq = *seq;
+                w.synced_pass = snapshot.pass;
+                // Stored with the pending leaves ahead added back: the next
+                // pass takes them all off again.
+                w.rank = rank + leaves_ahead(&self.left, w.seq);
                 w.total = snapshot.total_waiting;
-                w.next_refresh = Instant::now() + refresh_period(w.rank);
-                let view = w.waiting_view(rate);
+                w.next_refresh = Instant::now() + refresh_period(rank);
+                let view = w.waiting_view(rank, rate);
                 w.show(snapshot.pass, view);
             }
             Standing::Ready {
@@ -449,5 +517,192 @@ mod tests {
         q.apply_snapshot(&u("me"), &stale, 1.0);
         assert!(!rx.has_changed().unwrap());
         assert_eq!(q.by_user[&u("me")].rank, 4);
+    }
+
+    fn left(user: &str, seq: u64) -> QueueEvent {
+        QueueEvent::Left {
+            user: user.into(),
+            seq: Some(seq),
+        }
+    }
+
+    #[test]
+    fn leaves_touch_no_other_stream() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(5_000, 4_000);
+        q.insert(u("me"), w);
+        let (w, mut behind_rx) = watcher(9_000, 7_000);
+        q.insert(u("behind"), w);
+        // 3,000 leave: 1,000 ahead of both, 2,000 between the two.
+        for seq in (1_000..2_000).chain(6_000..8_000) {
+            q.apply(&left(&format!("x{seq}"), seq), 1.0);
+        }
+        assert_eq!(q.by_user[&u("me")].rank, 4_000, "stored rank untouched");
+        assert_eq!(q.by_user[&u("behind")].rank, 7_000, "stored rank untouched");
+        assert!(!rx.has_changed().unwrap() && !behind_rx.has_changed().unwrap());
+        assert_eq!(q.rank_of(&q.by_user[&u("me")]), 3_000);
+        assert_eq!(q.rank_of(&q.by_user[&u("behind")]), 4_000);
+        q.apply(&pass(2, vec![], vec![], 4_500), 1.0);
+        assert!(matches!(
+            rx.borrow_and_update().view,
+            View::Waiting { rank: 3_000, .. }
+        ));
+        assert!(matches!(
+            behind_rx.borrow_and_update().view,
+            View::Waiting { rank: 4_000, .. }
+        ));
+        assert!(q.left.is_empty(), "a pass folds the leaves");
+    }
+
+    #[test]
+    fn a_leaver_is_told_and_its_leave_counts_for_those_behind() {
+        let mut q = QueueWatchers::default();
+        let (w, mut gone_rx) = watcher(3, 2);
+        q.insert(u("leaver"), w);
+        let (w, _rx) = watcher(7, 5);
+        q.insert(u("me"), w);
+        q.apply(&left("leaver", 3), 1.0);
+        assert_eq!(
+            gone_rx.borrow_and_update().view,
+            View::Gone(GoneReason::Left)
+        );
+        assert_eq!(q.rank_of(&q.by_user[&u("me")]), 4);
+    }
+
+    #[test]
+    fn a_stream_opened_or_refreshed_between_leaves_and_the_pass_counts_them_once() {
+        let mut q = QueueWatchers::default();
+        q.apply(&left("a", 1), 1.0);
+        q.apply(&left("b", 2), 1.0);
+        // Read after both leaves: rank 3 already leaves them out.
+        let (w, mut rx) = watcher(10, 3);
+        q.insert(u("new"), w);
+        let (w, _) = watcher(20, 12);
+        q.insert(u("old"), w);
+        // "old" was stored as rank 12 with both leaves counted; a re-read
+        // after them says 10, i.e. the same.
+        q.apply(&left("c", 15), 1.0);
+        let fresh = Snapshot {
+            standing: Standing::Waiting { rank: 9, seq: 20 },
+            total_waiting: 30,
+            entered_at_ms: None,
+            pass: 1,
+        };
+        q.apply_snapshot(&u("old"), &fresh, 1.0);
+        assert_eq!(q.rank_of(&q.by_user[&u("old")]), 9);
+        q.apply(&left("d", 5), 1.0);
+        q.apply(&pass(2, vec![], vec![], 20), 1.0);
+        assert!(matches!(
+            rx.borrow_and_update().view,
+            View::Waiting { rank: 2, .. }
+        ));
+        assert_eq!(q.by_user[&u("old")].rank, 8);
+    }
+
+    /// A line of users, some streaming, run through random leaves, passes
+    /// (admissions and abandonments), re-reads and new streams: after every
+    /// pass each stream shows exactly its place in the line.
+    #[test]
+    fn ranks_stay_exact_through_mixed_leaves_and_passes() {
+        for fold_at in [3, FOLD_AT] {
+            let mut q = QueueWatchers {
+                fold_at,
+                ..QueueWatchers::default()
+            };
+            let mut line: Vec<(u64, String)> = Vec::new();
+            let mut next_seq = 1;
+            let mut pass_no = 1;
+            let mut rxs = HashMap::new();
+            let join = |line: &mut Vec<(u64, String)>, next_seq: &mut u64| {
+                let user = format!("u{next_seq}");
+                line.push((*next_seq, user.clone()));
+                *next_seq += 1;
+            };
+            for _ in 0..300 {
+                join(&mut line, &mut next_seq);
+            }
+            let rank_in = |line: &Vec<(u64, String)>, user: &str| {
+                line.iter().position(|(_, u)| u == user).map(|r| r as u64)
+            };
+            for step in 0..3_000 {
+                match rand::random_range(0..100) {
+                    // A leave anywhere in the line.
+                    0..=49 if !line.is_empty() => {
+                        let (seq, user) = line.remove(rand::random_range(0..line.len()));
+                        rxs.remove(&user);
+                        q.apply(&left(&user, seq), 1.0);
+                    }
+                    50..=59 => join(&mut line, &mut next_seq),
+                    // A new stream for someone in line, read now.
+                    60..=74 if !line.is_empty() => {
+                        let r = rand::random_range(0..line.len());
+                        let (seq, user) = line[r].clone();
+                        if !q.by_user.contains_key(&u(&user)) {
+                            let (mut w, rx) = watcher(seq, r as u64);
+                            w.synced_pass = pass_no;
+                            q.insert(u(&user), w);
+                            rxs.insert(user, rx);
+                        }
+                    }
+                    // An exact re-read of a stream.
+                    75..=89 => {
+                        let users: Vec<UserId> = q
+                            .by_user
+                            .iter()
+                            .filter(|(_, w)| w.is_waiting())
+                            .map(|(u, _)| u.clone())
+                            .collect();
+                        if !users.is_empty() {
+                            let user = &users[rand::random_range(0..users.len())];
+                            let rank = rank_in(&line, user.as_str()).unwrap();
+                            let seq = line[rank as usize].0;
+                            let snapshot = Snapshot {
+                                standing: Standing::Waiting { rank, seq },
+                                total_waiting: line.len() as u64,
+                                entered_at_ms: None,
+                                pass: pass_no,
+                            };
+                            q.apply_snapshot(user, &snapshot, 1.0);
+                        }
+                    }
+                    // A pass: admit the head, drop someone absent.
+                    _ => {
+                        pass_no += 1;
+                        let admit = rand::random_range(0..3).min(line.len());
+                        let admitted: Vec<(u64, String)> = line.drain(..admit).collect();
+                        let mut abandoned = Vec::new();
+                        if !line.is_empty() && rand::random_bool(0.3) {
+                            abandoned.push(line.remove(rand::random_range(0..line.len())));
+                        }
+                        for (_, user) in admitted.iter().chain(&abandoned) {
+                            rxs.remove(user);
+                            q.by_user.remove(&u(user));
+                        }
+                        q.apply(
+                            &pass(
+                                pass_no,
+                                admitted
+                                    .iter()
+                                    .map(|(s, u)| (u.as_str(), *s, "t"))
+                                    .collect(),
+                                abandoned.iter().map(|(s, u)| (u.as_str(), *s)).collect(),
+                                line.len() as u64,
+                            ),
+                            1.0,
+                        );
+                        for (user, rx) in &rxs {
+                            let want = rank_in(&line, user).unwrap();
+                            match &rx.borrow().view {
+                                View::Waiting { rank, .. } => assert_eq!(
+                                    *rank, want,
+                                    "{user} after pass {pass_no} (step {step}, fold at {fold_at})"
+                                ),
+                                other => panic!("{user} shows {other:?}"),
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,14 @@
 //! Redis commands, HTTP requests and server CPU per waiting user per
 //! second, and server RSS per open stream; (4) the plug leaves, admission
 //! runs, buyers get `ready` and order; (5) the report.
+//!
+//! With `--churn-rate`, the leaves scenario runs between (3) and (4): a
+//! pool of extra buyers joins behind the crowd right after the streams
+//! open; after the steady window, a quiet window of `--quiet-secs`, then
+//! the pool leaves at `--churn-rate` per second for `--churn-secs`. The
+//! report compares the crowd's rank-update lag over the passes of the two
+//! windows (run it without a plug, so admission moves every rank each
+//! pass).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -100,6 +108,16 @@ pub struct CrowdArgs {
     /// Reconnects of a stream that broke before READY.
     #[arg(long, default_value_t = 3)]
     pub max_reconnects: u32,
+    /// Leaves scenario: extra buyers join behind the crowd and then leave
+    /// at this many per second (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub churn_rate: f64,
+    /// How long the leaves go on.
+    #[arg(long, default_value_t = 20)]
+    pub churn_secs: u64,
+    /// The window before the leaves whose rank-update lag is the quiet figure.
+    #[arg(long, default_value_t = 20)]
+    pub quiet_secs: u64,
     /// Worker processes (0: one per 17,000 users).
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
@@ -511,6 +529,19 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
         p[5]
     );
 
+    // The leaves scenario's pool joins now, behind the whole crowd.
+    let mut churn_tickets = Vec::new();
+    if a.churn_rate > 0.0 {
+        let n = (a.churn_rate * a.churn_secs as f64).ceil() as usize;
+        let t = Instant::now();
+        churn_tickets = crate::churn::join_pool(admin_ctx.clone(), &prefix, n).await;
+        println!(
+            "churn pool: {} of {n} joined in {:.1} s",
+            churn_tickets.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+
     // (3) the steady window
     let mut steady = json!(null);
     let mut rss = json!(null);
@@ -551,6 +582,42 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
         }
     } else {
         println!("no time left for the steady window");
+    }
+
+    // The leaves scenario: a quiet window, then the leaves.
+    let mut churn = json!(null);
+    if a.churn_rate > 0.0 {
+        let quiet_from = now_ms();
+        tokio::time::sleep_until(
+            (Instant::now() + Duration::from_secs(a.quiet_secs)).min(users_deadline),
+        )
+        .await;
+        let churn_from = now_ms();
+        println!(
+            "leaves: {} at {}/s for {} s",
+            churn_tickets.len(),
+            a.churn_rate,
+            a.churn_secs
+        );
+        let stats = crate::churn::leave_at_rate(
+            admin_ctx.clone(),
+            std::mem::take(&mut churn_tickets),
+            a.churn_rate,
+            a.churn_secs,
+        )
+        .await;
+        let churn_to = now_ms();
+        println!(
+            "  {} left ({} failed) in {:.1} s: {:.0}/s",
+            stats.ok, stats.failed, stats.secs, stats.achieved_per_s
+        );
+        churn = json!({
+            "rate": a.churn_rate, "secs": a.churn_secs, "quiet_secs": a.quiet_secs,
+            "quiet_from_ms": quiet_from, "quiet_to_ms": churn_from,
+            "churn_from_ms": churn_from, "churn_to_ms": churn_to,
+            "leaves": stats,
+            "streams_open_at_churn_end": server::streams_open(addr).await,
+        });
     }
 
     // (4) admission runs
@@ -645,6 +712,7 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
         }),
         timeline,
         gen_cpu_s: server::self_cpu_secs(),
+        churn,
     };
     let report = build_report(ctx, &results, &log);
     std::fs::write(&a.out, serde_json::to_vec_pretty(&report)?)?;
@@ -725,6 +793,8 @@ struct ReportCtx<'a> {
     stock: Value,
     timeline: Vec<Sample>,
     gen_cpu_s: f64,
+    /// The leaves scenario's windows and leave figures (`null`: not run).
+    churn: Value,
 }
 
 fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &ChannelLog) -> Value {
@@ -878,6 +948,37 @@ fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &ChannelLog) -> V
             json!({ "pass": pass, "n": s.n, "p50": s.p50, "p99": s.p99, "max": s.max })
         })
         .collect();
+    // The leaves scenario: every rank update of the passes that ran in the
+    // quiet window against those of the leaves window.
+    let churn = if c.churn.is_null() {
+        json!(null)
+    } else {
+        let lag_between = |from: &Value, to: &Value| {
+            let (from, to) = (from.as_f64().unwrap_or(0.0), to.as_f64().unwrap_or(0.0));
+            let mut v: Vec<f64> = by_pass
+                .iter()
+                .filter(|(p, _)| {
+                    pass_at
+                        .get(p)
+                        .is_some_and(|&at| (at as f64) >= from && (at as f64) < to)
+                })
+                .flat_map(|(_, v)| v.iter().copied())
+                .collect();
+            summarize(&mut v)
+        };
+        let quiet = lag_between(&c.churn["quiet_from_ms"], &c.churn["quiet_to_ms"]);
+        let busy = lag_between(&c.churn["churn_from_ms"], &c.churn["churn_to_ms"]);
+        let ratio = match (quiet.p99, busy.p99) {
+            (Some(q), Some(b)) if q > 0.0 => Some(b / q),
+            _ => None,
+        };
+        let mut out = c.churn.clone();
+        out["rank_update_lag_quiet_ms"] = json!(quiet);
+        out["rank_update_lag_churn_ms"] = json!(busy);
+        out["p99_ratio"] = json!(ratio);
+        out["p99_within_2x"] = json!(ratio.map(|r| r <= 2.0));
+        out
+    };
     let biggest = by_pass.iter().max_by_key(|(_, v)| v.len()).map(|(p, _)| *p);
     let broadcast = biggest.map(|p| {
         let mut v = by_pass[&p].clone();
@@ -1015,6 +1116,7 @@ fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &ChannelLog) -> V
         "errors": { "users_with_error": with_error, "by_message": errors },
         "channel": { "passes": log.passes.len(), "left": log.left, "consumed": log.consumed, "unreadable": log.unreadable },
         "generator_cpu_s": c.gen_cpu_s,
+        "churn": churn,
         "series": { "passes": series, "rank_update_by_pass": passes_with_updates, "timeline": c.timeline },
     })
 }
@@ -1118,5 +1220,26 @@ pub fn print_summary(r: &Value) {
         f(&ad["admissions_per_s"]),
         short_window(&ad["window"])
     );
+    let ch = &r["churn"];
+    if !ch.is_null() {
+        println!(
+            "leaves: {} at {:.0}/s achieved ({} streams open at the end)",
+            ch["leaves"]["ok"],
+            ch["leaves"]["achieved_per_s"].as_f64().unwrap_or(0.0),
+            ch["streams_open_at_churn_end"]
+        );
+        println!(
+            "  rank update lag, quiet:  {}",
+            sm(&ch["rank_update_lag_quiet_ms"]).show()
+        );
+        println!(
+            "  rank update lag, leaves: {}",
+            sm(&ch["rank_update_lag_churn_ms"]).show()
+        );
+        println!(
+            "  p99 leaves / quiet: {} (target <= 2)",
+            f(&ch["p99_ratio"])
+        );
+    }
     println!("errors: {}", r["errors"]);
 }

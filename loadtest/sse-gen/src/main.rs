@@ -4,6 +4,7 @@
 
 mod burst;
 mod chart;
+mod churn;
 mod coord;
 mod crowd;
 mod http;

@@ -26,6 +26,9 @@ pub struct TableArgs {
     /// `sse-gen crowd --mode poll` report.
     #[arg(long)]
     pub poll: Option<PathBuf>,
+    /// `sse-gen crowd --churn-rate …` report (the leaves scenario).
+    #[arg(long)]
+    pub leaves: Option<PathBuf>,
     /// Lines put under the table (machine, commands).
     #[arg(long)]
     pub note: Vec<String>,
@@ -99,6 +102,7 @@ pub fn render(a: &TableArgs) -> String {
     let burst = load(&a.burst);
     let sse = load(&a.sse);
     let poll = load(&a.poll);
+    let leaves = load(&a.leaves);
     let mut rows: Vec<[String; 5]> = Vec::new();
     let mut row = |fig: &str, measured: String, target: &str, vs: String, ok: Option<bool>| {
         rows.push([fig.into(), measured, target.into(), vs, verdict(ok).into()]);
@@ -344,6 +348,28 @@ pub fn render(a: &TableArgs) -> String {
             "0",
             String::new(),
             n(&sse["errors"]["users_with_error"]).map(|e| e == 0.0),
+        );
+    }
+
+    // b2. the leaves scenario
+    let ch = &leaves["churn"];
+    if ch.is_object() {
+        let (q, c) = (
+            &ch["rank_update_lag_quiet_ms"],
+            &ch["rank_update_lag_churn_ms"],
+        );
+        let ratio = n(&ch["p99_ratio"]);
+        row(
+            &format!(
+                "b2. rank-update lag while {} leaves/s (achieved {}) with {} streams open, vs the quiet window before: p50 / p99 / max",
+                num(n(&ch["rate"]), 0),
+                num(n(&ch["leaves"]["achieved_per_s"]), 0),
+                num(n(&ch["streams_open_at_churn_end"]), 0)
+            ),
+            format!("leaves {}; quiet {}", lat(c), lat(q)),
+            "p99 ≤ 2× quiet",
+            format!("{}× quiet p99", num(ratio, 2)),
+            ratio.map(|r| r <= 2.0),
         );
     }
 
