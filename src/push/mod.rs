@@ -44,6 +44,7 @@ pub struct Hub {
     next_conn: AtomicU64,
     open: AtomicUsize,
     resyncs: AtomicU64,
+    interruptions: AtomicU64,
 }
 
 struct QueueHub {
@@ -111,6 +112,7 @@ impl Hub {
             next_conn: AtomicU64::new(1),
             open: AtomicUsize::new(0),
             resyncs: AtomicU64::new(0),
+            interruptions: AtomicU64::new(0),
         }
     }
 
@@ -131,6 +133,12 @@ impl Hub {
     /// re-read since start.
     pub fn resyncs(&self) -> u64 {
         self.resyncs.load(Ordering::Relaxed)
+    }
+
+    /// How often the event subscription was lost since start (each loss is
+    /// followed by a resync once it is back).
+    pub fn interruptions(&self) -> u64 {
+        self.interruptions.load(Ordering::Relaxed)
     }
 
     /// Streams registered for `queue` (for tests and metrics).
@@ -240,6 +248,11 @@ impl Hub {
                 let rate = lock(&q.rate).rate(fallback_rate);
                 lock(&q.watchers).apply(&event, rate);
                 q.events_seen.fetch_add(1, Ordering::Release);
+            }
+            StoreEvent::Interrupted => {
+                self.interruptions.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("event subscription lost: streams wait for the resync");
+                metrics::counter!("waitroom_event_interruptions_total").increment(1);
             }
             StoreEvent::Resync => {
                 tracing::info!("event subscription resumed: re-reading every stream");

@@ -456,6 +456,7 @@ impl Store for MemoryStore {
                     }
                     Ok(StoreEvent::Queue { .. }) => None,
                     Ok(StoreEvent::Resync) => Some(StoreEvent::Resync),
+                    Ok(StoreEvent::Interrupted) => Some(StoreEvent::Interrupted),
                     // A slow listener missed events: it must re-read state.
                     Err(_) => Some(StoreEvent::Resync),
                 };

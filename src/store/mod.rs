@@ -93,6 +93,9 @@ pub enum QueueEvent {
 pub enum StoreEvent {
     /// An event in `queue`.
     Queue { queue: QueueName, event: QueueEvent },
+    /// The subscription was lost (a reset, or a ping left unanswered):
+    /// events are missed until the `Resync` that follows its return.
+    Interrupted,
     /// The subscription was interrupted and is back: events may have been
     /// lost, so every listener must re-read state from the store.
     Resync,

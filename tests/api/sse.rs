@@ -595,7 +595,14 @@ async fn a_frozen_redis_is_noticed_and_streams_resync() {
     redis.freeze();
     let (code, _) = app.enter("default", "during-freeze").await;
     assert_eq!(code, 503, "fail closed while Redis does not answer");
-    tokio::time::sleep(Duration::from_secs(9)).await; // > ping period + timeout
+    // The subscriber notices the silence by itself (its ping goes
+    // unanswered), before Redis answers again.
+    eventually(
+        Duration::from_secs(30),
+        "the subscriber to notice the partition",
+        || async { (app.state.hub().interruptions() >= 1).then_some(()) },
+    )
+    .await;
     redis.thaw();
     eventually(
         Duration::from_secs(20),

@@ -89,6 +89,9 @@ async fn pump(client: Client, channels: HashMap<String, QueueName>, tx: mpsc::Se
                         }
                     }
                     tracing::warn!("pub/sub connection lost; reconnecting");
+                    if tx.send(StoreEvent::Interrupted).await.is_err() {
+                        return;
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "pub/sub connect failed"),
