@@ -55,6 +55,7 @@ pub async fn open_stream(state: &AppState, member: &Member) -> Result<Opening, A
         .store()
         .status(&member.queue, &member.user, true)
         .await?;
+    member.check_entry(&snapshot)?;
     let rate = state.admission_rate(&member.queue);
     let Some(view) = view_of(&snapshot, rate) else {
         return Ok(Opening::NotEntered);

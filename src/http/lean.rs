@@ -49,6 +49,9 @@ pub fn parse_stream_request(bytes: &[u8]) -> Option<StreamRequest> {
     if queue.contains('/') {
         return None;
     }
+    if super::headers::repeated_identity_header(req.headers.iter().map(|h| h.name)).is_some() {
+        return None; // hyper's router refuses it: 400 duplicate_header
+    }
     let header = |name: &str| {
         req.headers
             .iter()

@@ -8,6 +8,7 @@ mod auth;
 mod entries;
 mod events;
 mod handover;
+mod headers;
 mod health;
 mod lean;
 pub mod limit;
@@ -17,7 +18,6 @@ pub mod serve;
 mod tokens;
 
 use axum::Router;
-use tower_http::trace::TraceLayer;
 
 use crate::AppState;
 pub use error::ApiError;
@@ -32,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .merge(tokens::router())
         .merge(admin::router())
         .merge(page::router())
-        .layer(TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(crate::telemetry::trace_layer())
         .with_state(state)
 }

@@ -400,6 +400,7 @@ mod tests {
             total_waiting: 0,
             entered_at_ms: None,
             pass: 2,
+            entry: Some(3),
         };
         q.apply_snapshot(&u("me"), &snapshot, 1.0);
         assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
@@ -418,6 +419,7 @@ mod tests {
             total_waiting: 8,
             entered_at_ms: None,
             pass: 2,
+            entry: Some(10),
         };
         q.apply_snapshot(&u("me"), &fresh, 1.0);
         q.apply(
@@ -445,6 +447,7 @@ mod tests {
             total_waiting: 10,
             entered_at_ms: None,
             pass: 2,
+            entry: Some(10),
         };
         q.apply_snapshot(&u("me"), &stale, 1.0);
         assert!(!rx.has_changed().unwrap());

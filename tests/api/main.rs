@@ -9,3 +9,4 @@ mod instances;
 mod orders;
 mod queue;
 mod sse;
+mod tickets;

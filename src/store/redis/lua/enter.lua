@@ -2,7 +2,9 @@
 -- KEYS, ARGV[1..2]: see common.lua.
 -- ARGV[3] user   ARGV[4] fast-track token   ARGV[5] token TTL ms
 -- ARGV[6] batch  ARGV[7] interval ms        ARGV[8] max active (-1 = unlimited)
--- Returns describe(): {kind, created, rank, seq, token, ttl_ms, entered_at, total, pass}.
+-- ARGV[9] first entry id, used only if the entry counter does not exist yet
+-- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}.
+-- A new entry (in line or on the fast track) takes the next entry id.
 -- Atomic because the check and the add must be one step (two concurrent
 -- first enters of one user must not both add), the arrival number must be
 -- taken in the same step as the add (strict FIFO), and the fast track must
@@ -25,13 +27,13 @@ if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
   local level, at = refill(batch, interval, now)
   if level >= 1 then
     save_bucket(level - 1, at)
-    issue(user, ARGV[4], now, ttl, now)
+    issue(user, ARGV[4], now, ttl, now, next_entry(ARGV[9]))
     local total, pass = totals()
     return describe(user, now, 1, total, pass)
   end
 end
 
-local seq = redis.call('INCR', K.seq)
+local seq = next_entry(ARGV[9])
 redis.call('ZADD', K.waiting, seq, user)
 redis.call('HSET', K.entered, user, now)
 redis.call('ZADD', K.seen, now, user)
