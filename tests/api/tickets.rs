@@ -203,6 +203,35 @@ async fn a_used_token_ends_the_ticket() {
 }
 
 #[tokio::test]
+async fn a_token_from_before_entry_ids_gets_one_on_the_next_join() {
+    let app = TestApp::redis("legacy", IDLE).await;
+    let (_, body, _) = join(&app, "legacy").await;
+    let token = body["entryToken"].as_str().unwrap().to_owned();
+    // What an instance of the previous version wrote: no entry id.
+    let key = format!("{}:{{default}}:token:legacy", app.state.config().key_prefix);
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let removed: i64 = redis::cmd("HDEL")
+        .arg(&key)
+        .arg("entry")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    let (code, body, ticket) = join(&app, "legacy").await;
+    assert_eq!(code, 200, "{body}");
+    let (code, p) = app.position("default", &ticket).await;
+    assert_eq!(
+        (code, p["entryToken"].as_str()),
+        (200, Some(token.as_str()))
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn instances_with_one_secret_take_each_others_tickets() {
     let prefix = unique_prefix("tix");
     let secret = "tickets-across-instances-0123456789";

@@ -4,7 +4,9 @@
 -- ARGV[6] batch  ARGV[7] interval ms        ARGV[8] max active (-1 = unlimited)
 -- ARGV[9] first entry id, used only if the entry counter does not exist yet
 -- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}.
--- A new entry (in line or on the fast track) takes the next entry id.
+-- A new entry (in line or on the fast track) takes the next entry id; so
+-- does a token issued by a version without entry ids, on its holder's next
+-- join, so they can be given a ticket for it (rolling upgrades).
 -- Atomic because the check and the add must be one step (two concurrent
 -- first enters of one user must not both add), the arrival number must be
 -- taken in the same step as the add (strict FIFO), and the fast track must
@@ -16,7 +18,12 @@ local ttl, batch, interval, max_active =
 local now = now_ms()
 expire_active(now)
 
-if redis.call('EXISTS', K.tokprefix .. user) == 1 or redis.call('ZSCORE', K.waiting, user) then
+local tokkey = K.tokprefix .. user
+local has_token = redis.call('EXISTS', tokkey) == 1
+if has_token or redis.call('ZSCORE', K.waiting, user) then
+  if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
+    redis.call('HSET', tokkey, 'entry', next_entry(ARGV[9]))
+  end
   redis.call('ZADD', K.seen, 'XX', now, user)
   local total, pass = totals()
   return describe(user, now, 0, total, pass)
