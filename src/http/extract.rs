@@ -105,6 +105,7 @@ pub(crate) fn now_ms() -> u64 {
 pub struct Member {
     pub queue: QueueName,
     pub user: UserId,
+    /// The entry (arrival sequence) the ticket stands for.
     pub entry: u64,
 }
 
