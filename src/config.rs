@@ -63,6 +63,12 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_TICKET_SECRET", hide_env_values = true)]
     pub ticket_secret: Option<String>,
 
+    /// Seconds a queue ticket is accepted after it was issued (and the
+    /// ticket cookie's Max-Age). A repeat join issues a fresh one; a ticket
+    /// also ends with its place in line, whichever comes first.
+    #[arg(long, env = "WAITROOM_TICKET_TTL_SECS", default_value_t = 86_400)]
+    pub ticket_ttl_secs: u64,
+
     /// Seconds a claimed token stays claimed if the order service never
     /// commits nor releases it.
     #[arg(long, env = "WAITROOM_CLAIM_LEASE_SECS", default_value_t = 30)]
@@ -115,6 +121,10 @@ pub struct Config {
     pub orders_db: PathBuf,
 }
 
+/// The longest ticket life accepted: a leaked ticket stays usable no
+/// longer than this, even while its place lasts.
+const MAX_TICKET_TTL_SECS: u64 = 30 * 24 * 3600;
+
 /// Whether the demo order service runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OrdersMode {
@@ -151,6 +161,9 @@ impl Config {
             && s.len() < 16
         {
             return bad("--ticket-secret must be at least 16 bytes");
+        }
+        if !(1..=MAX_TICKET_TTL_SECS).contains(&self.ticket_ttl_secs) {
+            return bad("--ticket-ttl-secs must be 1-2592000 (30 days)");
         }
         if let Some(t) = &self.admin_token
             && t.len() < 16
@@ -246,6 +259,7 @@ mod tests {
         );
         assert_eq!(p.max_active, None);
         assert_eq!(p.abandon_after_ms, Some(120_000));
+        assert_eq!(c.ticket_ttl_secs, 86_400);
         assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
         assert_eq!(c.body_timeout(), Duration::from_secs(10));
         let short = Config::parse_from(["waitroom", "--claim-lease-secs", "1"]);
@@ -289,6 +303,9 @@ mod tests {
                 .is_err()
         );
         assert!(parse(&["--body-timeout-secs", "29"]).unwrap().is_ok());
+        assert!(parse(&["--ticket-ttl-secs", "0"]).unwrap().is_err());
+        assert!(parse(&["--ticket-ttl-secs", "2592001"]).unwrap().is_err());
+        assert!(parse(&["--ticket-ttl-secs", "2"]).unwrap().is_ok());
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

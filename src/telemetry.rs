@@ -1,9 +1,16 @@
 //! Logs and metrics: `tracing` to stderr (filtered by `RUST_LOG`) and one
 //! process-wide Prometheus recorder rendered at `/metrics`.
+//!
+//! Tickets and entry tokens are never logged, at any level: they travel in
+//! query strings (`?ticket=`), headers and bodies, so request spans record
+//! the method and the path only.
 
 use std::sync::OnceLock;
 
+use axum::http::Request;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tower_http::trace::{HttpMakeClassifier, MakeSpan, TraceLayer};
+use tracing::Span;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -31,4 +38,27 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_target(false)
         .try_init();
+}
+
+/// The HTTP trace layer: tower-http's, with a span that records the method
+/// and the path but never the query string (where a ticket may be) nor any
+/// header (where tickets and tokens are).
+pub fn trace_layer() -> TraceLayer<HttpMakeClassifier, RequestSpan> {
+    TraceLayer::new_for_http().make_span_with(RequestSpan)
+}
+
+/// Makes the `request` span of [`trace_layer`] (at `DEBUG`, like
+/// tower-http's default): method, path and HTTP version only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestSpan;
+
+impl<B> MakeSpan<B> for RequestSpan {
+    fn make_span(&mut self, request: &Request<B>) -> Span {
+        tracing::debug_span!(
+            "request",
+            method = %request.method(),
+            path = %request.uri().path(),
+            version = ?request.version(),
+        )
+    }
 }

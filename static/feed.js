@@ -224,8 +224,8 @@ export class StatusFeed {
     es.onerror = () => {
       if (this.es !== es || !this.running) return;
       if (es.readyState === EventSource.CLOSED) {
-        // The server refused the stream for good (e.g. 204: no place in line).
-        // Polling finds out what that means.
+        // The server refused the stream for good (e.g. 401: the ticket's
+        // place has ended). Polling finds out what that means.
         this.#streamFailed({ pollNow: true });
         return;
       }
@@ -311,9 +311,16 @@ export class StatusFeed {
       next = jitter(this.pollSeconds * 1000);
     } catch (err) {
       if (!this.running || !this.polling) return;
+      if (err && err.status === 401 && err.code === 'ticket_ended') {
+        // The place this ticket stood for is over (left, dropped, token
+        // used or expired): say so; joining again is the buyer's choice.
+        this.#deliver({ status: 'GONE', reason: 'not_entered' });
+        return;
+      }
       if (err && err.status === 401) {
-        // The ticket is no longer accepted (e.g. the server was restarted):
-        // the page joins again, which replaces this feed.
+        // The ticket is no longer accepted (expired, or the server was
+        // restarted with a new secret): the page joins again, which keeps
+        // the place if there is one and replaces this feed.
         this.onAuthLost();
         return;
       }

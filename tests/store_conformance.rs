@@ -5,9 +5,10 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use waitroom::store::{ClaimOutcome, QueueEvent, SharedStore, StoreEvent};
 
@@ -49,6 +50,19 @@ fn token_of(s: &Snapshot) -> Option<String> {
     }
 }
 
+/// The user's current entry id (they must have one).
+async fn entry_of(store: &SharedStore, user: &UserId) -> u64 {
+    let s = store.status(&q(), user, false).await.unwrap();
+    s.entry
+        .unwrap_or_else(|| panic!("{user} has no entry: {s:?}"))
+}
+
+/// Leaves with the user's current entry, as a fresh ticket would.
+async fn leave_current(store: &SharedStore, user: &UserId) -> bool {
+    let entry = entry_of(store, user).await;
+    store.leave(&q(), user, entry).await.unwrap()
+}
+
 /// Puts `n` users `prefix0..` in line behind a first user who takes the
 /// fast track (so the rest wait), with a budget of `batch`.
 async fn fill(store: &SharedStore, policy: &Policy, prefix: &str, n: usize) -> Vec<UserId> {
@@ -76,11 +90,12 @@ async fn subscribed(store: &SharedStore) -> futures::stream::BoxStream<'static, 
     };
     for i in 0..100 {
         let user = u(&format!("probe{i}"));
-        store
+        let entered = store
             .enter(&probe, &user, &nobody_admitted, &EntryToken::generate())
             .await
             .unwrap();
-        store.leave(&probe, &user).await.unwrap();
+        let entry = entered.snapshot.entry.expect("a waiting user has an entry");
+        store.leave(&probe, &user, entry).await.unwrap();
         if let Ok(Some(StoreEvent::Queue { queue, .. })) =
             tokio::time::timeout(Duration::from_millis(100), events.next()).await
         {
@@ -241,6 +256,7 @@ async fn tokens_expire_after_the_ttl(store: SharedStore) {
     tokio::time::sleep(Duration::from_millis(550)).await;
     let s = store.status(&q(), &user, false).await.unwrap();
     assert_eq!(s.standing, Standing::NotEntered);
+    assert_eq!(s.entry, None, "an expired token ends its entry");
 }
 
 async fn admission_is_fifo(store: SharedStore) {
@@ -286,7 +302,7 @@ async fn max_active_bounds_holders(store: SharedStore) {
     let pass = store.admit(&q(), &p, &tokens(10)).await.unwrap();
     assert!(pass.admitted.is_empty(), "no room while three hold tokens");
     // A holder leaves: exactly one slot frees.
-    assert!(store.leave(&q(), &users[0]).await.unwrap());
+    assert!(leave_current(&store, &users[0]).await);
     let pass = store.admit(&q(), &p, &tokens(10)).await.unwrap();
     assert_eq!(pass.admitted.len(), 1);
     assert_eq!(pass.admitted[0].user, users[3].to_string());
@@ -334,7 +350,7 @@ async fn fast_track_only_with_room(store: SharedStore) {
         ..slow(2)
     };
     tokio::time::sleep(Duration::from_millis(30)).await;
-    store.leave(&q(), &u("ft3")).await.unwrap();
+    assert!(leave_current(&store, &u("ft3")).await);
     let d = store
         .enter(&q(), &u("ft4"), &full, &EntryToken::generate())
         .await
@@ -364,9 +380,10 @@ async fn leave_moves_those_behind(store: SharedStore) {
     let p = slow(1);
     drain_budget(&store, &p).await;
     let users = fill(&store, &p, "l", 5).await;
-    assert!(store.leave(&q(), &users[1]).await.unwrap());
+    let entry = entry_of(&store, &users[1]).await;
+    assert!(store.leave(&q(), &users[1], entry).await.unwrap());
     assert!(
-        !store.leave(&q(), &users[1]).await.unwrap(),
+        !store.leave(&q(), &users[1], entry).await.unwrap(),
         "leaving twice changes nothing"
     );
     assert_eq!(
@@ -378,7 +395,7 @@ async fn leave_moves_those_behind(store: SharedStore) {
         Some(3)
     );
     // The holder of a token can leave too, giving it up.
-    assert!(store.leave(&q(), &u("early0")).await.unwrap());
+    assert!(leave_current(&store, &u("early0")).await);
     assert_eq!(
         store
             .status(&q(), &u("early0"), false)
@@ -578,7 +595,8 @@ async fn passes_and_changes_are_published(store: SharedStore) {
     let p = slow(2);
     drain_budget(&store, &p).await;
     let users = fill(&store, &p, "e", 3).await;
-    store.leave(&q(), &users[2]).await.unwrap();
+    let left_entry = entry_of(&store, &users[2]).await;
+    assert!(store.leave(&q(), &users[2], left_entry).await.unwrap());
     let fast = Policy {
         interval_ms: 50,
         ..slow(2)
@@ -602,7 +620,7 @@ async fn passes_and_changes_are_published(store: SharedStore) {
         got[0],
         QueueEvent::Left {
             user: users[2].to_string(),
-            seq: Some(3)
+            seq: Some(left_entry)
         }
     );
     match &got[1] {
@@ -677,6 +695,10 @@ conformance!(
     paused_queues_admit_nobody,
     renewing_a_claim_extends_its_lease_and_the_tokens_life,
     renewing_does_nothing_for_a_claim_that_no_longer_holds,
+    rejoining_after_leaving_is_a_new_entry,
+    leave_refuses_a_stale_entry,
+    fast_track_ready_has_an_entry,
+    the_entry_survives_admission_until_the_token_is_used,
 );
 
 async fn paused_queues_admit_nobody(store: SharedStore) {
@@ -800,4 +822,208 @@ async fn renewing_does_nothing_for_a_claim_that_no_longer_holds(store: SharedSto
         claim(60_000).await.unwrap(),
         ClaimOutcome::Claimed { .. }
     ));
+}
+
+async fn rejoining_after_leaving_is_a_new_entry(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "n", 3).await;
+    let first = store
+        .enter(&q(), &users[1], &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let entry = first.snapshot.entry.expect("a waiting user has an entry");
+    assert!(
+        matches!(first.snapshot.standing, Standing::Waiting { seq, .. } if seq == entry),
+        "the entry is the arrival sequence: {first:?}"
+    );
+    let again = store
+        .enter(&q(), &users[1], &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.snapshot.entry,
+        Some(entry),
+        "a repeat join keeps the entry"
+    );
+    assert!(store.leave(&q(), &users[1], entry).await.unwrap());
+    let gone = store.status(&q(), &users[1], false).await.unwrap();
+    assert_eq!(gone.entry, None);
+    let back = store
+        .enter(&q(), &users[1], &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(back.created);
+    let new_entry = back.snapshot.entry.expect("entered again");
+    assert_ne!(new_entry, entry, "a new join is a new entry");
+    assert_eq!(rank(&back.snapshot), Some(2), "at the back of the line");
+
+    // A token holder who leaves and joins again gets a new entry too.
+    let holder = u("early0");
+    let held = entry_of(&store, &holder).await;
+    assert!(store.leave(&q(), &holder, held).await.unwrap());
+    let rejoined = store
+        .enter(&q(), &holder, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let rejoined = rejoined.snapshot.entry.expect("entered again");
+    assert!(rejoined != held && rejoined != new_entry);
+}
+
+/// Waits until `events` hears this store's changes (Redis subscribes in the
+/// background): a probe user joins and leaves until one leave is heard.
+async fn until_subscribed(store: &SharedStore, events: &mut BoxStream<'static, StoreEvent>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let probe = u("probe");
+    // No room for token holders: the probe waits, leaving the budget alone.
+    let waits = Policy {
+        max_active: Some(0),
+        ..slow(1)
+    };
+    loop {
+        let entered = store
+            .enter(&q(), &probe, &waits, &EntryToken::generate())
+            .await
+            .unwrap();
+        let entry = entered.snapshot.entry.unwrap();
+        assert!(store.leave(&q(), &probe, entry).await.unwrap());
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), events.next()).await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the subscription never heard a leave"
+        );
+    }
+}
+
+async fn leave_refuses_a_stale_entry(store: SharedStore) {
+    let mut events = store.subscribe(&[q()]);
+    until_subscribed(&store, &mut events).await;
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "s", 3).await;
+    let old = entry_of(&store, &users[0]).await;
+    assert!(store.leave(&q(), &users[0], old).await.unwrap());
+    store
+        .enter(&q(), &users[0], &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let before = store.status(&q(), &users[0], false).await.unwrap();
+    assert!(
+        !store.leave(&q(), &users[0], old).await.unwrap(),
+        "an old entry cannot remove the new place"
+    );
+    let after = store.status(&q(), &users[0], false).await.unwrap();
+    assert_eq!(
+        (rank(&after), after.entry, after.total_waiting),
+        (rank(&before), before.entry, before.total_waiting)
+    );
+    assert!(!store.leave(&q(), &users[0], old + 1_000_000).await.unwrap());
+
+    // A token holder keeps their token against a stale entry as well.
+    let holder = u("early0");
+    let token = token_of(&store.status(&q(), &holder, false).await.unwrap()).unwrap();
+    let held = entry_of(&store, &holder).await;
+    assert!(!store.leave(&q(), &holder, held + 1).await.unwrap());
+    assert_eq!(
+        token_of(&store.status(&q(), &holder, false).await.unwrap()),
+        Some(token)
+    );
+    // Nobody there at all: nothing to give up.
+    assert!(!store.leave(&q(), &u("nobody"), old).await.unwrap());
+
+    // Only the real leaves were published: read up to a last, real one.
+    let last = entry_of(&store, &users[2]).await;
+    assert!(store.leave(&q(), &users[2], last).await.unwrap());
+    let mut lefts = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("the last leave is heard")
+            .expect("stream open");
+        if let StoreEvent::Queue {
+            event: QueueEvent::Left { user, seq },
+            ..
+        } = ev
+        {
+            if user == users[2].as_str() {
+                break;
+            }
+            if user != "probe" {
+                lefts.push((user, seq));
+            }
+        }
+    }
+    assert_eq!(lefts, vec![(users[0].to_string(), Some(old))]);
+}
+
+async fn fast_track_ready_has_an_entry(store: SharedStore) {
+    let p = slow(2);
+    let a = store
+        .enter(&q(), &u("fa"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let b = store
+        .enter(&q(), &u("fb"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(token_of(&a.snapshot).is_some() && token_of(&b.snapshot).is_some());
+    let (ea, eb) = (a.snapshot.entry.unwrap(), b.snapshot.entry.unwrap());
+    assert!(
+        eb > ea,
+        "fast-track entries take the sequence too: {ea} {eb}"
+    );
+    let c = store
+        .enter(&q(), &u("fc"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(c.snapshot.entry.unwrap() > eb, "and so do those who wait");
+    assert_eq!(entry_of(&store, &u("fa")).await, ea);
+    let again = store
+        .enter(&q(), &u("fa"), &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert_eq!(again.snapshot.entry, Some(ea));
+    let many = store.statuses(&q(), &[u("fa"), u("fb")]).await.unwrap();
+    assert_eq!(
+        many.iter().map(|s| s.entry).collect::<Vec<_>>(),
+        vec![Some(ea), Some(eb)]
+    );
+}
+
+async fn the_entry_survives_admission_until_the_token_is_used(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "a", 2).await;
+    let entry = entry_of(&store, &users[0]).await;
+    let fast = Policy {
+        interval_ms: 50,
+        ..slow(1)
+    };
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let pass = store.admit(&q(), &fast, &tokens(1)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1);
+    assert_eq!(pass.admitted[0].seq, entry);
+    let ready = store.status(&q(), &users[0], false).await.unwrap();
+    let token = token_of(&ready).expect("admitted");
+    assert_eq!(ready.entry, Some(entry), "the token keeps the entry");
+    assert_eq!(
+        store.statuses(&q(), &[users[0].clone()]).await.unwrap()[0].entry,
+        Some(entry)
+    );
+    let ClaimOutcome::Claimed { claim_id } =
+        store.claim(&q(), &users[0], &token, 5_000).await.unwrap()
+    else {
+        panic!("claim refused");
+    };
+    assert_eq!(
+        entry_of(&store, &users[0]).await,
+        entry,
+        "claimed: still the entry"
+    );
+    assert!(store.consume(&q(), &users[0], &claim_id).await.unwrap());
+    let used = store.status(&q(), &users[0], false).await.unwrap();
+    assert_eq!(used.entry, None, "a used token ends the entry");
+    assert!(!store.leave(&q(), &users[0], entry).await.unwrap());
 }

@@ -1,4 +1,8 @@
 //! The queue resource: join, look up one's place, leave.
+//!
+//! A join answers with a ticket for the user's current entry (a new join
+//! after leaving gets a new entry, so a new ticket); position and leave
+//! accept a ticket only while its entry lasts (`401 ticket_ended` after).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -9,7 +13,7 @@ use cookie::{Cookie, SameSite};
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, User};
+use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, User, now_ms, ticket_ended};
 use crate::AppState;
 use crate::queue::{EntryToken, QueueName, QueueStatus};
 
@@ -54,7 +58,14 @@ async fn enter(
         outcome.created,
         outcome.snapshot.entered_at_ms,
     )?;
-    let ticket = state.signer().sign(&queue, &user);
+    let entry = outcome
+        .snapshot
+        .entry
+        .ok_or_else(|| ApiError::Internal("the store answered a join without an entry".into()))?;
+    let ttl_secs = state.config().ticket_ttl_secs;
+    let ticket = state
+        .signer()
+        .sign(&queue, &user, entry, now_ms() + ttl_secs * 1000);
     let body = Entered {
         status: QueueStatus::new(&outcome.snapshot, state.admission_rate(&queue)),
         ticket: ticket.clone(),
@@ -65,7 +76,7 @@ async fn enter(
         StatusCode::OK
     };
     let mut response = (code, Json(body)).into_response();
-    let cookie = ticket_cookie(&queue, ticket, secure_request(&headers));
+    let cookie = ticket_cookie(&queue, ticket, ttl_secs, secure_request(&headers));
     if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
         response.headers_mut().insert("set-cookie", value);
     }
@@ -81,6 +92,7 @@ async fn position(
         .store()
         .status(&member.queue, &member.user, true)
         .await?;
+    member.check_entry(&snapshot)?;
     Ok(Json(QueueStatus::new(
         &snapshot,
         state.admission_rate(&member.queue),
@@ -92,9 +104,17 @@ async fn leave(
     member: Member,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    state.store().leave(&member.queue, &member.user).await?;
+    // Conditional on the ticket's entry, in one store step: an old ticket
+    // can never remove a newer place.
+    if !state
+        .store()
+        .leave(&member.queue, &member.user, member.entry)
+        .await?
+    {
+        return Err(ticket_ended());
+    }
     state.limits().note_left(&member.queue, &member.user);
-    let mut expired = ticket_cookie(&member.queue, String::new(), secure_request(&headers));
+    let mut expired = ticket_cookie(&member.queue, String::new(), 0, secure_request(&headers));
     expired.make_removal();
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Ok(value) = HeaderValue::from_str(&expired.to_string()) {
@@ -104,14 +124,19 @@ async fn leave(
 }
 
 /// The ticket cookie, scoped to its queue so joining a second queue does
-/// not overwrite the first.
-fn ticket_cookie(queue: &QueueName, ticket: String, secure: bool) -> Cookie<'static> {
+/// not overwrite the first, kept as long as the ticket is accepted.
+fn ticket_cookie(
+    queue: &QueueName,
+    ticket: String,
+    max_age_secs: u64,
+    secure: bool,
+) -> Cookie<'static> {
     Cookie::build((TICKET_COOKIE, ticket))
         .path(format!("/api/queues/{queue}"))
         .http_only(true)
         .same_site(SameSite::Strict)
         .secure(secure)
-        .max_age(cookie::time::Duration::days(1))
+        .max_age(cookie::time::Duration::seconds(max_age_secs as i64))
         .build()
 }
 

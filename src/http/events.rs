@@ -75,6 +75,7 @@ pub async fn open_stream(
         .store()
         .status(&member.queue, &member.user, true)
         .await?;
+    member.check_entry(&snapshot)?;
     let rate = state.admission_rate(&member.queue);
     let Some(view) = view_of(&snapshot, rate) else {
         return Ok(Opening::NotEntered);

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use crate::AppState;
-use crate::queue::{QueueName, TicketError, UserId};
+use crate::queue::{QueueName, Snapshot, TicketError, UserId};
 
 /// The name of the ticket cookie.
 pub const TICKET_COOKIE: &str = "waitroom_ticket";
@@ -90,17 +90,29 @@ pub fn raw_ticket<'a>(
     None
 }
 
+/// Now, in ms since the epoch: the clock tickets are issued and checked by.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A queue member authenticated by their ticket: the queue in the path, the
-/// user the ticket was issued to. A forged or foreign ticket, or an
-/// `X-User-Id` other than the ticket's user, is `401`.
+/// user the ticket was issued to and the entry it stands for. A forged,
+/// foreign or expired ticket, or an `X-User-Id` other than the ticket's
+/// user, is `401`. Whether the entry is still the user's current one needs
+/// the store: see [`Member::check_entry`].
 pub struct Member {
     pub queue: QueueName,
     pub user: UserId,
+    /// The entry (arrival sequence) the ticket stands for.
+    pub entry: u64,
 }
 
 impl Member {
     /// Authenticates a request for `queue_raw` (the path segment) carrying
-    /// `ticket` and, optionally, an `X-User-Id` value.
+    /// `ticket` and, optionally, an `X-User-Id` value: the signature and
+    /// the expiry, without the store.
     pub fn authenticate(
         state: &AppState,
         queue_raw: &str,
@@ -117,10 +129,16 @@ impl Member {
                 "send the queue ticket (cookie, X-Queue-Ticket or ?ticket=)",
             )
         })?;
-        let ticket = state.signer().verify(&raw, &queue).map_err(|e| match e {
-            TicketError::Invalid => ApiError::unauthorized("invalid_ticket", e.to_string()),
-            TicketError::ForeignQueue => ApiError::unauthorized("foreign_ticket", e.to_string()),
-        })?;
+        let ticket = state
+            .signer()
+            .verify(&raw, &queue, now_ms())
+            .map_err(|e| match e {
+                TicketError::Invalid => ApiError::unauthorized("invalid_ticket", e.to_string()),
+                TicketError::ForeignQueue => {
+                    ApiError::unauthorized("foreign_ticket", e.to_string())
+                }
+                TicketError::Expired => ApiError::unauthorized("ticket_expired", e.to_string()),
+            })?;
         if let Some(raw_user) = user_header {
             let claimed = std::str::from_utf8(raw_user)
                 .ok()
@@ -138,8 +156,29 @@ impl Member {
         Ok(Member {
             queue,
             user: ticket.user,
+            entry: ticket.entry,
         })
     }
+
+    /// Checks the ticket's entry against the user's standing read from the
+    /// store: a ticket ends with its entry (left, dropped as absent, token
+    /// used or expired, or replaced by a new join), and an ended ticket is
+    /// `401 ticket_ended`.
+    pub fn check_entry(&self, snapshot: &Snapshot) -> Result<(), ApiError> {
+        if snapshot.entry == Some(self.entry) {
+            Ok(())
+        } else {
+            Err(ticket_ended())
+        }
+    }
+}
+
+/// `401 ticket_ended`: the ticket's place in line is over.
+pub fn ticket_ended() -> ApiError {
+    ApiError::unauthorized(
+        "ticket_ended",
+        "this ticket's place in line has ended; join again",
+    )
 }
 
 impl FromRequestParts<AppState> for Member {

@@ -7,6 +7,7 @@ mod admin;
 mod auth;
 mod entries;
 mod events;
+mod headers;
 mod health;
 pub mod limit;
 mod orders;
@@ -14,7 +15,6 @@ mod page;
 mod tokens;
 
 use axum::Router;
-use tower_http::trace::TraceLayer;
 
 use crate::AppState;
 pub use error::ApiError;
@@ -31,7 +31,8 @@ pub fn router(state: AppState) -> Router {
         .merge(admin::router())
         .merge(page::router())
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(crate::telemetry::trace_layer())
         .with_state(state)
 }
 

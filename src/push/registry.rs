@@ -468,6 +468,7 @@ mod tests {
             total_waiting: 0,
             entered_at_ms: None,
             pass: 2,
+            entry: Some(3),
         };
         q.apply_snapshot(&u("me"), &snapshot, 1.0);
         assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
@@ -486,6 +487,7 @@ mod tests {
             total_waiting: 8,
             entered_at_ms: None,
             pass: 2,
+            entry: Some(10),
         };
         q.apply_snapshot(&u("me"), &fresh, 1.0);
         q.apply(
@@ -513,6 +515,7 @@ mod tests {
             total_waiting: 10,
             entered_at_ms: None,
             pass: 2,
+            entry: Some(10),
         };
         q.apply_snapshot(&u("me"), &stale, 1.0);
         assert!(!rx.has_changed().unwrap());
@@ -586,6 +589,7 @@ mod tests {
             standing: Standing::Waiting { rank: 9, seq: 20 },
             total_waiting: 30,
             entered_at_ms: None,
+            entry: Some(20),
             pass: 1,
         };
         q.apply_snapshot(&u("old"), &fresh, 1.0);
@@ -660,6 +664,7 @@ mod tests {
                                 standing: Standing::Waiting { rank, seq },
                                 total_waiting: line.len() as u64,
                                 entered_at_ms: None,
+                                entry: Some(seq),
                                 pass: pass_no,
                             };
                             q.apply_snapshot(user, &snapshot, 1.0);

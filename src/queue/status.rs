@@ -59,6 +59,10 @@ pub struct Snapshot {
     pub entered_at_ms: Option<u64>,
     /// The queue's admission pass counter when this was read.
     pub pass: u64,
+    /// The entry the standing belongs to: the arrival sequence the store
+    /// gave the user when they joined, kept with their token once admitted
+    /// (`None` when not entered). A ticket is good only for this entry.
+    pub entry: Option<u64>,
 }
 
 /// The three statuses of the public API.
@@ -165,6 +169,7 @@ mod tests {
             total_waiting: 500,
             entered_at_ms: Some(1_700_000_000_123),
             pass: 7,
+            entry: Some(9),
         }
     }
 

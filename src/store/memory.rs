@@ -34,6 +34,7 @@ struct QueueData {
     /// The line: arrival sequence → user.
     line: indexset::BTreeMap<u64, String>,
     seq_of: HashMap<String, u64>,
+    /// The last entry id handed out (arrival sequence; fast track included).
     last_seq: u64,
     entered_at: HashMap<String, u64>,
     /// Last time each waiting user was seen, and the same ordered by time.
@@ -49,6 +50,8 @@ struct QueueData {
 
 struct TokenRecord {
     token: EntryToken,
+    /// The entry the token was issued to.
+    entry: u64,
     entered_at: u64,
     expires_at: u64,
     claim: Option<(String, u64)>,
@@ -85,7 +88,7 @@ impl MemoryStore {
 
     fn with_queue<T>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueData, u64) -> T) -> T {
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        let data = queues.entry(queue.clone()).or_default();
+        let data = queues.entry(queue.clone()).or_insert_with(QueueData::empty);
         let now = now_ms();
         data.expire_tokens(now);
         f(data, now)
@@ -101,6 +104,19 @@ impl MemoryStore {
 }
 
 impl QueueData {
+    /// An empty queue whose entry ids start at a random point.
+    fn empty() -> Self {
+        Self {
+            last_seq: super::first_entry_id(),
+            ..Self::default()
+        }
+    }
+
+    fn next_entry(&mut self) -> u64 {
+        self.last_seq += 1;
+        self.last_seq
+    }
+
     fn expire_tokens(&mut self, now: u64) {
         while let Some((at, user)) = self.expiry.first().cloned() {
             if at > now {
@@ -137,12 +153,21 @@ impl QueueData {
         }
     }
 
-    fn issue(&mut self, user: &str, token: &EntryToken, entered_at: u64, ttl_ms: u64, now: u64) {
+    fn issue(
+        &mut self,
+        user: &str,
+        token: &EntryToken,
+        entry: u64,
+        entered_at: u64,
+        ttl_ms: u64,
+        now: u64,
+    ) {
         let expires_at = now + ttl_ms;
         self.tokens.insert(
             user.to_owned(),
             TokenRecord {
                 token: token.clone(),
+                entry,
                 entered_at,
                 expires_at,
                 claim: None,
@@ -187,6 +212,7 @@ impl QueueData {
                 total_waiting,
                 entered_at_ms: Some(t.entered_at),
                 pass: self.pass,
+                entry: Some(t.entry),
             };
         }
         if let Some(&seq) = self.seq_of.get(user) {
@@ -198,6 +224,7 @@ impl QueueData {
                 total_waiting,
                 entered_at_ms: self.entered_at.get(user).copied(),
                 pass: self.pass,
+                entry: Some(seq),
             };
         }
         Snapshot {
@@ -205,6 +232,7 @@ impl QueueData {
             total_waiting,
             entered_at_ms: None,
             pass: self.pass,
+            entry: None,
         }
     }
 }
@@ -230,10 +258,10 @@ impl Store for MemoryStore {
             if q.line.is_empty() && !q.paused && q.room(policy) > 0 && q.refill(policy, now) >= 1.0
             {
                 q.spend(1);
-                q.issue(user, fast_track_token, now, policy.token_ttl_ms, now);
+                let entry = q.next_entry();
+                q.issue(user, fast_track_token, entry, now, policy.token_ttl_ms, now);
             } else {
-                q.last_seq += 1;
-                let seq = q.last_seq;
+                let seq = q.next_entry();
                 q.line.insert(seq, user.to_owned());
                 q.seq_of.insert(user.to_owned(), seq);
                 q.entered_at.insert(user.to_owned(), now);
@@ -280,12 +308,19 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn leave(&self, queue: &QueueName, user: &UserId) -> StoreResult<bool> {
-        let (had_token, seq) = self.with_queue(queue, |q, _| {
-            let had_token = q.drop_token(user.as_str()).is_some();
-            (had_token, q.unline(user.as_str()).map(|(seq, _)| seq))
+    async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
+        let user_key = user.as_str();
+        // The entry check and the removal under one lock, as in leave.lua.
+        let (left, seq) = self.with_queue(queue, |q, _| {
+            if q.tokens.get(user_key).is_some_and(|t| t.entry == entry) {
+                q.drop_token(user_key);
+                (true, None)
+            } else if q.seq_of.get(user_key) == Some(&entry) {
+                (true, q.unline(user_key).map(|(seq, _)| seq))
+            } else {
+                (false, None)
+            }
         });
-        let left = had_token || seq.is_some();
         if left {
             self.publish(
                 queue,
@@ -339,7 +374,7 @@ impl Store for MemoryStore {
                 let user = user.clone();
                 let (_, entered) = q.unline(&user).unwrap_or((seq, now));
                 let token = &tokens[admitted.len()];
-                q.issue(&user, token, entered, policy.token_ttl_ms, now);
+                q.issue(&user, token, seq, entered, policy.token_ttl_ms, now);
                 admitted.push(Admitted {
                     user,
                     seq,

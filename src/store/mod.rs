@@ -131,7 +131,10 @@ pub struct QueueStats {
 pub trait Store: Send + Sync + 'static {
     /// Puts `user` in line, or keeps their place (or token) if they have
     /// one. When nobody waits and the budget and `max_active` allow, the
-    /// user goes straight to READY with `fast_track_token`.
+    /// user goes straight to READY with `fast_track_token`. Every new entry,
+    /// in line or on the fast track, takes the next entry id (the arrival
+    /// sequence), reported as [`Snapshot::entry`] for as long as the entry
+    /// lasts, through admission until its token is used or expires.
     async fn enter(
         &self,
         queue: &QueueName,
@@ -152,8 +155,11 @@ pub trait Store: Send + Sync + 'static {
     /// Marks waiting users as seen (open streams), in one write.
     async fn touch(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<()>;
 
-    /// Takes `user` out of line and drops their token. True if they had either.
-    async fn leave(&self, queue: &QueueName, user: &UserId) -> StoreResult<bool>;
+    /// Gives up `user`'s `entry`: takes them out of line, or drops the
+    /// token it was admitted with. True if `entry` was their current entry;
+    /// false, changing nothing, if they have no entry or a different one (a
+    /// ticket for an old entry cannot remove a newer place).
+    async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool>;
 
     /// One admission pass: refills the shared budget, drops absent users,
     /// admits the head of the line with `tokens` (one per admitted user, at
@@ -215,6 +221,14 @@ pub trait Store: Send + Sync + 'static {
 
 /// A shared store handle.
 pub type SharedStore = Arc<dyn Store>;
+
+/// Where a new entry counter starts: at a random point, so entry ids are not
+/// handed out again after a restart or a loss of data (a ticket signed for
+/// an old entry must never match a new one); below 2^40 so ids stay exact
+/// in JSON encoded by Lua's cjson (14 significant digits).
+pub(crate) fn first_entry_id() -> u64 {
+    rand::random_range(1..1u64 << 40)
+}
 
 /// Lua's cjson encodes an empty table as `{}`; accept that as an empty list.
 fn lua_list<'de, D, T>(de: D) -> Result<Vec<T>, D::Error>

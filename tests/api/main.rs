@@ -14,4 +14,5 @@ mod orders;
 mod queue;
 mod reach;
 mod sse;
+mod tickets;
 mod transport;

@@ -46,9 +46,12 @@ async fn join_position_and_leave() {
         }
 
         assert_eq!(app.leave("default", &ticket).await, 204);
-        let (_, gone) = app.position("default", &ticket).await;
-        assert_eq!(gone["status"], "NOT_ENTERED");
-        assert!(gone["enteredAt"].is_null());
+        let (code, gone) = app.position("default", &ticket).await;
+        assert_eq!(
+            (code, gone["error"].as_str()),
+            (401, Some("ticket_ended")),
+            "a ticket ends with its place"
+        );
         app.stop().await;
     }
 }

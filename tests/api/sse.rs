@@ -252,9 +252,9 @@ async fn reconnect_gets_current_state_and_a_second_stream_replaces_the_first() {
     );
     assert!(second.next(SECS).await.is_none());
 
-    // A ticket that neither waits nor holds a token: 204, no stream.
+    // A ticket whose place has ended: 401 ticket_ended, no stream.
     let s = SseStream::open(&app, "default", &tickets[2], None).await;
-    assert_eq!(s.status, 204);
+    assert_eq!(s.status, 401);
     let forged = SseStream::open(&app, "default", "forged.AAAA", None).await;
     assert_eq!(forged.status, 401);
     app.stop().await;
@@ -419,9 +419,10 @@ async fn streaming_counts_as_presence_and_absent_users_are_told() {
     let mut streaming = SseStream::open(&app, "default", &tickets[0], None).await;
     assert_eq!(streaming.next(SECS).await.unwrap().event, "waiting");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (_, absent) = app.position("default", &tickets[1]).await;
+    let (code, absent) = app.position("default", &tickets[1]).await;
     assert_eq!(
-        absent["status"], "NOT_ENTERED",
+        (code, absent["error"].as_str()),
+        (401, Some("ticket_ended")),
         "the silent user was dropped"
     );
     let (_, present) = app.position("default", &tickets[0]).await;
@@ -448,8 +449,8 @@ async fn streaming_counts_as_presence_and_absent_users_are_told() {
     s.next(SECS).await.unwrap();
     drop(s); // the buyer closes the tab
     tokio::time::sleep(Duration::from_millis(1800)).await;
-    let (_, p) = app2.position("default", &tickets[0]).await;
-    assert_eq!(p["status"], "NOT_ENTERED");
+    let (code, p) = app2.position("default", &tickets[0]).await;
+    assert_eq!((code, p["error"].as_str()), (401, Some("ticket_ended")));
     let (code, again) = app2.enter("default", "ab000").await;
     assert_eq!(code, 201, "an abandoned user may re-enter: {again}");
     app.stop().await;

@@ -145,6 +145,8 @@ impl QueueKeys {
 }
 
 fn snapshot(row: Row) -> StoreResult<(bool, Snapshot)> {
+    // `seq` is the entry id: the line's order while waiting, the entry the
+    // token was issued to once admitted.
     let (kind, created, rank, seq, token, ttl_ms, entered_at, total, pass) = row;
     let standing = match kind.as_str() {
         "ready" => Standing::Ready {
@@ -158,8 +160,9 @@ fn snapshot(row: Row) -> StoreResult<(bool, Snapshot)> {
         "none" => Standing::NotEntered,
         other => return Err(StoreError::Protocol(format!("unknown standing {other}"))),
     };
-    let entered_at_ms =
-        (entered_at >= 0 && standing != Standing::NotEntered).then_some(entered_at as u64);
+    let entered = standing != Standing::NotEntered;
+    let entered_at_ms = (entered_at >= 0 && entered).then_some(entered_at as u64);
+    let entry = (seq >= 0 && entered).then_some(seq as u64);
     Ok((
         created == 1,
         Snapshot {
@@ -167,6 +170,7 @@ fn snapshot(row: Row) -> StoreResult<(bool, Snapshot)> {
             total_waiting: total,
             entered_at_ms,
             pass,
+            entry,
         },
     ))
 }
@@ -191,7 +195,8 @@ impl Store for RedisStore {
                     .arg(policy.token_ttl_ms)
                     .arg(policy.batch)
                     .arg(policy.interval_ms)
-                    .arg(max_active_arg(policy));
+                    .arg(max_active_arg(policy))
+                    .arg(super::first_entry_id());
             })
             .await?;
         let (created, snapshot) = snapshot(row)?;
@@ -235,10 +240,10 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    async fn leave(&self, queue: &QueueName, user: &UserId) -> StoreResult<bool> {
+    async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         let n: i64 = self
             .run(&self.scripts.leave, queue, |inv| {
-                inv.arg(user.as_str());
+                inv.arg(user.as_str()).arg(entry);
             })
             .await?;
         Ok(n == 1)

@@ -4,7 +4,8 @@
 -- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
 -- ARGV[8..] fresh entry tokens, one per user that may be admitted
 -- Returns the pass as JSON: {kind="pass", pass, at, admitted=[{user, seq,
--- token, ttlMs}], abandoned=[{user, seq}], waiting, busy}, and publishes the
+-- token, ttlMs}], abandoned=[{user, seq}], waiting, busy} (an admitted user's
+-- token keeps their seq as its entry id), and publishes the
 -- same JSON on the queue's channel when anyone waited or was dropped.
 -- Atomic because popping the head and storing its tokens must be one step
 -- (a crash in between would lose users), the budget shared by every
@@ -40,7 +41,7 @@ if n > 0 then
   for _, user in ipairs(head) do
     local seq, entered = unline(user)
     local token = ARGV[7 + #admitted + 1]
-    issue(user, token, entered or now, ttl, now)
+    issue(user, token, entered or now, ttl, now, seq)
     admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
   end
 end

@@ -4,7 +4,8 @@
 -- Every script receives the queue's keys in this order, all sharing the
 -- queue's {hash tag} so a script touches one cluster slot:
 --   KEYS[1] waiting  ZSET user -> arrival sequence (the line, strict FIFO)
---   KEYS[2] seq      STRING arrival counter (INCR)
+--   KEYS[2] seq      STRING entry counter (INCR): every entry's id, the
+--                    arrival sequence, fast track included
 --   KEYS[3] entered  HASH user -> entry time ms (waiting users)
 --   KEYS[4] seen     ZSET user -> last seen ms (waiting users; presence)
 --   KEYS[5] active   ZSET user -> token expiry ms (holders; maxActive)
@@ -12,7 +13,8 @@
 --   KEYS[7] pass     STRING admission pass counter
 --   KEYS[8] paused   STRING present while an operator holds admission
 --   ARGV[1] token key prefix: a user's token lives in HASH ARGV[1]..user
---           (token, enteredAt, exp, claim, claimUntil) with PEXPIREAT exp.
+--           (token, enteredAt, exp, entry, claim, claimUntil) with PEXPIREAT
+--           exp; entry is the id of the entry the token was issued to.
 --           Built here rather than passed in KEYS because admit learns the
 --           users inside the script; the prefix carries the same hash tag.
 --   ARGV[2] pub/sub channel of the queue
@@ -61,10 +63,18 @@ local function room(max_active)
   return math.max(0, max_active - redis.call('ZCARD', K.active))
 end
 
-local function issue(user, token, entered_at, ttl, now)
+-- Takes the next entry id. A new counter starts at `first` (random, from
+-- the caller) rather than 1, so ids are not reissued after the data is lost
+-- and tickets signed for old entries can never match new ones.
+local function next_entry(first)
+  redis.call('SET', K.seq, first, 'NX')
+  return redis.call('INCR', K.seq)
+end
+
+local function issue(user, token, entered_at, ttl, now, entry)
   local key = K.tokprefix .. user
   local exp = now + ttl
-  redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp)
+  redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp, 'entry', entry)
   redis.call('PEXPIREAT', key, exp)
   redis.call('ZADD', K.active, exp, user)
 end
@@ -84,12 +94,13 @@ local function unline(user)
 end
 
 -- One user's standing, token first:
--- {kind, created, rank, seq, token, ttl_ms, entered_at, total, pass}
--- with -1 / '' where a field does not apply.
+-- {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}
+-- with -1 / '' where a field does not apply; entry is the arrival sequence
+-- (the line's order while waiting, kept with the token once admitted).
 local function describe(user, now, created, total, pass)
-  local tok = redis.call('HMGET', K.tokprefix .. user, 'token', 'exp', 'enteredAt')
+  local tok = redis.call('HMGET', K.tokprefix .. user, 'token', 'exp', 'enteredAt', 'entry')
   if tok[1] and tonumber(tok[2]) > now then
-    return {'ready', created, -1, -1, tok[1], tonumber(tok[2]) - now,
+    return {'ready', created, -1, tonumber(tok[4]) or -1, tok[1], tonumber(tok[2]) - now,
             tonumber(tok[3]) or -1, total, pass}
   end
   local rank = redis.call('ZRANK', K.waiting, user)

@@ -1,15 +1,26 @@
--- leave.lua: takes a user out of line and drops their token.
--- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user
--- Returns 1 if the user waited or held a token, else 0; publishes
+-- leave.lua: gives up one entry: takes the user out of line, or drops the
+-- token that entry was admitted with.
+-- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] entry id
+-- Returns 1 if the user's current entry is ARGV[4] and it was given up, else
+-- 0 (no entry, or a newer one: nothing changes); publishes
 -- {"kind":"left","user":..,"seq":..} on the queue's channel when 1.
--- Atomic so the line, its indexes, the token and the active set change
--- together, and the event is published exactly when something changed.
-local user = ARGV[3]
-local had_token = redis.call('DEL', K.tokprefix .. user)
-redis.call('ZREM', K.active, user)
-local seq = unline(user)
-if had_token == 1 or seq then
-  redis.call('PUBLISH', K.channel, cjson.encode({kind = 'left', user = user, seq = seq}))
-  return 1
+-- Atomic so the entry check and the removal are one step (a ticket for an
+-- old entry can never remove a newer place, however the calls interleave),
+-- the line, its indexes, the token and the active set change together, and
+-- the event is published exactly when something changed.
+local user, entry = ARGV[3], tonumber(ARGV[4])
+local key = K.tokprefix .. user
+if not entry then
+  return 0
 end
-return 0
+local seq
+if tonumber(redis.call('HGET', key, 'entry')) == entry then
+  redis.call('DEL', key)
+  redis.call('ZREM', K.active, user)
+elseif tonumber(redis.call('ZSCORE', K.waiting, user)) == entry then
+  seq = unline(user)
+else
+  return 0
+end
+redis.call('PUBLISH', K.channel, cjson.encode({kind = 'left', user = user, seq = seq}))
+return 1

@@ -1,6 +1,6 @@
 -- status.lua: one user's standing, token first; optionally marks them seen.
 -- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] touch (1/0)
--- Returns describe(): {kind, created(0), rank, seq, token, ttl_ms, entered_at, total, pass}.
+-- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass}.
 -- Atomic so the token look-up and the rank are read at one instant: read
 -- apart, a user admitted in between would look NOT_ENTERED.
 local user = ARGV[3]
