@@ -12,4 +12,6 @@ mod order_gate;
 mod orders;
 mod queue;
 mod reach;
+mod shutdown;
 mod sse;
+mod store_bound;
