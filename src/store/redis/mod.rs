@@ -42,8 +42,9 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The response timeout alone does not bound a call: one that waits for a
 /// reconnection to a Redis that accepts connections but never answers (a
 /// frozen process, a silent partition) waits for every connection attempt
-/// in turn, several seconds each.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// in turn, the response timeout each. Room for two slow commands: a
+/// script call after a Redis restart is a reload and a second call.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs one store call within [`CALL_TIMEOUT`].
 async fn bounded<T>(call: impl Future<Output = Result<T, RedisError>>) -> StoreResult<T> {
