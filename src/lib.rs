@@ -251,10 +251,18 @@ impl AppState {
             .rate(queue, self.inner.policy.configured_rate())
     }
 
-    /// Starts the admission loop and the event subscription on `tasks`.
+    /// Starts the admission loop, the event subscription and, with the
+    /// demo order service, its token-delete reconciler on `tasks`.
     pub fn spawn_background(&self, tasks: &TaskTracker) {
         tasks.spawn(admission::run(self.clone()));
         tasks.spawn(push::run(self.clone()));
+        if let Some(orders) = self.orders() {
+            tasks.spawn(orders::reconcile::run(
+                orders.clone(),
+                self.gate().clone(),
+                self.shutdown().clone(),
+            ));
+        }
     }
 }
 
@@ -308,18 +316,37 @@ pub async fn run(
 pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartError> {
     let shutdown = state.shutdown().clone();
     let state_gate = state.gate().clone();
+    // The whole shutdown fits in `--drain-secs` + 5 s from the signal: the
+    // server's own hard cap, and what is left of it for the tasks below.
+    let grace = Duration::from_secs(state.config().drain_secs) + SHUTDOWN_SLACK;
+    let stop_by = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            tokio::time::Instant::now() + grace
+        })
+    };
     let tasks = TaskTracker::new();
     state.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
     let served = server::serve(state, listener).await;
     shutdown.cancel();
-    state_gate.drain().await;
-    tasks.close();
-    if tokio::time::timeout(Duration::from_secs(10), tasks.wait())
+    let stop_by = stop_by
         .await
-        .is_err()
-    {
-        tracing::warn!("background tasks did not stop within 10 s");
+        .unwrap_or_else(|_| tokio::time::Instant::now());
+    tasks.close();
+    let stopped = async {
+        state_gate.drain().await;
+        tasks.wait().await;
+    };
+    // Whatever is cut off here is safe to drop: recorded token deletes are
+    // finished by the next process, claims lapse by themselves.
+    if tokio::time::timeout_at(stop_by, stopped).await.is_err() {
+        tracing::warn!("background tasks still running at the end of the shutdown window");
     }
     Ok(served?)
 }
+
+/// What the shutdown window adds to `--drain-secs`: in-flight requests
+/// finish and background tasks stop within it.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);

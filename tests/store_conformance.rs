@@ -699,6 +699,7 @@ conformance!(
     leave_refuses_a_stale_entry,
     fast_track_ready_has_an_entry,
     the_entry_survives_admission_until_the_token_is_used,
+    a_late_consume_deletes_unless_claimed_anew,
 );
 
 async fn paused_queues_admit_nobody(store: SharedStore) {
@@ -1026,4 +1027,72 @@ async fn the_entry_survives_admission_until_the_token_is_used(store: SharedStore
     let used = store.status(&q(), &users[0], false).await.unwrap();
     assert_eq!(used.entry, None, "a used token ends the entry");
     assert!(!store.leave(&q(), &users[0], entry).await.unwrap());
+}
+
+/// What a recorded consume retried long after its order (the reconciler,
+/// after a restart) relies on: a claim whose lease lapsed still deletes its
+/// token while no newer claim holds it; once a newer claim does, the old
+/// one deletes nothing and the new one settles the token; a token already
+/// gone is answered `false`, never an error.
+async fn a_late_consume_deletes_unless_claimed_anew(store: SharedStore) {
+    let p = slow(5);
+    let ready = |user: UserId| {
+        let store = store.clone();
+        let p = p.clone();
+        async move {
+            let entered = store
+                .enter(&q(), &user, &p, &EntryToken::generate())
+                .await
+                .unwrap();
+            token_of(&entered.snapshot).expect("fast track")
+        }
+    };
+    let lease_ms = 100;
+    let past_the_lease = Duration::from_millis(3 * lease_ms);
+
+    let a = u("late-a");
+    let token = ready(a.clone()).await;
+    let ClaimOutcome::Claimed { claim_id: lapsed } =
+        store.claim(&q(), &a, &token, lease_ms).await.unwrap()
+    else {
+        panic!("claim expected");
+    };
+    tokio::time::sleep(past_the_lease).await;
+    assert!(store.consume(&q(), &a, &lapsed).await.unwrap());
+    assert_eq!(
+        store.status(&q(), &a, false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    assert!(
+        !store.consume(&q(), &a, &lapsed).await.unwrap(),
+        "already gone"
+    );
+
+    let b = u("late-b");
+    let token = ready(b.clone()).await;
+    let ClaimOutcome::Claimed { claim_id: old } =
+        store.claim(&q(), &b, &token, lease_ms).await.unwrap()
+    else {
+        panic!("claim expected");
+    };
+    tokio::time::sleep(past_the_lease).await;
+    let ClaimOutcome::Claimed { claim_id: new } =
+        store.claim(&q(), &b, &token, 60_000).await.unwrap()
+    else {
+        panic!("the lapsed claim gives way to a new one");
+    };
+    assert!(!store.consume(&q(), &b, &old).await.unwrap());
+    assert_eq!(
+        token_of(&store.status(&q(), &b, false).await.unwrap()),
+        Some(token),
+        "the newer claim's token is untouched"
+    );
+    assert!(store.consume(&q(), &b, &new).await.unwrap());
+
+    assert!(
+        !store
+            .consume(&q(), &u("late-none"), "made-up")
+            .await
+            .unwrap()
+    );
 }

@@ -25,6 +25,31 @@
 //! store could not (it was away longer than a lease, or the delete after a
 //! commit never landed).
 //!
+//! # A durable consume (outbox)
+//!
+//! [`EntryPass::commit_succeeded`] retries a failed delete in the
+//! background, but only in this process: a restart or a deploy in between
+//! loses it, the claim lapses, and the used token is READY again (the
+//! buyer's page shows a token that cannot buy; a service without the
+//! `UNIQUE` key would sell twice). To make the delete survive restarts,
+//! record it with the order:
+//!
+//! 1. In the order's transaction, store [`EntryPass::pending_consume`]
+//!    (queue, user, claim id) with the order, marked unconfirmed.
+//! 2. After `COMMIT`, call [`EntryPass::commit_recorded`]; when it returns
+//!    `Ok`, mark the record confirmed.
+//! 3. A reconciler (at start-up, then periodically, in bounded batches with
+//!    backoff while the store is away) calls [`Gate::consume_pending`] for
+//!    each unconfirmed record and marks it confirmed on `Ok`.
+//!
+//! Both `Ok(true)` (deleted now) and `Ok(false)` (nothing left for this
+//! claim to delete: consumed already, expired, or claimed anew by a later
+//! order, which settles it itself) mean done; only `Err` means retry. The
+//! consume is idempotent, so a record retried twice, or by two instances,
+//! is harmless. The idempotency key under `UNIQUE` stays the safety net for
+//! the window before the reconciler gets through (the demo service in
+//! `src/orders/` does all of this).
+//!
 //! ```no_run
 //! use axum::extract::{FromRef, State};
 //! use axum::http::StatusCode;
@@ -80,7 +105,7 @@
 //!     .await;
 //!     match inserted {
 //!         Ok(_) => {
-//!             pass.commit_succeeded().await; // deletes the token
+//!             pass.commit_succeeded().await; // deletes the token (see the outbox above)
 //!             (StatusCode::CREATED, "ordered")
 //!         }
 //!         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -163,6 +188,17 @@ pub enum GateError {
     /// `503`: the store is unreachable; refused (fail-closed).
     #[error("store unavailable")]
     Store(#[from] StoreError),
+}
+
+/// A token to delete once its order has committed: what an order service
+/// records with the order, in the same transaction, so the delete can be
+/// retried after a restart (see the module docs: a durable consume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingConsume {
+    pub queue: QueueName,
+    pub user: UserId,
+    /// The claim the order holds; only it may delete the token.
+    pub claim_id: String,
 }
 
 /// A live claim on one user's token in one queue.
@@ -276,6 +312,25 @@ impl Gate {
                 self.retries.spawn(retry_consume(self.clone(), claim));
             }
         }
+    }
+
+    /// Deletes a recorded token once, without background retries: the
+    /// caller's record is the retry (see the module docs). `Ok(true)`: the
+    /// token was deleted now. `Ok(false)`: this claim has nothing left to
+    /// delete (already consumed, expired, or claimed anew by a later order,
+    /// which settles it itself); done as well. A claim whose lease lapsed
+    /// still deletes its token while no other order has claimed it, so a
+    /// record retried after a restart still finishes the job. `Err`: the
+    /// store did not answer (bounded by its call timeout); try again later.
+    pub async fn consume_pending(&self, pending: &PendingConsume) -> Result<bool, StoreError> {
+        let deleted = self
+            .store
+            .consume(&pending.queue, &pending.user, &pending.claim_id)
+            .await?;
+        if !deleted {
+            tracing::debug!(queue = %pending.queue, user = %pending.user, "recorded consume: nothing left to delete");
+        }
+        Ok(deleted)
     }
 
     /// Returns a claimed token to READY after its order rolled back.

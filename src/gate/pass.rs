@@ -9,8 +9,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use super::{Claim, Gate, GateError};
+use super::{Claim, Gate, GateError, PendingConsume};
 use crate::queue::{QueueName, UserId};
+use crate::store::StoreError;
 
 /// A claimed entry token for one order, with the order's body. Call
 /// [`commit_succeeded`] after the order's transaction commits, or
@@ -22,6 +23,15 @@ use crate::queue::{QueueName, UserId};
 ///
 /// The queue is taken from an optional `X-Queue` header, else found among
 /// the gate's queues.
+///
+/// For a delete that survives restarts (the outbox pattern), record
+/// [`EntryPass::pending_consume`] with the order in the order's own
+/// transaction, then call [`EntryPass::commit_recorded`] instead of
+/// `commit_succeeded` and mark the record confirmed when it returns `Ok`;
+/// a reconciler retries unconfirmed records with [`Gate::consume_pending`]
+/// at start-up and periodically. Keep [`EntryPass::idempotency_key`] under
+/// `UNIQUE` as the safety net. The module docs of [`crate::gate`] describe
+/// it step by step.
 ///
 /// [`commit_succeeded`]: EntryPass::commit_succeeded
 /// [`rolled_back`]: EntryPass::rolled_back
@@ -65,6 +75,17 @@ impl EntryPass {
         &self.claim().idempotency_key
     }
 
+    /// What to record with the order, in its transaction, so the token's
+    /// delete can be retried after a restart: queue, user and claim id.
+    pub fn pending_consume(&self) -> PendingConsume {
+        let claim = self.claim();
+        PendingConsume {
+            queue: claim.queue.clone(),
+            user: claim.user.clone(),
+            claim_id: claim.claim_id.clone(),
+        }
+    }
+
     /// The order's body, read in full before the token was claimed.
     pub fn body(&self) -> &Bytes {
         &self.body
@@ -82,6 +103,21 @@ impl EntryPass {
         if let Some(claim) = self.claim.take() {
             self.gate.consume(claim).await;
         }
+    }
+
+    /// The order committed with its [`EntryPass::pending_consume`]
+    /// recorded: delete the token once, now. `Ok` (deleted, or nothing
+    /// left to delete; see [`Gate::consume_pending`]): mark the record
+    /// confirmed. `Err`: the store is away; leave the record unconfirmed
+    /// for the reconciler. Nothing is retried in the background: the
+    /// record is the retry, and it survives a restart.
+    pub async fn commit_recorded(mut self) -> Result<bool, StoreError> {
+        self.renewal.cancel();
+        let pending = self.pending_consume();
+        // Taken first: a pass dropped mid-consume must not release a claim
+        // whose order committed.
+        self.claim.take();
+        self.gate.consume_pending(&pending).await
     }
 
     /// The order rolled back: keep the token so the buyer can retry.

@@ -7,7 +7,10 @@
 //! the whole body before it claims, and keeps the claim alive while the
 //! order runs. The token is deleted only after the transaction commits; a
 //! rolled-back order (out of stock, over the product's `maxPerOrder`)
-//! keeps it.
+//! keeps it. The delete is recorded with the order in its transaction and
+//! confirmed once the store took it; a delete the store could not take is
+//! finished by the reconciler (`crate::orders::reconcile`), even after a
+//! restart.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -21,6 +24,7 @@ use super::extract::optional_user;
 use crate::AppState;
 use crate::gate::EntryPass;
 use crate::orders::{Order, OrderError, OrderStore, Product};
+use crate::store::StoreError;
 
 /// `/api/orders`, `/api/orders/{id}`, `/api/products`.
 pub fn router() -> Router<AppState> {
@@ -83,17 +87,18 @@ async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Respons
             "this entry token is for another queue than the product's",
         ));
     }
+    let pending = pass.pending_consume();
     match store
         .place(
-            pass.user().as_str(),
             &product.id,
             request.quantity,
             pass.idempotency_key(),
+            &pending,
         )
         .await
     {
         Ok(order) => {
-            pass.commit_succeeded().await;
+            confirm(store, &order.order_id, pass.commit_recorded().await).await;
             metrics::counter!("waitroom_orders_total", "result" => "created").increment(1);
             Ok((StatusCode::CREATED, Json(order)).into_response())
         }
@@ -128,6 +133,25 @@ async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Respons
         Err(OrderError::Database(e)) => {
             pass.rolled_back().await;
             Err(ApiError::Internal(e.to_string()))
+        }
+    }
+}
+
+/// Marks the order's recorded token delete confirmed if the store took it;
+/// otherwise leaves it to the reconciler, rung to retry soon. The buyer's
+/// answer is the order's success either way.
+async fn confirm(store: &OrderStore, order_id: &str, consumed: Result<bool, StoreError>) {
+    match consumed {
+        Ok(_) => {
+            if let Err(e) = store.confirm_consume(order_id).await {
+                // The reconciler's next round deletes nothing and confirms it.
+                tracing::warn!(order = %order_id, error = %e, "cannot confirm the token delete; the reconciler will");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(order = %order_id, error = %e, "token delete failed after commit; the reconciler retries it");
+            metrics::counter!("waitroom_consume_retries_total").increment(1);
+            store.ring_reconciler();
         }
     }
 }

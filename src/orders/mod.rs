@@ -8,9 +8,18 @@
 //! entry token's idempotency key (its SHA-256) under a `UNIQUE`
 //! constraint: even if the token store lost track of a used token, the
 //! database refuses a second order with it.
+//!
+//! Each order also records, in the same transaction, what deleting its
+//! entry token takes (queue, user, claim id) and whether that delete is
+//! confirmed: an outbox. A delete the token store could not take before a
+//! shutdown is finished after the restart by [`reconcile`], instead of the
+//! used token returning to READY when its claim lapses.
+
+pub mod reconcile;
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -19,6 +28,10 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 use time::OffsetDateTime;
+use tokio::sync::Notify;
+
+use crate::gate::PendingConsume;
+use crate::queue::{QueueName, UserId};
 
 /// The product every fresh database starts with.
 pub const DEMO_PRODUCT: &str = "demo-sneaker";
@@ -97,6 +110,18 @@ pub enum OrderError {
 #[derive(Clone)]
 pub struct OrderStore {
     pool: SqlitePool,
+    /// Rung when an order's token delete failed, so the reconciler retries
+    /// it soon rather than at its next sweep.
+    doorbell: Arc<Notify>,
+}
+
+/// An order whose token delete is not confirmed yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unconfirmed {
+    pub order_id: String,
+    /// What to delete; `None` if the record cannot be read back (a queue or
+    /// user name this version refuses), so there is nothing to retry.
+    pub consume: Option<PendingConsume>,
 }
 
 const SCHEMA: &[&str] = &[
@@ -114,10 +139,34 @@ const SCHEMA: &[&str] = &[
         product_id TEXT NOT NULL REFERENCES products(id),
         quantity INTEGER NOT NULL CHECK (quantity > 0),
         created_at TEXT NOT NULL,
-        token_sha256 TEXT NOT NULL UNIQUE
+        token_sha256 TEXT NOT NULL UNIQUE,
+        claim_queue TEXT,
+        claim_id TEXT,
+        consume_confirmed INTEGER NOT NULL DEFAULT 1 CHECK (consume_confirmed IN (0, 1))
     )",
     "CREATE INDEX IF NOT EXISTS orders_by_user ON orders(user_id)",
 ];
+
+/// Columns added to `orders` since its first version, each with the
+/// `ALTER TABLE` that adds it to an older database. Older orders get no
+/// claim and count as confirmed: nothing of theirs is left to delete.
+const ORDER_COLUMNS: &[(&str, &str)] = &[
+    (
+        "claim_queue",
+        "ALTER TABLE orders ADD COLUMN claim_queue TEXT",
+    ),
+    ("claim_id", "ALTER TABLE orders ADD COLUMN claim_id TEXT"),
+    (
+        "consume_confirmed",
+        "ALTER TABLE orders ADD COLUMN consume_confirmed INTEGER NOT NULL DEFAULT 1
+         CHECK (consume_confirmed IN (0, 1))",
+    ),
+];
+
+/// The reconciler's index: only unconfirmed orders, so it stays tiny
+/// however many orders there are. Created after the columns exist.
+const UNCONFIRMED_INDEX: &str = "CREATE INDEX IF NOT EXISTS orders_unconfirmed
+    ON orders(created_at) WHERE consume_confirmed = 0";
 
 impl OrderStore {
     /// Opens (creating and seeding on first start) the database at `path`;
@@ -157,6 +206,18 @@ impl OrderStore {
             .execute(&pool)
             .await?;
         }
+        // Databases created before the consume record get its columns.
+        for (column, add) in ORDER_COLUMNS {
+            let present = sqlx::query("SELECT 1 FROM pragma_table_info('orders') WHERE name = ?")
+                .bind(column)
+                .fetch_optional(&pool)
+                .await?
+                .is_some();
+            if !present {
+                sqlx::query(*add).execute(&pool).await?;
+            }
+        }
+        sqlx::query(UNCONFIRMED_INDEX).execute(&pool).await?;
         sqlx::query(
             "INSERT OR IGNORE INTO products (id, name, queue, price_cents, stock)
              VALUES (?, 'Limited sneaker drop', ?, 12900, 1000)",
@@ -165,7 +226,10 @@ impl OrderStore {
         .bind(queue)
         .execute(&pool)
         .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            doorbell: Arc::new(Notify::new()),
+        })
     }
 
     /// Every product.
@@ -217,17 +281,19 @@ impl OrderStore {
         product_of(&row)
     }
 
-    /// Places an order in one transaction: takes the stock, records the
-    /// order and the idempotency key of the entry token it used, commits.
-    /// Nothing is written unless all of it is. More than the stock left is
+    /// Places `consume.user`'s order in one transaction: takes the stock,
+    /// records the order, the idempotency key of the entry token it used
+    /// and the token's delete (`consume`, unconfirmed), commits. Nothing is
+    /// written unless all of it is. More than the stock left is
     /// `OutOfStock`; otherwise more than `max_per_order` is `OverLimit`.
     pub async fn place(
         &self,
-        user: &str,
         product_id: &str,
         quantity: i64,
         idempotency_key: &str,
+        consume: &PendingConsume,
     ) -> Result<Order, OrderError> {
+        let user = consume.user.as_str();
         let mut tx = self.pool.begin().await?;
         let taken = sqlx::query(
             "UPDATE products SET stock = stock - ?1
@@ -263,8 +329,9 @@ impl OrderStore {
             status: "CONFIRMED",
         };
         let inserted = sqlx::query(
-            "INSERT INTO orders (id, user_id, product_id, quantity, created_at, token_sha256)
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO orders (id, user_id, product_id, quantity, created_at, token_sha256,
+               claim_queue, claim_id, consume_confirmed)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
         )
         .bind(&order.order_id)
         .bind(&order.user_id)
@@ -272,6 +339,8 @@ impl OrderStore {
         .bind(order.quantity)
         .bind(&order.created_at)
         .bind(idempotency_key)
+        .bind(consume.queue.as_str())
+        .bind(&consume.claim_id)
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -305,6 +374,70 @@ impl OrderStore {
             })
         })
         .transpose()
+    }
+
+    /// Marks `order_id`'s token delete as done. True if it was pending.
+    pub async fn confirm_consume(&self, order_id: &str) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "UPDATE orders SET consume_confirmed = 1 WHERE id = ? AND consume_confirmed = 0",
+        )
+        .bind(order_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// At most `limit` orders whose token delete is not confirmed, oldest
+    /// first.
+    pub async fn unconfirmed(&self, limit: u32) -> Result<Vec<Unconfirmed>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT id, user_id, claim_queue, claim_id FROM orders
+             WHERE consume_confirmed = 0 ORDER BY created_at, id LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let order_id: String = r.try_get("id")?;
+                let user: String = r.try_get("user_id")?;
+                let queue: Option<String> = r.try_get("claim_queue")?;
+                let claim_id: Option<String> = r.try_get("claim_id")?;
+                let consume = match (queue, claim_id) {
+                    (Some(queue), Some(claim_id)) => {
+                        match (QueueName::parse(&queue), UserId::parse(&user)) {
+                            (Ok(queue), Ok(user)) => Some(PendingConsume {
+                                queue,
+                                user,
+                                claim_id,
+                            }),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                Ok(Unconfirmed { order_id, consume })
+            })
+            .collect()
+    }
+
+    /// How many orders' token deletes are not confirmed yet.
+    pub async fn unconfirmed_count(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query("SELECT COUNT(*) AS n FROM orders WHERE consume_confirmed = 0")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")
+    }
+
+    /// Asks the reconciler to retry unconfirmed deletes soon (an order's
+    /// delete just failed). Never lost: a ring while it is busy counts.
+    pub fn ring_reconciler(&self) {
+        self.doorbell.notify_one();
+    }
+
+    /// Waits for [`OrderStore::ring_reconciler`].
+    async fn rung(&self) {
+        self.doorbell.notified().await;
     }
 
     /// How many orders exist for `product_id`.
@@ -352,6 +485,14 @@ mod tests {
             .unwrap()
     }
 
+    fn pending(user: &str) -> PendingConsume {
+        PendingConsume {
+            queue: QueueName::parse("default").unwrap(),
+            user: UserId::parse(user).unwrap(),
+            claim_id: format!("claim-of-{user}"),
+        }
+    }
+
     fn update(p: &Product, stock: i64, max_per_order: Option<i64>) -> ProductUpdate {
         ProductUpdate {
             id: p.id.clone(),
@@ -385,13 +526,13 @@ mod tests {
         let p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
         s.upsert_product(&update(&p, 3, None)).await.unwrap();
         assert!(matches!(
-            s.place("a", DEMO_PRODUCT, 4, "k1").await,
+            s.place(DEMO_PRODUCT, 4, "k1", &pending("a")).await,
             Err(OrderError::OutOfStock)
         ));
-        let o = s.place("a", DEMO_PRODUCT, 2, "k1").await.unwrap();
+        let o = s.place(DEMO_PRODUCT, 2, "k1", &pending("a")).await.unwrap();
         assert!(o.order_id.starts_with("ord_"));
         assert!(matches!(
-            s.place("a", DEMO_PRODUCT, 1, "k1").await,
+            s.place(DEMO_PRODUCT, 1, "k1", &pending("a")).await,
             Err(OrderError::TokenAlreadyUsed)
         ));
         assert_eq!(
@@ -400,7 +541,7 @@ mod tests {
             "the refused order took nothing"
         );
         assert!(matches!(
-            s.place("b", "nope", 1, "k2").await,
+            s.place("nope", 1, "k2", &pending("b")).await,
             Err(OrderError::UnknownProduct)
         ));
         assert_eq!(s.order(&o.order_id).await.unwrap().unwrap().user_id, "a");
@@ -413,23 +554,134 @@ mod tests {
         let p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
         // Stock 1000, cap 10: 999 is over the cap, 10**9 over the stock.
         assert!(matches!(
-            s.place("a", DEMO_PRODUCT, 999, "k1").await,
+            s.place(DEMO_PRODUCT, 999, "k1", &pending("a")).await,
             Err(OrderError::OverLimit { max: 10 })
         ));
         assert!(matches!(
-            s.place("a", DEMO_PRODUCT, 1_000_000_000, "k1").await,
+            s.place(DEMO_PRODUCT, 1_000_000_000, "k1", &pending("a"))
+                .await,
             Err(OrderError::OutOfStock)
         ));
         assert_eq!(s.product(DEMO_PRODUCT).await.unwrap().unwrap().stock, 1000);
         assert_eq!(s.order_count(DEMO_PRODUCT).await.unwrap(), 0);
-        s.place("a", DEMO_PRODUCT, 10, "k1").await.unwrap();
+        s.place(DEMO_PRODUCT, 10, "k1", &pending("a"))
+            .await
+            .unwrap();
         // A restock keeps the cap; an explicit one replaces it.
         let kept = s.upsert_product(&update(&p, 50, None)).await.unwrap();
         assert_eq!((kept.stock, kept.max_per_order), (50, 10));
         let raised = s.upsert_product(&update(&p, 50, Some(40))).await.unwrap();
         assert_eq!(raised.max_per_order, 40);
-        s.place("b", DEMO_PRODUCT, 40, "k2").await.unwrap();
+        s.place(DEMO_PRODUCT, 40, "k2", &pending("b"))
+            .await
+            .unwrap();
         assert_eq!(s.product(DEMO_PRODUCT).await.unwrap().unwrap().stock, 10);
+    }
+
+    #[tokio::test]
+    async fn an_order_records_its_consume_until_confirmed() {
+        let s = store().await;
+        let o = s.place(DEMO_PRODUCT, 1, "k1", &pending("a")).await.unwrap();
+        // Refused orders record nothing to consume.
+        s.place(DEMO_PRODUCT, 1, "k1", &pending("a"))
+            .await
+            .unwrap_err();
+        s.place(DEMO_PRODUCT, 999, "k2", &pending("b"))
+            .await
+            .unwrap_err();
+        let due = s.unconfirmed(10).await.unwrap();
+        assert_eq!(
+            due,
+            vec![Unconfirmed {
+                order_id: o.order_id.clone(),
+                consume: Some(pending("a")),
+            }]
+        );
+        assert_eq!(s.unconfirmed_count().await.unwrap(), 1);
+        assert!(s.confirm_consume(&o.order_id).await.unwrap());
+        assert!(!s.confirm_consume(&o.order_id).await.unwrap(), "once");
+        assert!(s.unconfirmed(10).await.unwrap().is_empty());
+        assert_eq!(s.unconfirmed_count().await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn unconfirmed_reads_a_bounded_batch_oldest_first() {
+        let s = store().await;
+        let mut placed = Vec::new();
+        for i in 0..5 {
+            let o = s
+                .place(
+                    DEMO_PRODUCT,
+                    1,
+                    &format!("k{i}"),
+                    &pending(&format!("u{i}")),
+                )
+                .await
+                .unwrap();
+            placed.push(o.order_id);
+        }
+        let first: Vec<String> = s
+            .unconfirmed(3)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|u| u.order_id)
+            .collect();
+        assert_eq!(first.len(), 3);
+        assert!(first.iter().all(|id| placed.contains(id)));
+        for id in &first {
+            s.confirm_consume(id).await.unwrap();
+        }
+        let rest = s.unconfirmed(3).await.unwrap();
+        assert_eq!(rest.len(), 2);
+        assert!(rest.iter().all(|u| !first.contains(&u.order_id)));
+    }
+
+    #[tokio::test]
+    async fn a_database_from_before_the_consume_record_gets_it() {
+        let dir = std::env::temp_dir().join(format!("waitroom-orders-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("orders.db");
+        {
+            let options = SqliteConnectOptions::new()
+                .filename(&path)
+                .create_if_missing(true);
+            let pool = SqlitePoolOptions::new()
+                .connect_with(options)
+                .await
+                .unwrap();
+            for statement in [
+                "CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
+                 queue TEXT NOT NULL, price_cents INTEGER NOT NULL, stock INTEGER NOT NULL,
+                 max_per_order INTEGER NOT NULL DEFAULT 10)",
+                "INSERT INTO products VALUES ('demo-sneaker', 'Old', 'default', 100, 5, 10)",
+                "CREATE TABLE orders (id TEXT PRIMARY KEY, user_id TEXT NOT NULL,
+                 product_id TEXT NOT NULL REFERENCES products(id), quantity INTEGER NOT NULL,
+                 created_at TEXT NOT NULL, token_sha256 TEXT NOT NULL UNIQUE)",
+                "INSERT INTO orders VALUES ('ord_old', 'a', 'demo-sneaker', 1,
+                 '2026-01-01T00:00:00Z', 'k-old')",
+            ] {
+                sqlx::query(statement).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }
+        let s = OrderStore::open(&path, "default").await.unwrap();
+        // The old order has nothing left to delete; a new one records its own.
+        assert!(s.unconfirmed(10).await.unwrap().is_empty());
+        assert_eq!(s.order("ord_old").await.unwrap().unwrap().user_id, "a");
+        let o = s
+            .place(DEMO_PRODUCT, 1, "k-new", &pending("b"))
+            .await
+            .unwrap();
+        let due = s.unconfirmed(10).await.unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].order_id, o.order_id);
+        drop(s);
+        // Opening again changes nothing.
+        let s = OrderStore::open(&path, "default").await.unwrap();
+        assert_eq!(s.unconfirmed_count().await.unwrap(), 1);
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

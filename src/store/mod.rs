@@ -183,7 +183,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<ClaimOutcome>;
 
     /// Deletes the token claimed under `claim_id` (the order committed) and
-    /// frees the user's active slot. True if it was there to delete.
+    /// frees the user's active slot. Idempotent, so it can be retried at
+    /// any time, also long after the order (a recorded consume finished
+    /// after a restart):
+    /// - `true`: deleted now. The claim's lease need not be live: a lapsed
+    ///   claim still deletes its token while no newer claim holds it.
+    /// - `false`: nothing for this claim to delete: the token is gone
+    ///   (consumed already, expired, left) or a newer claim holds it (that
+    ///   order settles it). Either way the caller is done.
+    /// - `Err`: the store did not answer; whether it deleted is unknown,
+    ///   and retrying is safe.
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool>;
 
     /// Returns a claimed token to READY (the order rolled back). True if the

@@ -13,6 +13,8 @@ mod order_gate;
 mod orders;
 mod queue;
 mod reach;
+mod shutdown;
 mod sse;
+mod store_bound;
 mod tickets;
 mod transport;

@@ -592,3 +592,28 @@ impl Drop for BinApp {
         let _ = self.child.wait();
     }
 }
+
+/// Signalling a spawned binary and watching it exit (shutdown tests).
+impl BinApp {
+    /// Sends SIGTERM, as a deploy does.
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.pid()).expect("pid fits");
+        // SAFETY: kill(2) on our own child's pid, which `Drop` has not reaped.
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM could not be sent");
+    }
+
+    /// The exit status once the process exits, or `None` if it still runs
+    /// at `deadline`.
+    pub async fn exited_by(&mut self, deadline: Instant) -> Option<std::process::ExitStatus> {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -4,8 +4,10 @@
 //! keys, arguments, return value and why it must be atomic). Every key of a
 //! queue carries the `{queue}` hash tag, so a queue's scripts touch one
 //! cluster slot. Calls go over one multiplexed, self-reconnecting
-//! connection with a short response timeout, so an unreachable Redis turns
-//! into [`StoreError::Unavailable`] quickly instead of hanging requests.
+//! connection with a short response timeout, and each call as a whole is
+//! bounded by [`CALL_TIMEOUT`], so an unreachable or silent Redis turns
+//! into [`StoreError::Unavailable`] quickly instead of hanging requests,
+//! background tasks or a shutdown.
 
 mod events;
 mod scripts;
@@ -32,8 +34,27 @@ pub struct RedisStore {
     scripts: Scripts,
 }
 
-/// How long one Redis call may take before the request fails closed.
+/// How long Redis may take to answer one command, or to accept one
+/// connection attempt.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most one store call may take in all, then it fails closed (`503`).
+/// The response timeout alone does not bound a call: one that waits for a
+/// reconnection to a Redis that accepts connections but never answers (a
+/// frozen process, a silent partition) waits for every connection attempt
+/// in turn, the response timeout each. Room for two slow commands: a
+/// script call after a Redis restart is a reload and a second call.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs one store call within [`CALL_TIMEOUT`].
+async fn bounded<T>(call: impl Future<Output = Result<T, RedisError>>) -> StoreResult<T> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer within {CALL_TIMEOUT:?}"
+        ))),
+    }
+}
 
 impl From<RedisError> for StoreError {
     fn from(e: RedisError) -> Self {
@@ -83,14 +104,15 @@ impl RedisStore {
         let key = format!("{}:ticket-secret", self.prefix);
         let candidate = EntryToken::generate();
         let mut conn = self.conn.clone();
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(candidate.as_str())
-            .arg("NX")
-            .query_async(&mut conn)
-            .await?;
-        let secret: String = conn.get(&key).await?;
-        Ok(secret)
+        let _: Option<String> = bounded(
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(candidate.as_str())
+                .arg("NX")
+                .query_async(&mut conn),
+        )
+        .await?;
+        bounded(conn.get(&key)).await
     }
 
     fn keys(&self, queue: &QueueName) -> QueueKeys {
@@ -111,7 +133,7 @@ impl RedisStore {
         invocation.arg(&keys.token_prefix).arg(&keys.channel);
         args(&mut invocation);
         let mut conn = self.conn.clone();
-        Ok(invocation.invoke_async(&mut conn).await?)
+        bounded(invocation.invoke_async(&mut conn)).await
     }
 }
 
@@ -342,7 +364,7 @@ impl Store for RedisStore {
 
     async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
         Ok(())
     }
 

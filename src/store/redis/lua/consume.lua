@@ -1,7 +1,10 @@
 -- consume.lua: deletes a claimed token after its order committed.
 -- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
--- Returns 1 if the token was deleted, 0 if this claim no longer holds it;
--- publishes {"kind":"consumed","user":..} when 1.
+-- Returns 1 if the token was deleted, 0 if this claim no longer holds it
+-- (gone, or claimed anew); publishes {"kind":"consumed","user":..} when 1.
+-- The lease is not checked: a lapsed claim still deletes its token while no
+-- newer claim took it, so a consume retried after a restart finishes.
+-- Idempotent: a repeat returns 0.
 -- Atomic so the token and the user's active slot go together (the slot is
 -- what lets admission admit the next person) and only the claim holder can
 -- delete it.
