@@ -226,16 +226,16 @@ async fn sigterm_with_an_open_stream_and_a_pending_consume_exits_and_consumes_af
         || async { (token_in_store(&url, &prefix, "buyer").await == Some(false)).then_some(()) },
     )
     .await;
-    let position: Value = client
+    // The used token ended the buyer's place: their ticket says so.
+    let r = client
         .get(app.url("/api/queues/default/position"))
         .header("x-queue-ticket", &buyer_ticket)
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
-    assert_eq!(position["status"], "NOT_ENTERED", "{position}");
+    assert_eq!(r.status(), 401);
+    let position: Value = r.json().await.unwrap();
+    assert_eq!(position["error"], "ticket_ended", "{position}");
     let r = client
         .get(app.url(&format!("/api/orders/{order_id}")))
         .header("x-user-id", "buyer")
