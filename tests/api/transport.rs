@@ -946,3 +946,80 @@ fn random_request_mixes_never_serve_a_stream_from_body_bytes() {
         panic!("{e}");
     }
 }
+
+/// `/position` then `/events` on one socket (the stream goes lean at the
+/// boundary after a whole response), a second stream through hyper (its
+/// head in two writes), and a shutdown: both streams end within the drain
+/// window, whichever transport carries them.
+#[tokio::test]
+async fn a_poll_then_a_stream_on_one_socket_and_both_transports_close_within_the_drain_window() {
+    let w = World::new(&["--drain-secs", "2"]).await;
+
+    let mut lean = Raw::connect(w.app.addr).await;
+    lean.send(
+        format!(
+            "GET /api/queues/default/position HTTP/1.1\r\nHost: x\r\nX-User-Id: attacker\r\n\
+             X-Queue-Ticket: {}\r\n\r\n",
+            w.attacker_ticket
+        )
+        .as_bytes(),
+    )
+    .await;
+    let polled = lean
+        .read_until(5 * SECS, |r| r.first().is_some_and(|r| r.complete))
+        .await
+        .unwrap();
+    assert_eq!(polled[0].status, 200, "{}", lean.text());
+    let status: serde_json::Value = serde_json::from_slice(&polled[0].body).unwrap();
+    assert_eq!(status["status"], "WAITING");
+    lean.send(w.own_stream("/api/queues/default/events").as_bytes())
+        .await;
+    let got = lean
+        .read_until(5 * SECS, |r| {
+            r.get(1)
+                .is_some_and(|s| s.text().contains("event: waiting"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "{}", lean.text());
+    assert!(got[1].is_stream() && !got[1].chunked, "lean: {}", lean.text());
+
+    // The victim's own stream, its head in two writes: hyper serves it.
+    let head = w.victim_head();
+    let (cut, mut gap) = (head.len() / 2, Duration::from_millis(50));
+    let mut hyper = loop {
+        let mut raw = Raw::connect(w.app.addr).await;
+        raw.send(&head.as_bytes()[..cut]).await;
+        tokio::time::sleep(gap).await;
+        raw.send(&head.as_bytes()[cut..]).await;
+        let got = raw
+            .read_until(5 * SECS, |r| {
+                r.first().is_some_and(|s| s.text().contains("event: ready"))
+            })
+            .await
+            .unwrap();
+        if got.first().is_some_and(|r| r.chunked) {
+            break raw;
+        }
+        assert!(gap < Duration::from_secs(3), "never served through hyper");
+        gap *= 2;
+    };
+
+    let stopping = Instant::now();
+    let (_, lean_closed, hyper_closed) = tokio::join!(
+        w.app.stop(),
+        async {
+            lean.read_until(10 * SECS, |_| false).await.unwrap();
+            (lean.closed, stopping.elapsed())
+        },
+        async {
+            hyper.read_until(10 * SECS, |_| false).await.unwrap();
+            (hyper.closed, stopping.elapsed())
+        },
+    );
+    // The drain window is 2 s; a second more for a busy machine.
+    for (name, (closed, after)) in [("lean", lean_closed), ("hyper", hyper_closed)] {
+        assert!(closed, "the {name} stream was closed");
+        assert!(after <= 3 * SECS, "the {name} stream closed after {after:?}");
+    }
+}
