@@ -982,7 +982,11 @@ async fn a_poll_then_a_stream_on_one_socket_and_both_transports_close_within_the
         .await
         .unwrap();
     assert_eq!(got.len(), 2, "{}", lean.text());
-    assert!(got[1].is_stream() && !got[1].chunked, "lean: {}", lean.text());
+    assert!(
+        got[1].is_stream() && !got[1].chunked,
+        "lean: {}",
+        lean.text()
+    );
 
     // The victim's own stream, its head in two writes: hyper serves it.
     let head = w.victim_head();
@@ -1020,6 +1024,9 @@ async fn a_poll_then_a_stream_on_one_socket_and_both_transports_close_within_the
     // The drain window is 2 s; a second more for a busy machine.
     for (name, (closed, after)) in [("lean", lean_closed), ("hyper", hyper_closed)] {
         assert!(closed, "the {name} stream was closed");
-        assert!(after <= 3 * SECS, "the {name} stream closed after {after:?}");
+        assert!(
+            after <= 3 * SECS,
+            "the {name} stream closed after {after:?}"
+        );
     }
 }
