@@ -637,34 +637,40 @@ mod tests {
         assert!(rest.iter().all(|u| !first.contains(&u.order_id)));
     }
 
-    #[tokio::test]
-    async fn a_database_from_before_the_consume_record_gets_it() {
+    /// A database file made by an earlier version: `statements` run on a
+    /// fresh file in a folder of its own (removed by the caller).
+    async fn old_database(statements: &[&'static str]) -> (std::path::PathBuf, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("waitroom-orders-{:x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("orders.db");
-        {
-            let options = SqliteConnectOptions::new()
-                .filename(&path)
-                .create_if_missing(true);
-            let pool = SqlitePoolOptions::new()
-                .connect_with(options)
-                .await
-                .unwrap();
-            for statement in [
-                "CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
-                 queue TEXT NOT NULL, price_cents INTEGER NOT NULL, stock INTEGER NOT NULL,
-                 max_per_order INTEGER NOT NULL DEFAULT 10)",
-                "INSERT INTO products VALUES ('demo-sneaker', 'Old', 'default', 100, 5, 10)",
-                "CREATE TABLE orders (id TEXT PRIMARY KEY, user_id TEXT NOT NULL,
-                 product_id TEXT NOT NULL REFERENCES products(id), quantity INTEGER NOT NULL,
-                 created_at TEXT NOT NULL, token_sha256 TEXT NOT NULL UNIQUE)",
-                "INSERT INTO orders VALUES ('ord_old', 'a', 'demo-sneaker', 1,
-                 '2026-01-01T00:00:00Z', 'k-old')",
-            ] {
-                sqlx::query(statement).execute(&pool).await.unwrap();
-            }
-            pool.close().await;
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new()
+            .connect_with(options)
+            .await
+            .unwrap();
+        for statement in statements {
+            sqlx::query(*statement).execute(&pool).await.unwrap();
         }
+        pool.close().await;
+        (dir, path)
+    }
+
+    #[tokio::test]
+    async fn a_database_from_before_the_consume_record_gets_it() {
+        let (dir, path) = old_database(&[
+            "CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
+             queue TEXT NOT NULL, price_cents INTEGER NOT NULL, stock INTEGER NOT NULL,
+             max_per_order INTEGER NOT NULL DEFAULT 10)",
+            "INSERT INTO products VALUES ('demo-sneaker', 'Old', 'default', 100, 5, 10)",
+            "CREATE TABLE orders (id TEXT PRIMARY KEY, user_id TEXT NOT NULL,
+             product_id TEXT NOT NULL REFERENCES products(id), quantity INTEGER NOT NULL,
+             created_at TEXT NOT NULL, token_sha256 TEXT NOT NULL UNIQUE)",
+            "INSERT INTO orders VALUES ('ord_old', 'a', 'demo-sneaker', 1,
+             '2026-01-01T00:00:00Z', 'k-old')",
+        ])
+        .await;
         let s = OrderStore::open(&path, "default").await.unwrap();
         // The old order has nothing left to delete; a new one records its own.
         assert!(s.unconfirmed(10).await.unwrap().is_empty());
@@ -686,30 +692,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_database_from_before_the_cap_gets_it() {
-        let dir = std::env::temp_dir().join(format!("waitroom-orders-{:x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("orders.db");
-        {
-            let options = SqliteConnectOptions::new()
-                .filename(&path)
-                .create_if_missing(true);
-            let pool = SqlitePoolOptions::new()
-                .connect_with(options)
-                .await
-                .unwrap();
-            sqlx::query(
-                "CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
-                 queue TEXT NOT NULL, price_cents INTEGER NOT NULL, stock INTEGER NOT NULL)",
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-            sqlx::query("INSERT INTO products VALUES ('old', 'Old', 'default', 100, 5)")
-                .execute(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-        }
+        let (dir, path) = old_database(&[
+            "CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
+             queue TEXT NOT NULL, price_cents INTEGER NOT NULL, stock INTEGER NOT NULL)",
+            "INSERT INTO products VALUES ('old', 'Old', 'default', 100, 5)",
+        ])
+        .await;
         let s = OrderStore::open(&path, "default").await.unwrap();
         let old = s.product("old").await.unwrap().unwrap();
         assert_eq!((old.stock, old.max_per_order), (5, DEFAULT_MAX_PER_ORDER));

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use waitroom::gate::{EntryPass, Gate};
 use waitroom::queue::QueueName;
 
-use crate::common::{TestApp, eventually};
+use crate::common::{TestApp, eventually, ready};
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 const PRODUCT: &str = "demo-sneaker";
@@ -50,19 +50,6 @@ async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {
         "memory" => TestApp::memory(&args).await,
         _ => TestApp::redis("gate", &args).await,
     }
-}
-
-async fn ready(app: &TestApp, user: &str) -> String {
-    let (_, body) = app.enter("default", user).await;
-    let ticket = body["ticket"].as_str().unwrap().to_owned();
-    eventually(Duration::from_secs(10), "READY", || {
-        let ticket = ticket.clone();
-        async move {
-            let (_, p) = app.position("default", &ticket).await;
-            p["entryToken"].as_str().map(str::to_owned)
-        }
-    })
-    .await
 }
 
 fn sha256_hex(text: &str) -> String {

@@ -13,7 +13,7 @@ use waitroom::queue::{QueueName, Standing, UserId};
 use waitroom::store::SharedStore;
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{RedisProcess, TestApp, config, eventually};
+use crate::common::{RedisProcess, TestApp, config, eventually, ready};
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 const PRODUCT: &str = "demo-sneaker";
@@ -30,19 +30,6 @@ fn fast(extra: &[&'static str]) -> Vec<&'static str> {
     ];
     v.extend_from_slice(extra);
     v
-}
-
-async fn ready(app: &TestApp, user: &str) -> String {
-    let (_, body) = app.enter("default", user).await;
-    let ticket = body["ticket"].as_str().unwrap().to_owned();
-    eventually(Duration::from_secs(10), "READY", || {
-        let ticket = ticket.clone();
-        async move {
-            let (_, p) = app.position("default", &ticket).await;
-            p["entryToken"].as_str().map(str::to_owned)
-        }
-    })
-    .await
 }
 
 async fn order(app: &TestApp, user: &str, token: Option<&str>, body: Value) -> (u16, Value) {

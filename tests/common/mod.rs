@@ -343,6 +343,21 @@ pub const IDLE: &[&str] = &[
     "1",
 ];
 
+/// Joins `user` to `default` on `app` and polls until they are READY;
+/// their entry token.
+pub async fn ready(app: &TestApp, user: &str) -> String {
+    let (_, body) = app.enter("default", user).await;
+    let ticket = body["ticket"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(10), "READY", || {
+        let ticket = ticket.clone();
+        async move {
+            let (_, p) = app.position("default", &ticket).await;
+            p["entryToken"].as_str().map(str::to_owned)
+        }
+    })
+    .await
+}
+
 /// An SSE event id, `<pass>` or `<pass>.<n>`, as the pair it stands for:
 /// ids are ordered as pairs, never as decimals ("7.10" follows "7.9").
 pub fn event_id(id: &str) -> (u64, u64) {
