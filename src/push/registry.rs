@@ -3,8 +3,9 @@
 //!
 //! Ranks move with the events alone: every removal from the line (admitted,
 //! abandoned, left) is published with its arrival sequence, so a stream
-//! behind it moves up by exactly one. Exact re-reads from the store (see
-//! `refresh`) only heal what an interruption lost.
+//! behind it moves up by exactly one. Exact re-reads from the store
+//! ([`QueueWatchers::apply_snapshot`], scheduled by [`refresh_period`] and
+//! run by the refresh loop in `push`) only heal what an interruption lost.
 //!
 //! A leave costs O(log L), L the leaves since the last pass, however many
 //! streams are open: its sequence goes into an order-statistic set, and a
