@@ -35,8 +35,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use crate::queue::{QueueName, UserId};
@@ -48,6 +50,9 @@ pub const BURST: u32 = 10;
 /// How long after an entry was created repeat joins are taken for
 /// duplicates of the first and not counted.
 pub const REPEAT_JOIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How often buyers with a full budget are dropped from the table.
+const FORGET_IDLE_EVERY: Duration = Duration::from_secs(30);
 
 /// Independent locks, so buyers on different cores rarely wait on each other.
 const SHARDS: usize = 16;
@@ -172,6 +177,19 @@ impl RequestLimits {
         let key = (queue.clone(), user.clone());
         if let Some(b) = self.shard(&key).get_mut(&key) {
             b.left = true;
+        }
+    }
+
+    /// Forgets idle buyers every `FORGET_IDLE_EVERY` until `shutdown`
+    /// (a task of its own: the table is this module's business alone).
+    pub async fn housekeeping(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(FORGET_IDLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => self.forget_idle(),
+            }
         }
     }
 

@@ -16,7 +16,7 @@ mod tokens;
 
 use axum::Router;
 
-use crate::AppState;
+use crate::app::AppState;
 pub use error::ApiError;
 pub use events::PATH as EVENTS_PATH;
 
