@@ -312,6 +312,27 @@ mod tests {
         assert!(limits.before_join(&q, &u).is_err(), "in line again");
     }
 
+    #[tokio::test]
+    async fn the_clean_up_task_forgets_idle_buyers_and_stops_on_shutdown() {
+        let limits = Arc::new(RequestLimits::new(1000, 1));
+        let (q, u) = key("a");
+        limits.check(&q, &u).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(limits.clone().housekeeping(shutdown.clone()));
+        let empty = || limits.shards.iter().all(|s| s.lock().unwrap().is_empty());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !empty() {
+            assert!(Instant::now() < deadline, "the first round runs at once");
+            tokio::task::yield_now().await;
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("stops on shutdown")
+            .unwrap();
+    }
+
     #[test]
     fn idle_buyers_are_forgotten() {
         let limits = RequestLimits::new(1000, 1);
