@@ -31,9 +31,9 @@ use futures::stream;
 
 use super::error::ApiError;
 use super::extract::Member;
+use super::handoff::LeanStream;
 use crate::app::AppState;
 use crate::push::{EventId, StreamSession, shed_frame, view_of};
-use crate::server::LeanStream;
 
 /// The route of the event stream (the lean writer matches it too).
 pub const PATH: &str = "/api/queues/{queue}/events";

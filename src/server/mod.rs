@@ -44,8 +44,6 @@
 mod handover;
 mod lean;
 
-pub use lean::LeanStream;
-
 use std::sync::Arc;
 use std::time::Duration;
 

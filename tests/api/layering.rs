@@ -1,5 +1,5 @@
 //! The crate's dependencies run one way: `server → http → {push, gate} →
-//! store → queue`, with `app` building the state above them. A module
+//! store → queue`, with `app` building the state the handlers share. A module
 //! lower down that reached up (push holding the whole `AppState`, say)
 //! would tie the layers together again, so the lower modules' sources are
 //! checked for paths into the layers above.
@@ -69,6 +69,25 @@ fn lower_modules_do_not_reach_up() {
     assert!(
         wrong.is_empty(),
         "paths against the layering:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_api_does_not_reach_into_the_server() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut wrong = Vec::new();
+    for file in sources(&root.join("src/http")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (line, module) in crate_paths(&text) {
+            if module == "server" {
+                wrong.push(format!("{}:{line}: crate::{module}", file.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the server uses the API, not the other way round:\n{}",
         wrong.join("\n")
     );
 }
