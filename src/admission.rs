@@ -7,31 +7,35 @@
 use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
 
-use crate::AppState;
-use crate::queue::EntryToken;
+use crate::queue::{EntryToken, Policy, QueueName};
+use crate::store::SharedStore;
 
-/// Runs passes until shutdown.
-pub async fn run(state: AppState) {
-    let policy = state.policy().clone();
+/// Runs passes over `queues` under `policy` until `shutdown`.
+pub async fn run(
+    store: SharedStore,
+    policy: Policy,
+    queues: Vec<QueueName>,
+    shutdown: CancellationToken,
+) {
     let interval = Duration::from_millis(policy.interval_ms);
     // Instances started together would otherwise pass in lockstep; a random
     // phase spreads their passes (and their load on the store) over time.
     let phase = Duration::from_millis(rand::random_range(0..policy.interval_ms.max(1)));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + phase, interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let shutdown = state.shutdown().clone();
     let mut failing = false;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        for queue in state.queue_names() {
+        for queue in &queues {
             let tokens: Vec<EntryToken> =
                 (0..policy.batch).map(|_| EntryToken::generate()).collect();
             let started = Instant::now();
-            match state.store().admit(queue, &policy, &tokens).await {
+            match store.admit(queue, &policy, &tokens).await {
                 Ok(pass) => {
                     if failing {
                         tracing::info!(%queue, "admission resumed");

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::queue::{Policy, QueueName};
 
@@ -237,9 +237,31 @@ impl Config {
         }
     }
 
-    /// A configuration with every default, for tests and embedding.
-    pub fn defaults() -> Self {
-        Self::parse_from(["waitroom"])
+    /// `args` as on the command line (without the program name) over the
+    /// defaults. Unlike [`Parser::parse`], the environment is not read, so a
+    /// `WAITROOM_*` variable in the shell cannot change what a test or an
+    /// embedding program asked for. Validation is [`Config::validate`], as
+    /// for any other `Config`.
+    pub fn from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let command = Self::command().mut_args(|arg| arg.env(None::<&str>));
+        let program = std::iter::once(std::ffi::OsString::from("waitroom"));
+        let matches =
+            command.try_get_matches_from(program.chain(args.into_iter().map(Into::into)))?;
+        Self::from_arg_matches(&matches)
+    }
+}
+
+/// Every flag at its documented default, the environment not read. Set
+/// fields on it directly (they are public) and let [`Config::validate`]
+/// (which the application state runs) check the result:
+/// `Config { admission_batch: 2, ..Config::default() }`.
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_args(std::iter::empty::<&str>()).expect("the defaults are valid arguments")
     }
 }
 
@@ -249,7 +271,7 @@ mod tests {
 
     #[test]
     fn defaults_match_the_contract() {
-        let c = Config::defaults();
+        let c = Config::default();
         c.validate().unwrap();
         assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
         let p = c.policy();
@@ -267,6 +289,24 @@ mod tests {
             short.body_timeout() < Duration::from_secs(1),
             "below the lease"
         );
+    }
+
+    #[test]
+    fn typed_configs_are_checked_like_flags() {
+        let two = Config {
+            admission_batch: 2,
+            ..Config::default()
+        };
+        assert_eq!(two.policy().batch, 2);
+        two.validate().unwrap();
+        let zero = Config {
+            admission_batch: 0,
+            ..Config::default()
+        };
+        assert!(zero.validate().is_err(), "the rule of --admission-batch");
+        let parsed = Config::from_args(["--admission-batch", "2"]).unwrap();
+        assert_eq!(parsed.admission_batch, 2);
+        assert!(Config::from_args(["--no-such-flag"]).is_err());
     }
 
     #[test]

@@ -226,7 +226,7 @@ async fn admission_issues_at_most_batch_tokens_once_each(store: SharedStore) {
         assert!(seen_tokens.insert(a.token.clone()), "a token issued twice");
     }
     for a in &pass.admitted {
-        let s = store.status(&q(), &u(&a.user), false).await.unwrap();
+        let s = store.status(&q(), &a.user, false).await.unwrap();
         assert_eq!(token_of(&s).as_deref(), Some(a.token.as_str()));
     }
     assert_eq!(
@@ -277,8 +277,7 @@ async fn admission_is_fifo(store: SharedStore) {
         let pass = store.admit(&q(), &fast, &tokens(3)).await.unwrap();
         order.extend(pass.admitted.into_iter().map(|a| a.user));
     }
-    let expected: Vec<String> = users.iter().map(|u| u.to_string()).collect();
-    assert_eq!(order, expected);
+    assert_eq!(order, users);
 }
 
 async fn max_active_bounds_holders(store: SharedStore) {
@@ -305,7 +304,7 @@ async fn max_active_bounds_holders(store: SharedStore) {
     assert!(leave_current(&store, &users[0]).await);
     let pass = store.admit(&q(), &p, &tokens(10)).await.unwrap();
     assert_eq!(pass.admitted.len(), 1);
-    assert_eq!(pass.admitted[0].user, users[3].to_string());
+    assert_eq!(pass.admitted[0].user, users[3]);
 }
 
 async fn expired_tokens_free_their_slot(store: SharedStore) {
@@ -537,7 +536,7 @@ async fn claim_consume_release(store: SharedStore) {
     tokio::time::sleep(Duration::from_millis(60)).await;
     let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
     assert_eq!(pass.admitted.len(), 1);
-    assert_eq!(pass.admitted[0].user, users[1].to_string());
+    assert_eq!(pass.admitted[0].user, users[1]);
 }
 
 async fn a_lapsed_claim_returns_to_ready(store: SharedStore) {
@@ -619,7 +618,7 @@ async fn passes_and_changes_are_published(store: SharedStore) {
     assert_eq!(
         got[0],
         QueueEvent::Left {
-            user: users[2].to_string(),
+            user: users[2].clone(),
             seq: Some(left_entry)
         }
     );
@@ -948,15 +947,15 @@ async fn leave_refuses_a_stale_entry(store: SharedStore) {
             ..
         } = ev
         {
-            if user == users[2].as_str() {
+            if user == users[2] {
                 break;
             }
-            if user != "probe" {
+            if user.as_str() != "probe" {
                 lefts.push((user, seq));
             }
         }
     }
-    assert_eq!(lefts, vec![(users[0].to_string(), Some(old))]);
+    assert_eq!(lefts, vec![(users[0].clone(), Some(old))]);
 }
 
 async fn fast_track_ready_has_an_entry(store: SharedStore) {

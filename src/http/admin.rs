@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::auth::AdminAuth;
 use super::error::ApiError;
 use super::extract::{JsonBody, Queue};
-use crate::AppState;
+use crate::app::AppState;
 use crate::orders::{Product, ProductUpdate};
 use crate::queue::QueueName;
 

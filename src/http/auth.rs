@@ -12,7 +12,7 @@ use axum::http::request::Parts;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::AppState;
+use crate::app::AppState;
 
 /// Checks `Authorization: Bearer <expected>` in constant time.
 pub fn require_bearer(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, User, now_ms, ticket_ended};
-use crate::AppState;
+use crate::app::AppState;
 use crate::queue::{EntryToken, QueueName, QueueStatus};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.

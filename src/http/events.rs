@@ -31,9 +31,9 @@ use futures::stream;
 
 use super::error::ApiError;
 use super::extract::Member;
-use crate::AppState;
+use super::handoff::LeanStream;
+use crate::app::AppState;
 use crate::push::{EventId, StreamSession, shed_frame, view_of};
-use crate::server::LeanStream;
 
 /// The route of the event stream (the lean writer matches it too).
 pub const PATH: &str = "/api/queues/{queue}/events";
@@ -80,15 +80,9 @@ pub async fn open_stream(
     let Some(view) = view_of(&snapshot, rate) else {
         return Ok(Opening::NotEntered);
     };
-    let sub = state.hub().register(
-        state,
-        &member.queue,
-        &member.user,
-        &snapshot,
-        view,
-        before,
-        floor,
-    );
+    let sub = state
+        .hub()
+        .register(&member.queue, &member.user, &snapshot, view, before, floor);
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
     Ok(Opening::Stream(StreamSession::new(
         sub,

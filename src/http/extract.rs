@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use crate::AppState;
+use crate::app::AppState;
 use crate::queue::{QueueName, Snapshot, TicketError, UserId};
 
 /// The name of the ticket cookie.

@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::AppState;
+use crate::app::AppState;
 
 /// `/healthz`, `/readyz`, `/metrics`.
 pub fn router() -> Router<AppState> {

@@ -35,8 +35,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use crate::queue::{QueueName, UserId};
@@ -48,6 +50,9 @@ pub const BURST: u32 = 10;
 /// How long after an entry was created repeat joins are taken for
 /// duplicates of the first and not counted.
 pub const REPEAT_JOIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How often buyers with a full budget are dropped from the table.
+const FORGET_IDLE_EVERY: Duration = Duration::from_secs(30);
 
 /// Independent locks, so buyers on different cores rarely wait on each other.
 const SHARDS: usize = 16;
@@ -175,6 +180,19 @@ impl RequestLimits {
         }
     }
 
+    /// Forgets idle buyers every `FORGET_IDLE_EVERY` until `shutdown`
+    /// (a task of its own: the table is this module's business alone).
+    pub async fn housekeeping(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(FORGET_IDLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => self.forget_idle(),
+            }
+        }
+    }
+
     /// Forgets buyers whose budget is full again, so the table does not
     /// grow with every buyer ever seen (a full budget and no entry at all
     /// mean the same).
@@ -292,6 +310,27 @@ mod tests {
         assert!(limits.before_join(&q, &u).is_ok(), "may be a first join");
         limits.after_join(&q, &u, true, Some(unix_ms())).unwrap();
         assert!(limits.before_join(&q, &u).is_err(), "in line again");
+    }
+
+    #[tokio::test]
+    async fn the_clean_up_task_forgets_idle_buyers_and_stops_on_shutdown() {
+        let limits = Arc::new(RequestLimits::new(1000, 1));
+        let (q, u) = key("a");
+        limits.check(&q, &u).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(limits.clone().housekeeping(shutdown.clone()));
+        let empty = || limits.shards.iter().all(|s| s.lock().unwrap().is_empty());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !empty() {
+            assert!(Instant::now() < deadline, "the first round runs at once");
+            tokio::task::yield_now().await;
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("stops on shutdown")
+            .unwrap();
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod admin;
 mod auth;
 mod entries;
 mod events;
+mod handoff;
 mod headers;
 mod health;
 pub mod limit;
@@ -16,9 +17,10 @@ mod tokens;
 
 use axum::Router;
 
-use crate::AppState;
+use crate::app::AppState;
 pub use error::ApiError;
 pub use events::PATH as EVENTS_PATH;
+pub use handoff::LeanStream;
 
 /// Every route of the service.
 pub fn router(state: AppState) -> Router {

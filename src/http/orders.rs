@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::optional_user;
-use crate::AppState;
+use crate::app::AppState;
 use crate::gate::EntryPass;
 use crate::orders::{Order, OrderError, OrderStore, Product};
 use crate::store::StoreError;

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
 
 use super::error::ApiError;
-use crate::AppState;
+use crate::app::AppState;
 
 #[derive(RustEmbed)]
 #[folder = "static/"]

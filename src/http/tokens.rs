@@ -17,7 +17,7 @@ use serde_json::json;
 use super::auth::ServiceAuth;
 use super::error::ApiError;
 use super::extract::JsonBody;
-use crate::AppState;
+use crate::app::AppState;
 use crate::gate::GateError;
 use crate::queue::{QueueName, UserId};
 

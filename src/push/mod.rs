@@ -13,17 +13,17 @@ mod session;
 mod view;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::AppState;
-use crate::queue::{QueueName, RateEstimator, Snapshot, UserId};
-use crate::store::{QueueEvent, StoreEvent};
+use crate::queue::{Policy, QueueName, RateEstimator, Snapshot, UserId};
+use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
 pub use session::{StreamSession, shed_frame};
@@ -39,7 +39,11 @@ const REFRESH_BATCH: usize = 2_000;
 const TOUCH_BATCH: usize = 5_000;
 
 /// Per-instance push state: the streams and the observed admission rates.
+/// Shared as an `Arc<Hub>`: the state, the push loop and every open
+/// stream's guard hold it.
 pub struct Hub {
+    /// The queues in configuration order, for the subscription.
+    names: Vec<QueueName>,
     queues: HashMap<QueueName, QueueHub>,
     next_conn: AtomicU64,
     open: AtomicUsize,
@@ -68,7 +72,7 @@ pub struct Subscription {
 
 /// Unregisters its stream on drop, so nothing a stream owns outlives it.
 pub struct StreamGuard {
-    state: AppState,
+    hub: Arc<Hub>,
     queue: QueueName,
     user: UserId,
     conn: u64,
@@ -76,7 +80,7 @@ pub struct StreamGuard {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        let hub = self.state.hub();
+        let hub = &self.hub;
         hub.open.fetch_sub(1, Ordering::Relaxed);
         metrics::gauge!("waitroom_streams_open").decrement(1.0);
         if let Some(q) = hub.queues.get(&self.queue) {
@@ -96,6 +100,7 @@ impl Hub {
     /// A hub for `queues`.
     pub fn new(queues: &[QueueName]) -> Self {
         Self {
+            names: queues.to_vec(),
             queues: queues
                 .iter()
                 .map(|q| {
@@ -114,6 +119,11 @@ impl Hub {
             resyncs: AtomicU64::new(0),
             interruptions: AtomicU64::new(0),
         }
+    }
+
+    /// The queues this hub serves, in configuration order.
+    pub fn queue_names(&self) -> &[QueueName] {
+        &self.names
     }
 
     /// The observed admission rate of `queue`, or `fallback` without data.
@@ -160,10 +170,8 @@ impl Hub {
     /// after [`Hub::events_seen`] returned `seen_before`); a previous stream
     /// of the same user is told `gone: replaced`. The stream's ids start
     /// after `floor`, the last id its client saw (see [`EventId::first`]).
-    #[allow(clippy::too_many_arguments)]
     pub fn register(
-        &self,
-        state: &AppState,
+        self: &Arc<Self>,
         queue: &QueueName,
         user: &UserId,
         snapshot: &Snapshot,
@@ -213,7 +221,7 @@ impl Hub {
         Subscription {
             updates,
             guard: StreamGuard {
-                state: state.clone(),
+                hub: Arc::clone(self),
                 queue: queue.clone(),
                 user: user.clone(),
                 conn,
@@ -301,51 +309,47 @@ impl Hub {
     }
 }
 
-/// Runs the subscription, the refresh loop and the presence loop until
-/// shutdown.
-pub async fn run(state: AppState) {
-    let shutdown = state.shutdown().clone();
-    let mut events = state.store().subscribe(state.queue_names());
+/// Runs the subscription, the refresh loop and the presence loop of
+/// `hub`'s queues until `shutdown`.
+pub async fn run(hub: Arc<Hub>, store: SharedStore, policy: Policy, shutdown: CancellationToken) {
+    let mut events = store.subscribe(hub.queue_names());
     let mut refresh = tokio::time::interval(REFRESH_TICK);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut presence = tokio::time::interval(touch_interval(&state));
+    let mut presence = tokio::time::interval(touch_interval(&policy));
     presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let fallback = state.policy().configured_rate();
-    let mut housekeeping = tokio::time::interval(Duration::from_secs(30));
+    let fallback = policy.configured_rate();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             event = events.next() => match event {
-                Some(event) => state.hub().on_event(event, fallback).await,
+                Some(event) => hub.on_event(event, fallback).await,
                 None => break,
             },
-            _ = refresh.tick() => refresh_due(&state).await,
-            _ = presence.tick() => touch_streaming(&state).await,
-            _ = housekeeping.tick() => state.limits().forget_idle(),
+            _ = refresh.tick() => refresh_due(&hub, &store, fallback).await,
+            _ = presence.tick() => touch_streaming(&hub, &store, &policy).await,
         }
     }
 }
 
 /// Presence writes often enough that a streaming user is never taken for
 /// absent: four times per abandonment window, at most every 10 s.
-fn touch_interval(state: &AppState) -> Duration {
-    let window = state.policy().abandon_after_ms.unwrap_or(40_000);
+fn touch_interval(policy: &Policy) -> Duration {
+    let window = policy.abandon_after_ms.unwrap_or(40_000);
     Duration::from_millis((window / 4).clamp(100, 10_000))
 }
 
-async fn refresh_due(state: &AppState) {
-    for queue in state.queue_names() {
-        let due = state.hub().due(queue);
+async fn refresh_due(hub: &Hub, store: &SharedStore, fallback_rate: f64) {
+    for queue in hub.queue_names() {
+        let due = hub.due(queue);
         if due.is_empty() {
             continue;
         }
-        match state.store().statuses(queue, &due).await {
+        match store.statuses(queue, &due).await {
             Ok(snapshots) => {
-                let hub = state.hub();
                 let Some(q) = hub.queues.get(queue) else {
                     continue;
                 };
-                let rate = lock(&q.rate).rate(state.policy().configured_rate());
+                let rate = lock(&q.rate).rate(fallback_rate);
                 let mut watchers = lock(&q.watchers);
                 for (user, snapshot) in due.iter().zip(&snapshots) {
                     watchers.apply_snapshot(user, snapshot, rate);
@@ -359,14 +363,14 @@ async fn refresh_due(state: &AppState) {
     }
 }
 
-async fn touch_streaming(state: &AppState) {
-    if state.policy().abandon_after_ms.is_none() {
+async fn touch_streaming(hub: &Hub, store: &SharedStore, policy: &Policy) {
+    if policy.abandon_after_ms.is_none() {
         return;
     }
-    for queue in state.queue_names() {
-        let users = state.hub().waiting_users(queue);
+    for queue in hub.queue_names() {
+        let users = hub.waiting_users(queue);
         for chunk in users.chunks(TOUCH_BATCH) {
-            if let Err(e) = state.store().touch(queue, chunk).await {
+            if let Err(e) = store.touch(queue, chunk).await {
                 tracing::debug!(error = %e, "presence write failed");
                 break;
             }

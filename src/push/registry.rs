@@ -3,8 +3,9 @@
 //!
 //! Ranks move with the events alone: every removal from the line (admitted,
 //! abandoned, left) is published with its arrival sequence, so a stream
-//! behind it moves up by exactly one. Exact re-reads from the store (see
-//! `refresh`) only heal what an interruption lost.
+//! behind it moves up by exactly one. Exact re-reads from the store
+//! ([`QueueWatchers::apply_snapshot`], scheduled by [`refresh_period`] and
+//! run by the refresh loop in `push`) only heal what an interruption lost.
 //!
 //! A leave costs O(log L), L the leaves since the last pass, however many
 //! streams are open: its sequence goes into an order-statistic set, and a
@@ -179,9 +180,7 @@ impl QueueWatchers {
                 self.apply_ranks(pass, rate);
             }
             QueueEvent::Left { user, seq } => {
-                if let Some(w) = UserId::parse(user)
-                    .ok()
-                    .and_then(|u| self.by_user.get_mut(&u))
+                if let Some(w) = self.by_user.get_mut(user)
                     && !w.is_gone()
                 {
                     w.show(w.id.pass, View::Gone(GoneReason::Left));
@@ -194,10 +193,7 @@ impl QueueWatchers {
                 }
             }
             QueueEvent::Consumed { user } => {
-                if let Some(w) = UserId::parse(user)
-                    .ok()
-                    .and_then(|u| self.by_user.get_mut(&u))
-                {
+                if let Some(w) = self.by_user.get_mut(user) {
                     w.show(w.id.pass, View::Gone(GoneReason::Consumed));
                 }
             }
@@ -208,10 +204,7 @@ impl QueueWatchers {
     /// The hub sends these before the rank updates, which go to everyone.
     pub fn apply_admissions(&mut self, pass: &Pass) {
         for a in &pass.admitted {
-            if let Some(w) = UserId::parse(&a.user)
-                .ok()
-                .and_then(|u| self.by_user.get_mut(&u))
-            {
+            if let Some(w) = self.by_user.get_mut(&a.user) {
                 // A refresh may have shown this token already, between the
                 // pass committing and its event arriving: send it once.
                 if matches!(&w.view(), View::Ready { token, .. } if *token == a.token) {
@@ -228,10 +221,7 @@ impl QueueWatchers {
             }
         }
         for a in &pass.abandoned {
-            if let Some(w) = UserId::parse(&a.user)
-                .ok()
-                .and_then(|u| self.by_user.get_mut(&u))
-            {
+            if let Some(w) = self.by_user.get_mut(&a.user) {
                 w.show(pass.pass, View::Gone(GoneReason::Abandoned));
             }
         }
@@ -374,8 +364,8 @@ mod tests {
             at: 1_000,
             admitted: admitted
                 .into_iter()
-                .map(|(u, seq, t)| Admitted {
-                    user: u.into(),
+                .map(|(user, seq, t)| Admitted {
+                    user: u(user),
                     seq,
                     token: t.into(),
                     ttl_ms: 60_000,
@@ -383,10 +373,7 @@ mod tests {
                 .collect(),
             abandoned: abandoned
                 .into_iter()
-                .map(|(u, seq)| Abandoned {
-                    user: u.into(),
-                    seq,
-                })
+                .map(|(user, seq)| Abandoned { user: u(user), seq })
                 .collect(),
             waiting,
             busy: true,
@@ -425,14 +412,14 @@ mod tests {
         assert_eq!(update.id.to_string(), "2");
         q.apply(
             &QueueEvent::Left {
-                user: "x".into(),
+                user: u("x"),
                 seq: Some(11),
             },
             1.0,
         );
         q.apply(
             &QueueEvent::Left {
-                user: "y".into(),
+                user: u("y"),
                 seq: Some(9),
             },
             1.0,
@@ -524,7 +511,7 @@ mod tests {
 
     fn left(user: &str, seq: u64) -> QueueEvent {
         QueueEvent::Left {
-            user: user.into(),
+            user: u(user),
             seq: Some(seq),
         }
     }

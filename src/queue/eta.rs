@@ -1,9 +1,13 @@
 //! The observed admission rate: a moving average over the admission passes
 //! of the last window, from every instance.
 //!
-//! The seeds estimated the wait from the configured rate, which lies as soon
-//! as `maxActive` or a slow order service throttles admissions. Passes are
-//! fed in from the queue's event stream, so every instance sees all of them.
+//! The rate is observed rather than taken from the configuration because
+//! `--max-active` or a slow order service throttles admissions below the
+//! configured rate. Passes are fed in from the queue's event stream (by
+//! `push`, which keeps one estimator per queue), so every instance sees all
+//! of them. The wait estimate built on this rate,
+//! [`estimated_wait_secs`](super::estimated_wait_secs), lives in `status.rs`
+//! with the rest of what a buyer is shown.
 
 use std::collections::VecDeque;
 

@@ -3,7 +3,10 @@
 //! Both end up inside Redis keys, cookie paths and log lines, so they are
 //! checked once at the edge and carried as types afterwards.
 
+use std::borrow::Borrow;
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,7 +46,11 @@ impl fmt::Display for QueueName {
 }
 
 /// A buyer's id: 1–64 characters of `[A-Za-z0-9_.:-]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// It crosses the store as a plain string (events, Lua results) and is
+/// checked again when read back, so a malformed id never becomes one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct UserId(String);
 
 impl UserId {
@@ -64,6 +71,27 @@ impl UserId {
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for UserId {
+    type Error = InvalidName;
+
+    fn try_from(raw: String) -> Result<Self, InvalidName> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<UserId> for String {
+    fn from(user: UserId) -> Self {
+        user.0
+    }
+}
+
+/// Lookups by `&str` find a `UserId` key: both hash and compare as the text.
+impl Borrow<str> for UserId {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }
@@ -97,5 +125,14 @@ mod tests {
         assert!(UserId::parse("").is_err());
         assert!(UserId::parse(&"x".repeat(65)).is_err());
         assert!(UserId::parse("ünï").is_err());
+    }
+
+    #[test]
+    fn user_ids_cross_json_as_checked_strings() {
+        let alice = UserId::parse("alice").unwrap();
+        assert_eq!(serde_json::to_string(&alice).unwrap(), r#""alice""#);
+        assert_eq!(serde_json::from_str::<UserId>(r#""alice""#).unwrap(), alice);
+        assert!(serde_json::from_str::<UserId>(r#""bad user!""#).is_err());
+        assert!(serde_json::from_str::<UserId>(r#""""#).is_err());
     }
 }

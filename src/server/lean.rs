@@ -11,7 +11,7 @@
 //! with a `Content-Length`. Nothing of the request or the router outlives
 //! that first answer: a stream keeps its socket and its session, no more.
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tower::ServiceExt;
 
 use super::handover::{MAX_HEAD, MAX_HEADERS};
-use crate::http::EVENTS_PATH;
+use crate::http::{EVENTS_PATH, LeanStream};
 use crate::push::StreamSession;
 
 /// A client that takes longer than this to accept a frame is dropped:
@@ -33,22 +33,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Largest non-stream answer written here (error JSON, a shed frame).
 const MAX_PLAIN_BODY: usize = 64 * 1024;
-
-/// Put in a lean request's extensions: the events handler leaves the
-/// stream's session here for the lean writer.
-#[derive(Clone, Default)]
-pub struct LeanStream(Arc<Mutex<Option<StreamSession>>>);
-
-impl LeanStream {
-    /// Leaves `session` for the lean writer.
-    pub fn hand_over(&self, session: StreamSession) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
-    }
-
-    fn take(&self) -> Option<StreamSession> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
 
 /// The event-stream route, matched by axum's own matcher on the raw path,
 /// as the router matches it.

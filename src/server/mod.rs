@@ -44,8 +44,6 @@
 mod handover;
 mod lean;
 
-pub use lean::LeanStream;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +56,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use tower_http::timeout::RequestBodyDeadlineLayer;
 
-use crate::AppState;
+use crate::app::AppState;
 use crate::http::ApiError;
 use handover::{HandoverIo, Shared, Tracked};
 
@@ -77,7 +75,7 @@ const TURN_AWAY_LINGER: Duration = Duration::from_secs(1);
 /// has finished (streams close within the drain window; anything still
 /// open `drain + 5 s` after shutdown is dropped).
 pub async fn serve(state: AppState, listener: TcpListener) -> std::io::Result<()> {
-    let router = crate::app(state.clone());
+    let router = crate::http::router(state.clone());
     let app = tower::ServiceBuilder::new()
         .layer(RequestBodyDeadlineLayer::new(state.config().body_timeout()))
         .service(router.clone());

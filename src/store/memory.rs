@@ -32,17 +32,17 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct QueueData {
     /// The line: arrival sequence → user.
-    line: indexset::BTreeMap<u64, String>,
-    seq_of: HashMap<String, u64>,
+    line: indexset::BTreeMap<u64, UserId>,
+    seq_of: HashMap<UserId, u64>,
     /// The last entry id handed out (arrival sequence; fast track included).
     last_seq: u64,
-    entered_at: HashMap<String, u64>,
+    entered_at: HashMap<UserId, u64>,
     /// Last time each waiting user was seen, and the same ordered by time.
-    seen: HashMap<String, u64>,
-    seen_order: BTreeSet<(u64, String)>,
-    tokens: HashMap<String, TokenRecord>,
+    seen: HashMap<UserId, u64>,
+    seen_order: BTreeSet<(u64, UserId)>,
+    tokens: HashMap<UserId, TokenRecord>,
     /// Token expiry order, for lazy clean-up; doubles as the active set.
-    expiry: BTreeSet<(u64, String)>,
+    expiry: BTreeSet<(u64, UserId)>,
     bucket: Option<Bucket>,
     pass: u64,
     paused: bool,
@@ -155,7 +155,7 @@ impl QueueData {
 
     fn issue(
         &mut self,
-        user: &str,
+        user: &UserId,
         token: &EntryToken,
         entry: u64,
         entered_at: u64,
@@ -164,7 +164,7 @@ impl QueueData {
     ) {
         let expires_at = now + ttl_ms;
         self.tokens.insert(
-            user.to_owned(),
+            user.clone(),
             TokenRecord {
                 token: token.clone(),
                 entry,
@@ -173,35 +173,35 @@ impl QueueData {
                 claim: None,
             },
         );
-        self.expiry.insert((expires_at, user.to_owned()));
+        self.expiry.insert((expires_at, user.clone()));
     }
 
-    fn drop_token(&mut self, user: &str) -> Option<TokenRecord> {
+    fn drop_token(&mut self, user: &UserId) -> Option<TokenRecord> {
         let record = self.tokens.remove(user)?;
-        self.expiry.remove(&(record.expires_at, user.to_owned()));
+        self.expiry.remove(&(record.expires_at, user.clone()));
         Some(record)
     }
 
     /// Removes `user` from the line and its indexes; their sequence number.
-    fn unline(&mut self, user: &str) -> Option<(u64, u64)> {
+    fn unline(&mut self, user: &UserId) -> Option<(u64, u64)> {
         let seq = self.seq_of.remove(user)?;
         self.line.remove(&seq);
         let entered = self.entered_at.remove(user).unwrap_or(0);
         if let Some(seen) = self.seen.remove(user) {
-            self.seen_order.remove(&(seen, user.to_owned()));
+            self.seen_order.remove(&(seen, user.clone()));
         }
         Some((seq, entered))
     }
 
-    fn mark_seen(&mut self, user: &str, now: u64) {
+    fn mark_seen(&mut self, user: &UserId, now: u64) {
         if let Some(seen) = self.seen.get_mut(user) {
-            self.seen_order.remove(&(*seen, user.to_owned()));
+            self.seen_order.remove(&(*seen, user.clone()));
             *seen = now;
-            self.seen_order.insert((now, user.to_owned()));
+            self.seen_order.insert((now, user.clone()));
         }
     }
 
-    fn snapshot(&self, user: &str, now: u64) -> Snapshot {
+    fn snapshot(&self, user: &UserId, now: u64) -> Snapshot {
         let total_waiting = self.line.len() as u64;
         if let Some(t) = self.tokens.get(user) {
             return Snapshot {
@@ -246,7 +246,6 @@ impl Store for MemoryStore {
         policy: &Policy,
         fast_track_token: &EntryToken,
     ) -> StoreResult<EnterOutcome> {
-        let user = user.as_str();
         Ok(self.with_queue(queue, |q, now| {
             if q.tokens.contains_key(user) || q.seq_of.contains_key(user) {
                 q.mark_seen(user, now);
@@ -262,11 +261,11 @@ impl Store for MemoryStore {
                 q.issue(user, fast_track_token, entry, now, policy.token_ttl_ms, now);
             } else {
                 let seq = q.next_entry();
-                q.line.insert(seq, user.to_owned());
-                q.seq_of.insert(user.to_owned(), seq);
-                q.entered_at.insert(user.to_owned(), now);
-                q.seen.insert(user.to_owned(), now);
-                q.seen_order.insert((now, user.to_owned()));
+                q.line.insert(seq, user.clone());
+                q.seq_of.insert(user.clone(), seq);
+                q.entered_at.insert(user.clone(), now);
+                q.seen.insert(user.clone(), now);
+                q.seen_order.insert((now, user.clone()));
             }
             EnterOutcome {
                 created: true,
@@ -278,9 +277,9 @@ impl Store for MemoryStore {
     async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {
         Ok(self.with_queue(queue, |q, now| {
             if touch {
-                q.mark_seen(user.as_str(), now);
+                q.mark_seen(user, now);
             }
-            q.snapshot(user.as_str(), now)
+            q.snapshot(user, now)
         }))
     }
 
@@ -289,7 +288,7 @@ impl Store for MemoryStore {
             users
                 .iter()
                 .map(|u| {
-                    let mut s = q.snapshot(u.as_str(), now);
+                    let mut s = q.snapshot(u, now);
                     if matches!(s.standing, Standing::Waiting { .. }) {
                         s.entered_at_ms = None; // as cheap as the Redis adapter's
                     }
@@ -302,21 +301,20 @@ impl Store for MemoryStore {
     async fn touch(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<()> {
         self.with_queue(queue, |q, now| {
             for u in users {
-                q.mark_seen(u.as_str(), now);
+                q.mark_seen(u, now);
             }
         });
         Ok(())
     }
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
-        let user_key = user.as_str();
         // The entry check and the removal under one lock, as in leave.lua.
         let (left, seq) = self.with_queue(queue, |q, _| {
-            if q.tokens.get(user_key).is_some_and(|t| t.entry == entry) {
-                q.drop_token(user_key);
+            if q.tokens.get(user).is_some_and(|t| t.entry == entry) {
+                q.drop_token(user);
                 (true, None)
-            } else if q.seq_of.get(user_key) == Some(&entry) {
-                (true, q.unline(user_key).map(|(seq, _)| seq))
+            } else if q.seq_of.get(user) == Some(&entry) {
+                (true, q.unline(user).map(|(seq, _)| seq))
             } else {
                 (false, None)
             }
@@ -325,7 +323,7 @@ impl Store for MemoryStore {
             self.publish(
                 queue,
                 QueueEvent::Left {
-                    user: user.to_string(),
+                    user: user.clone(),
                     seq,
                 },
             );
@@ -344,7 +342,7 @@ impl Store for MemoryStore {
             let mut abandoned = Vec::new();
             if let Some(after) = policy.abandon_after_ms {
                 let cutoff = now.saturating_sub(after);
-                let stale: Vec<String> = q
+                let stale: Vec<UserId> = q
                     .seen_order
                     .iter()
                     .take_while(|(seen, _)| *seen < cutoff)
@@ -407,7 +405,6 @@ impl Store for MemoryStore {
         lease_ms: u64,
     ) -> StoreResult<ClaimOutcome> {
         Ok(self.with_queue(queue, |q, now| {
-            let user = user.as_str();
             let Some(record) = q.tokens.get_mut(user) else {
                 return ClaimOutcome::Invalid;
             };
@@ -423,8 +420,8 @@ impl Store for MemoryStore {
             if record.expires_at < until {
                 let old = record.expires_at;
                 record.expires_at = until;
-                q.expiry.remove(&(old, user.to_owned()));
-                q.expiry.insert((until, user.to_owned()));
+                q.expiry.remove(&(old, user.clone()));
+                q.expiry.insert((until, user.clone()));
             }
             ClaimOutcome::Claimed { claim_id }
         }))
@@ -432,34 +429,27 @@ impl Store for MemoryStore {
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let consumed = self.with_queue(queue, |q, _| {
-            let holds = matches!(q.tokens.get(user.as_str()),
+            let holds = matches!(q.tokens.get(user),
                 Some(TokenRecord { claim: Some((id, _)), .. }) if id == claim_id);
             if holds {
-                q.drop_token(user.as_str());
+                q.drop_token(user);
             }
             holds
         });
         if consumed {
-            self.publish(
-                queue,
-                QueueEvent::Consumed {
-                    user: user.to_string(),
-                },
-            );
+            self.publish(queue, QueueEvent::Consumed { user: user.clone() });
         }
         Ok(consumed)
     }
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        Ok(
-            self.with_queue(queue, |q, _| match q.tokens.get_mut(user.as_str()) {
-                Some(record) if matches!(&record.claim, Some((id, _)) if id == claim_id) => {
-                    record.claim = None;
-                    true
-                }
-                _ => false,
-            }),
-        )
+        Ok(self.with_queue(queue, |q, _| match q.tokens.get_mut(user) {
+            Some(record) if matches!(&record.claim, Some((id, _)) if id == claim_id) => {
+                record.claim = None;
+                true
+            }
+            _ => false,
+        }))
     }
 
     async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats> {
@@ -508,7 +498,6 @@ impl Store for MemoryStore {
         lease_ms: u64,
     ) -> StoreResult<bool> {
         Ok(self.with_queue(queue, |q, now| {
-            let user = user.as_str();
             // Expired tokens are already gone (`with_queue`).
             let Some(record) = q.tokens.get_mut(user) else {
                 return false;
@@ -521,8 +510,8 @@ impl Store for MemoryStore {
             if record.expires_at < until {
                 let old = record.expires_at;
                 record.expires_at = until;
-                q.expiry.remove(&(old, user.to_owned()));
-                q.expiry.insert((until, user.to_owned()));
+                q.expiry.remove(&(old, user.clone()));
+                q.expiry.insert((until, user.clone()));
             }
             true
         }))

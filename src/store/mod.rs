@@ -42,7 +42,7 @@ pub struct EnterOutcome {
 /// One user admitted by a pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admitted {
-    pub user: String,
+    pub user: UserId,
     pub seq: u64,
     pub token: String,
     #[serde(rename = "ttlMs")]
@@ -52,7 +52,7 @@ pub struct Admitted {
 /// One user dropped by a pass for not being seen for `abandonAfter`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Abandoned {
-    pub user: String,
+    pub user: UserId,
     pub seq: u64,
 }
 
@@ -83,9 +83,9 @@ pub enum QueueEvent {
     /// An admission pass ran.
     Pass(Pass),
     /// A user left the line or gave up their token (`seq` when they waited).
-    Left { user: String, seq: Option<u64> },
+    Left { user: UserId, seq: Option<u64> },
     /// A user's token was used for an order.
-    Consumed { user: String },
+    Consumed { user: UserId },
 }
 
 /// What a subscription yields.
@@ -278,9 +278,13 @@ mod tests {
         assert_eq!(
             ev,
             QueueEvent::Left {
-                user: "a".into(),
+                user: UserId::parse("a").unwrap(),
                 seq: None
             }
         );
+        // A user id that is not one makes the event unreadable rather than
+        // reaching a stream as text.
+        let raw = r#"{"kind":"consumed","user":"no such user!"}"#;
+        assert!(serde_json::from_str::<QueueEvent>(raw).is_err());
     }
 }

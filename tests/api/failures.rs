@@ -5,18 +5,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use waitroom::Config;
 use waitroom::queue::{EntryToken, Policy, QueueName, Standing, UserId};
 use waitroom::store::Store;
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{RedisProcess, TestApp, config, eventually};
+use crate::common::{RedisProcess, TestApp, eventually, test_config};
 
 #[tokio::test]
 async fn redis_down_means_503_then_recovery() {
     let mut redis = RedisProcess::start(false);
     let url = redis.url();
     let store = Arc::new(RedisStore::connect(&url, "down").await.unwrap());
-    let app = TestApp::spawn_with(config(&["--admission-interval-ms", "200"]), store).await;
+    let config = Config {
+        admission_interval_ms: 200,
+        ..test_config()
+    };
+    let app = TestApp::spawn_with(config, store).await;
     let (code, body) = app.enter("default", "before").await;
     assert_eq!(code, 201);
     let ticket = body["ticket"].as_str().unwrap().to_owned();

@@ -60,7 +60,7 @@ async fn a_buyer_dropped_as_absent_hears_abandoned() {
             .await
             .unwrap();
         assert!(
-            pass.abandoned.iter().any(|a| a.user == "absent"),
+            pass.abandoned.iter().any(|a| a.user.as_str() == "absent"),
             "{pass:?}"
         );
         assert_eq!(reason_of_gone(&mut stream).await, "abandoned");

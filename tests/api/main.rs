@@ -7,6 +7,7 @@ mod common;
 mod failures;
 mod gone;
 mod instances;
+mod layering;
 mod limits;
 mod metrics;
 mod order_gate;

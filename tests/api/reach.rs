@@ -138,7 +138,7 @@ async fn a_lost_pass_still_reaches_a_buyer_far_back() {
     };
     let tokens: Vec<EntryToken> = (0..1_100).map(|_| EntryToken::generate()).collect();
     let pass = store.admit(&queue, &everyone, &tokens).await.unwrap();
-    assert!(pass.admitted.iter().any(|a| a.user == "far1099"));
+    assert!(pass.admitted.iter().any(|a| a.user.as_str() == "far1099"));
 
     let events = stream.until("ready", Duration::from_secs(15)).await;
     assert_eq!(events.last().unwrap().event, "ready");

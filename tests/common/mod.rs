@@ -209,15 +209,24 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Test configuration: defaults plus `args` (as on the command line). The
-/// environment is not read: a `WAITROOM_*` variable in the shell that runs
-/// the tests must not change them.
+/// Test configuration: the defaults with the demo order database in
+/// memory. Set fields on it directly:
+/// `Config { admission_batch: 2, ..test_config() }`. The environment is not
+/// read: a `WAITROOM_*` variable in the shell that runs the tests must not
+/// change it.
+pub fn test_config() -> Config {
+    Config {
+        orders_db: ":memory:".into(),
+        ..Config::default()
+    }
+}
+
+/// [`test_config`] with `args` as on the command line, for tests that also
+/// start the binary with the same flags.
 pub fn config(args: &[&str]) -> Config {
-    use clap::{CommandFactory, FromArgMatches};
-    let mut all = vec!["waitroom", "--orders-db", ":memory:"];
+    let mut all = vec!["--orders-db", ":memory:"];
     all.extend_from_slice(args);
-    let command = Config::command().mut_args(|arg| arg.env(None::<&str>));
-    Config::from_arg_matches(&command.get_matches_from(all)).expect("valid test arguments")
+    Config::from_args(all).expect("valid test arguments")
 }
 
 /// One running instance on 127.0.0.1:0.
@@ -257,18 +266,36 @@ impl TestApp {
         }
     }
 
-    /// Starts an instance on a fresh in-memory store.
-    pub async fn memory(args: &[&str]) -> Self {
-        Self::spawn_with(config(args), Arc::new(MemoryStore::new())).await
+    /// Starts an instance of `config` on a fresh in-memory store.
+    pub async fn memory_with(config: Config) -> Self {
+        Self::spawn_with(config, Arc::new(MemoryStore::new())).await
     }
 
-    /// Starts an instance on the shared Redis with a fresh prefix.
-    pub async fn redis(tag: &str, args: &[&str]) -> Self {
+    /// Starts an instance of `config` on the shared Redis with a fresh
+    /// prefix (which replaces `config.key_prefix`).
+    pub async fn redis_with(tag: &str, config: Config) -> Self {
         let prefix = unique_prefix(tag);
-        let mut all = vec!["--key-prefix", prefix.as_str()];
-        all.extend_from_slice(args);
         let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
-        Self::spawn_with(config(&all), store).await
+        Self::spawn_with(
+            Config {
+                key_prefix: prefix,
+                ..config
+            },
+            store,
+        )
+        .await
+    }
+
+    /// Starts an instance on a fresh in-memory store, flags as on the
+    /// command line.
+    pub async fn memory(args: &[&str]) -> Self {
+        Self::memory_with(config(args)).await
+    }
+
+    /// Starts an instance on the shared Redis with a fresh prefix, flags as
+    /// on the command line.
+    pub async fn redis(tag: &str, args: &[&str]) -> Self {
+        Self::redis_with(tag, config(args)).await
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,0 +1,296 @@
+//! The application state: what a request handler or background task
+//! needs, built once from the configuration and cheap to clone.
+//!
+//! It is the composition root: it opens the store, the order database and
+//! the ticket secret, and hands each part only what it uses. Background
+//! tasks get their own handles (the push hub, the store, the policy, the
+//! shutdown token), not the state, so `push`, `gate`, `store` and `queue`
+//! never depend on this module or on `http`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{self, Config};
+use crate::http::limit::RequestLimits;
+use crate::queue::{self, Policy, QueueName, TicketSigner};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
+use crate::store::{SharedStore, StoreError};
+use crate::{admission, gate, orders, push};
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("cannot reach the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot open the order database: {0}")]
+    Orders(#[from] sqlx::Error),
+    #[error("cannot serve: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Everything a request handler or background task needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    policy: Policy,
+    queues: Vec<QueueName>,
+    queue_set: HashSet<QueueName>,
+    store: SharedStore,
+    signer: TicketSigner,
+    admin_token: String,
+    hub: Arc<push::Hub>,
+    gate: gate::Gate,
+    limits: Arc<RequestLimits>,
+    orders: Option<orders::OrderStore>,
+    max_streams: usize,
+    max_connections: usize,
+    shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// Validates `config`, connects the store and sets up the ticket secret.
+    pub async fn new(config: Config, shutdown: CancellationToken) -> Result<Self, StartError> {
+        config.validate()?;
+        let (store, shared_secret): (SharedStore, Option<String>) = match &config.redis_url {
+            Some(url) => {
+                let redis = RedisStore::connect(url, &config.key_prefix).await?;
+                let secret = match config.ticket_secret {
+                    Some(_) => None,
+                    None => {
+                        tracing::warn!(
+                            "no --ticket-secret: using a secret shared through Redis; set one explicitly in production"
+                        );
+                        Some(redis.shared_secret().await?)
+                    }
+                };
+                (Arc::new(redis), secret)
+            }
+            None => (Arc::new(MemoryStore::new()), None),
+        };
+        Self::with_store(config, store, shared_secret, shutdown).await
+    }
+
+    /// Builds the state around an existing store (tests share one between
+    /// several instances), opening the demo order database if `--orders on`.
+    pub async fn with_store(
+        config: Config,
+        store: SharedStore,
+        shared_secret: Option<String>,
+        shutdown: CancellationToken,
+    ) -> Result<Self, StartError> {
+        config.validate()?;
+        let queues = config.queue_names()?;
+        let signer = match (&config.ticket_secret, shared_secret) {
+            (Some(secret), _) => TicketSigner::new(secret.as_bytes().to_vec()),
+            (None, Some(shared)) => TicketSigner::new(shared.into_bytes()),
+            (None, None) => TicketSigner::random(),
+        };
+        let admin_token = config
+            .admin_token
+            .clone()
+            .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned());
+        let orders = match config.orders {
+            config::OrdersMode::On => {
+                // The demo product is sold in the first configured queue.
+                Some(orders::OrderStore::open(&config.orders_db, queues[0].as_str()).await?)
+            }
+            config::OrdersMode::Off => None,
+        };
+        // Every stream is a connection: unset, either cap follows the
+        // other one set explicitly.
+        let max_connections = config
+            .max_connections
+            .unwrap_or_else(|| default_max_connections().max(config.max_streams.unwrap_or(0)));
+        let max_streams = config
+            .max_streams
+            .unwrap_or_else(|| default_max_streams().min(max_connections));
+        if max_streams > max_connections {
+            return Err(config::ConfigError(format!(
+                "--max-connections ({max_connections}) must be at least --max-streams ({max_streams})"
+            ))
+            .into());
+        }
+        let policy = config.policy();
+        let gate = gate::Gate::new(
+            store.clone(),
+            queues.clone(),
+            Duration::from_secs(config.claim_lease_secs),
+            Duration::from_millis(policy.token_ttl_ms)
+                + Duration::from_secs(config.claim_lease_secs),
+            shutdown.clone(),
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                policy,
+                gate,
+                limits: Arc::new(RequestLimits::default()),
+                orders,
+                queue_set: queues.iter().cloned().collect(),
+                hub: Arc::new(push::Hub::new(&queues)),
+                max_streams,
+                max_connections,
+                queues,
+                config,
+                store,
+                signer,
+                admin_token,
+                shutdown,
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &SharedStore {
+        &self.inner.store
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The admission policy of every queue.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// The configured queues, in configuration order.
+    pub fn queue_names(&self) -> &[QueueName] {
+        &self.inner.queues
+    }
+
+    /// Whether `queue` is configured.
+    pub fn has_queue(&self, queue: &QueueName) -> bool {
+        self.inner.queue_set.contains(queue)
+    }
+
+    /// The ticket signer.
+    pub fn signer(&self) -> &TicketSigner {
+        &self.inner.signer
+    }
+
+    /// The bearer token of the admin and token APIs.
+    pub fn admin_token(&self) -> &str {
+        &self.inner.admin_token
+    }
+
+    /// Most streams this instance holds open: `--max-streams`, or the
+    /// open-file limit less headroom for Redis, the database and the rest.
+    pub fn max_streams(&self) -> usize {
+        self.inner.max_streams
+    }
+
+    /// Most connections this instance holds open, streams included:
+    /// `--max-connections`, or the open-file limit less a smaller headroom
+    /// than the stream cap's.
+    pub fn max_connections(&self) -> usize {
+        self.inner.max_connections
+    }
+
+    /// The order gate (entry-token claims).
+    pub fn gate(&self) -> &gate::Gate {
+        &self.inner.gate
+    }
+
+    /// Per-buyer request limits of this instance.
+    pub fn limits(&self) -> &RequestLimits {
+        &self.inner.limits
+    }
+
+    /// The demo order database, when `--orders on`.
+    pub fn orders(&self) -> Option<&orders::OrderStore> {
+        self.inner.orders.as_ref()
+    }
+
+    /// The bearer token of the token API.
+    pub fn service_token(&self) -> &str {
+        self.inner
+            .config
+            .service_token
+            .as_deref()
+            .unwrap_or(&self.inner.admin_token)
+    }
+
+    /// The per-instance event hub.
+    pub fn hub(&self) -> &Arc<push::Hub> {
+        &self.inner.hub
+    }
+
+    /// The shutdown signal shared by the server and every task.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// Admissions per second to estimate waits with: observed, or the
+    /// configured rate until there is data.
+    pub fn admission_rate(&self, queue: &QueueName) -> f64 {
+        self.inner
+            .hub
+            .rate(queue, self.inner.policy.configured_rate())
+    }
+
+    /// Starts the admission loop, the event subscription, the request
+    /// limiter's clean-up and, with the demo order service, its
+    /// token-delete reconciler on `tasks`.
+    pub fn spawn_background(&self, tasks: &TaskTracker) {
+        tasks.spawn(admission::run(
+            self.store().clone(),
+            self.policy().clone(),
+            self.queue_names().to_vec(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(push::run(
+            self.hub().clone(),
+            self.store().clone(),
+            self.policy().clone(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(
+            self.inner
+                .limits
+                .clone()
+                .housekeeping(self.shutdown().clone()),
+        );
+        if let Some(orders) = self.orders() {
+            tasks.spawn(orders::reconcile::run(
+                orders.clone(),
+                self.gate().clone(),
+                self.shutdown().clone(),
+            ));
+        }
+    }
+}
+
+/// Each stream holds one socket: leave a twentieth of the open-file limit
+/// (at least 256) for everything else.
+fn default_max_streams() -> usize {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX).min(1 << 24);
+    soft.saturating_sub((soft / 20).max(256)).max(1)
+}
+
+/// Every connection holds one socket: leave a fortieth of the open-file
+/// limit (at least 128) for Redis, the database, logs and connections
+/// being turned away, so accepting never runs out of descriptors.
+fn default_max_connections() -> usize {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX).min(1 << 24);
+    soft.saturating_sub((soft / 40).max(128)).max(1)
+}
+
+impl axum::extract::FromRef<AppState> for gate::Gate {
+    fn from_ref(state: &AppState) -> Self {
+        state.inner.gate.clone()
+    }
+}
