@@ -263,20 +263,10 @@ impl GateError {
     }
 }
 
+/// Renders through the service's one error shape
+/// (`{"error": "<code>", "message": "..."}`, see [`crate::http::ApiError`]).
 impl IntoResponse for GateError {
     fn into_response(self) -> Response {
-        if let Self::Store(e) = &self {
-            tracing::warn!(error = %e, "order refused: store unavailable");
-        }
-        let (status, code) = self.status_and_code();
-        let message = match &self {
-            Self::Store(_) => "the waiting room is briefly unavailable; please retry".to_owned(),
-            other => other.to_string(),
-        };
-        (
-            status,
-            axum::Json(serde_json::json!({ "error": code, "message": message })),
-        )
-            .into_response()
+        crate::http::ApiError::from(self).into_response()
     }
 }

@@ -1,12 +1,12 @@
 //! Liveness and readiness probes, and the Prometheus metrics endpoint.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::error::ApiError;
 use crate::AppState;
 
 /// `/healthz`, `/readyz`, `/metrics`.
@@ -24,19 +24,9 @@ async fn healthz() -> impl IntoResponse {
 
 /// `200` only while the store answers, so a load balancer stops sending
 /// buyers to an instance that would refuse them.
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.store().ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness: store unavailable");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(
-                    json!({ "error": "store_unavailable", "message": "the store does not answer" }),
-                ),
-            )
-        }
-    }
+async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    state.store().ping().await?;
+    Ok(Json(json!({ "status": "ready" })))
 }
 
 async fn metrics() -> impl IntoResponse {

@@ -52,77 +52,17 @@ fn orders(state: &AppState) -> Result<&OrderStore, ApiError> {
 
 async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Response, ApiError> {
     let store = orders(&state)?;
-    let request = match pass.json::<OrderRequest>() {
-        Ok(r) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
-        Ok(_) => {
-            pass.rolled_back().await;
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                format!("quantity must be 1-{MAX_QUANTITY}"),
-            ));
-        }
-        Err(e) => {
-            pass.rolled_back().await;
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                format!("the body is not valid JSON for this endpoint: {e}"),
-            ));
-        }
-    };
-    let product = match store.product(&request.product_id).await {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            pass.rolled_back().await;
-            return Err(ApiError::not_found("unknown_product", "no such product"));
-        }
-        Err(e) => {
-            pass.rolled_back().await;
-            return Err(ApiError::Internal(e.to_string()));
-        }
-    };
-    if product.queue != pass.queue().as_str() {
-        pass.rolled_back().await;
-        return Err(ApiError::unauthorized(
-            "invalid_token",
-            "this entry token is for another queue than the product's",
-        ));
-    }
-    let pending = pass.pending_consume();
-    match store
-        .place(
-            &product.id,
-            request.quantity,
-            pass.idempotency_key(),
-            &pending,
-        )
-        .await
-    {
+    match attempt(store, &pass).await {
         Ok(order) => {
             confirm(store, &order.order_id, pass.commit_recorded().await).await;
             metrics::counter!("waitroom_orders_total", "result" => "created").increment(1);
             Ok((StatusCode::CREATED, Json(order)).into_response())
         }
-        Err(OrderError::OutOfStock) => {
+        Err(NotPlaced::RolledBack(e)) => {
             pass.rolled_back().await;
-            metrics::counter!("waitroom_orders_total", "result" => "out_of_stock").increment(1);
-            Err(ApiError::conflict(
-                "out_of_stock",
-                "not enough stock left; your entry token is still valid",
-            ))
+            Err(e)
         }
-        Err(OrderError::OverLimit { max }) => {
-            pass.rolled_back().await;
-            metrics::counter!("waitroom_orders_total", "result" => "over_limit").increment(1);
-            Err(ApiError::bad_request(
-                "quantity_over_limit",
-                format!("at most {max} of this product per order; your entry token is still valid"),
-            ))
-        }
-        Err(OrderError::UnknownProduct) => {
-            pass.rolled_back().await;
-            Err(ApiError::not_found("unknown_product", "no such product"))
-        }
-        Err(OrderError::TokenAlreadyUsed) => {
+        Err(NotPlaced::AlreadyUsed) => {
             // The database saw this token buy already: finish deleting it.
             pass.commit_succeeded().await;
             Err(ApiError::unauthorized(
@@ -130,11 +70,86 @@ async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Respons
                 "this entry token was already used",
             ))
         }
-        Err(OrderError::Database(e)) => {
-            pass.rolled_back().await;
-            Err(ApiError::Internal(e.to_string()))
-        }
     }
+}
+
+/// Why an order was not placed, which decides what becomes of its token.
+enum NotPlaced {
+    /// Nothing was sold: the claim is released, the token stays usable.
+    RolledBack(ApiError),
+    /// The order table already holds this token's idempotency key.
+    AlreadyUsed,
+}
+
+impl From<ApiError> for NotPlaced {
+    fn from(e: ApiError) -> Self {
+        Self::RolledBack(e)
+    }
+}
+
+/// Checks the body and the product, then runs the order's transaction;
+/// the caller settles the claim from the outcome.
+async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlaced> {
+    let request = match pass.json::<OrderRequest>() {
+        Ok(r) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
+        Ok(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                format!("quantity must be 1-{MAX_QUANTITY}"),
+            )
+            .into());
+        }
+        Err(e) => {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                format!("the body is not valid JSON for this endpoint: {e}"),
+            )
+            .into());
+        }
+    };
+    let product = store
+        .product(&request.product_id)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+    if product.queue != pass.queue().as_str() {
+        return Err(ApiError::unauthorized(
+            "invalid_token",
+            "this entry token is for another queue than the product's",
+        )
+        .into());
+    }
+    let placed = store
+        .place(
+            &product.id,
+            request.quantity,
+            pass.idempotency_key(),
+            &pass.pending_consume(),
+        )
+        .await;
+    placed.map_err(|e| match e {
+        OrderError::OutOfStock => {
+            metrics::counter!("waitroom_orders_total", "result" => "out_of_stock").increment(1);
+            ApiError::conflict(
+                "out_of_stock",
+                "not enough stock left; your entry token is still valid",
+            )
+            .into()
+        }
+        OrderError::OverLimit { max } => {
+            metrics::counter!("waitroom_orders_total", "result" => "over_limit").increment(1);
+            ApiError::bad_request(
+                "quantity_over_limit",
+                format!("at most {max} of this product per order; your entry token is still valid"),
+            )
+            .into()
+        }
+        OrderError::UnknownProduct => {
+            ApiError::not_found("unknown_product", "no such product").into()
+        }
+        OrderError::TokenAlreadyUsed => NotPlaced::AlreadyUsed,
+        OrderError::Database(e) => ApiError::Internal(e.to_string()).into(),
+    })
 }
 
 /// Marks the order's recorded token delete confirmed if the store took it;

@@ -18,7 +18,6 @@ use super::auth::ServiceAuth;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use crate::AppState;
-use crate::gate::GateError;
 use crate::queue::{QueueName, UserId};
 
 /// `/api/tokens/claim`, `/api/tokens/consume`, `/api/tokens/release`.
@@ -63,18 +62,18 @@ async fn claim(
 ) -> Result<Response, ApiError> {
     let user = user(&req.user_id)?;
     let queue = req.queue.as_deref().map(|q| queue(&state, q)).transpose()?;
-    match state.gate().claim(queue.as_ref(), &user, &req.token).await {
-        Ok(claim) => Ok(Json(json!({
-            "claimId": claim.claim_id,
-            "queue": claim.queue.as_str(),
-            "userId": claim.user.as_str(),
-            "idempotencyKey": claim.idempotency_key,
-            "leaseSeconds": state.config().claim_lease_secs,
-        }))
-        .into_response()),
-        Err(GateError::Store(e)) => Err(ApiError::Unavailable(e)),
-        Err(e) => Ok(e.into_response()),
-    }
+    let claim = state
+        .gate()
+        .claim(queue.as_ref(), &user, &req.token)
+        .await?;
+    Ok(Json(json!({
+        "claimId": claim.claim_id,
+        "queue": claim.queue.as_str(),
+        "userId": claim.user.as_str(),
+        "idempotencyKey": claim.idempotency_key,
+        "leaseSeconds": state.config().claim_lease_secs,
+    }))
+    .into_response())
 }
 
 /// What to do with a held claim.
