@@ -14,8 +14,9 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, User, now_ms, ticket_ended};
+use super::wire::QueueStatus;
 use crate::AppState;
-use crate::queue::{EntryToken, QueueName, QueueStatus};
+use crate::queue::{EntryToken, QueueName};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
 pub fn router() -> Router<AppState> {

@@ -31,6 +31,7 @@ use futures::stream;
 
 use super::error::ApiError;
 use super::extract::Member;
+use super::wire;
 use crate::AppState;
 use crate::push::{EventId, StreamSession, shed_frame, view_of};
 use crate::server::LeanStream;
@@ -90,8 +91,10 @@ pub async fn open_stream(
         floor,
     );
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
+    let entered_at = snapshot.entered_at_ms;
     Ok(Opening::Stream(StreamSession::new(
         sub,
+        Box::new(move |view| wire::event(view, entered_at)),
         retry,
         Duration::from_secs(state.config().keep_alive_secs),
         state.shutdown().clone(),

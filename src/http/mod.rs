@@ -13,6 +13,7 @@ pub mod limit;
 mod orders;
 mod page;
 mod tokens;
+pub mod wire;
 
 use axum::Router;
 

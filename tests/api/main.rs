@@ -18,3 +18,4 @@ mod sse;
 mod store_bound;
 mod tickets;
 mod transport;
+mod wire;
