@@ -50,8 +50,8 @@ pub enum Opening {
     Shed(Bytes),
     /// Neither waiting nor holding a token: `204`, so EventSource stops.
     NotEntered,
-    /// A live stream.
-    Stream(StreamSession),
+    /// A live stream (boxed: a session is far larger than a shed frame).
+    Stream(Box<StreamSession>),
 }
 
 /// Opens `member`'s stream: reads their standing (which also marks them as
@@ -92,14 +92,14 @@ pub async fn open_stream(
     );
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
     let entered_at = snapshot.entered_at_ms;
-    Ok(Opening::Stream(StreamSession::new(
+    Ok(Opening::Stream(Box::new(StreamSession::new(
         sub,
         Box::new(move |view| wire::event(view, entered_at)),
         retry,
         Duration::from_secs(state.config().keep_alive_secs),
         state.shutdown().clone(),
         Duration::from_secs(state.config().drain_secs),
-    )))
+    ))))
 }
 
 /// The headers of every stream answer.
@@ -121,10 +121,10 @@ async fn events(
         Opening::Shed(frame) => Body::from(frame),
         Opening::Stream(session) => match lean {
             Some(Extension(lean)) => {
-                lean.hand_over(session);
+                lean.hand_over(*session);
                 Body::empty()
             }
-            None => Body::from_stream(stream::unfold(session, |mut s| async move {
+            None => Body::from_stream(stream::unfold(*session, |mut s| async move {
                 s.next_frame()
                     .await
                     .map(|frame| (Ok::<_, Infallible>(frame), s))
