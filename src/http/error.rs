@@ -156,9 +156,10 @@ impl From<GateError> for ApiError {
 
 /// The body of every error answer (also the schema the API document
 /// gives for every error).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// A stable `snake_case` code, e.g. `ticket_ended`.
+    #[schema(pattern = "^[a-z_]+$")]
     pub error: String,
     /// A human-readable explanation; not meant to be parsed.
     pub message: String,

@@ -15,7 +15,7 @@ use crate::push::View;
 use crate::queue::{Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
 
 /// The three statuses of the public API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
     /// In line.
@@ -29,7 +29,7 @@ pub enum Status {
 /// A buyer's state: the body of a position poll (and of a join, with the
 /// ticket), and the data of the stream's `waiting` and `ready` events. Its
 /// shape is stable: a field that does not apply is `null`, never missing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueStatus {
     pub status: Status,
@@ -122,7 +122,7 @@ impl QueueStatus {
 
 /// The data of a `ready` event: the buyer's [`QueueStatus`] and when the
 /// pass that admitted them ran.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadyEvent {
     #[serde(flatten)]
@@ -133,13 +133,33 @@ pub struct ReadyEvent {
 }
 
 /// The data of a `gone` event, the stream's last: the place has ended.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GoneEvent {
     /// Always `NOT_ENTERED`.
     pub status: Status,
-    /// `left`, `expired`, `consumed`, `abandoned`, `replaced` or
-    /// `not_entered`.
+    /// Why the place ended.
+    #[schema(value_type = GoneReasonName)]
     pub reason: &'static str,
+}
+
+/// The reasons a `gone` event gives (documentation of
+/// `push::GoneReason::as_str`, which writes them).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = GoneReason)]
+#[serde(rename_all = "snake_case")]
+pub enum GoneReasonName {
+    /// The buyer left.
+    Left,
+    /// The entry token expired unused.
+    Expired,
+    /// The entry token bought an order.
+    Consumed,
+    /// Dropped as absent (not seen for `--abandon-after-secs`).
+    Abandoned,
+    /// A newer entry of the same buyer took over.
+    Replaced,
+    /// Neither waiting nor holding a token.
+    NotEntered,
 }
 
 /// A stream's view as an event: its name and JSON data. `entered_at_ms` is
@@ -289,6 +309,16 @@ mod tests {
         data.as_object_mut().unwrap().remove("admittedAt");
         assert_eq!(data, polled);
 
+        for (reason, name) in [
+            (GoneReason::Left, GoneReasonName::Left),
+            (GoneReason::Expired, GoneReasonName::Expired),
+            (GoneReason::Consumed, GoneReasonName::Consumed),
+            (GoneReason::Abandoned, GoneReasonName::Abandoned),
+            (GoneReason::Replaced, GoneReasonName::Replaced),
+            (GoneReason::NotEntered, GoneReasonName::NotEntered),
+        ] {
+            assert_eq!(serde_json::to_value(name).unwrap(), reason.as_str());
+        }
         let (name, data) = event(&View::Gone(GoneReason::Left), None);
         assert_eq!(name, "gone");
         assert_eq!(data, r#"{"status":"NOT_ENTERED","reason":"left"}"#);
