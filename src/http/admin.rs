@@ -121,7 +121,7 @@ async fn queues(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Over
     path = "/api/admin/queues/{queue}/pause",
     tag = "admin",
     security(("admin" = [])),
-    params(("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name.")),
+    params(("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name.")),
     responses(
         (status = 200, description = "Held.", body = HoldState),
         (status = 401, description = "`unauthorized` (checked first).", body = ErrorBody),
@@ -143,7 +143,7 @@ async fn pause(
     path = "/api/admin/queues/{queue}/resume",
     tag = "admin",
     security(("admin" = [])),
-    params(("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name.")),
+    params(("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name.")),
     responses(
         (status = 200, description = "Resumed.", body = HoldState),
         (status = 401, description = "`unauthorized` (checked first).", body = ErrorBody),

@@ -50,7 +50,7 @@ type JoinBody = serde_json::Map<String, serde_json::Value>;
     tag = "queue",
     operation_id = "join",
     params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name."),
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
         ("X-User-Id" = String, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
             description = "The buyer, as the auth gateway sets it."),
     ),
@@ -119,7 +119,7 @@ async fn enter(
     tag = "queue",
     operation_id = "position",
     params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name."),
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
         ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
         ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
         ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
@@ -158,7 +158,7 @@ async fn position(
     tag = "queue",
     operation_id = "leave",
     params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name."),
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
         ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
         ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
         ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),

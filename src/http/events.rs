@@ -120,7 +120,7 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
     tag = "queue",
     operation_id = "events",
     params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name."),
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
         ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
         ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
         ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),

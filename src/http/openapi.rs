@@ -9,10 +9,13 @@
 //!
 //! Added here, where the handlers cannot say it: the two bearer schemes,
 //! the event stream's events (OpenAPI 3.1 has no words for Server-Sent
-//! Events, so the `text/event-stream` answer is described as one of its
-//! three events, each with its `data` schema), and the links a client (or
-//! schemathesis) follows from a join to position, events and leave, and
-//! from a READY join to an order.
+//! Events: the `text/event-stream` answer's schema describes one event,
+//! its `data` a JSON string with a `contentSchema`, as OpenAPI 3.2 spells
+//! an `itemSchema`; schemathesis checks every event against it), and the
+//! links a client (or schemathesis) follows: from a join to position,
+//! events and leave (the ticket) and to an order or a token claim (the
+//! entry token); from a claim to its consume or release; from an order to
+//! the order.
 
 use std::sync::LazyLock;
 
@@ -110,7 +113,14 @@ impl PartialSchema for StreamEvent {
                         .schema_type(Type::Integer)
                         .description(Some("ms to wait before reconnecting; first frame only")),
                 )
-                .property("data", Ref::from_schema_name(data))
+                .property(
+                    "data",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .description(Some("the event's JSON"))
+                        .content_media_type("application/json")
+                        .content_schema(Some(Ref::from_schema_name(data))),
+                )
                 .required("data")
         };
         OneOfBuilder::new()
@@ -149,9 +159,10 @@ impl ToSchema for StreamEvent {
     }
 }
 
-/// The links between operations, by operation id: from a join (and a
-/// poll) the ticket leads to the place's other operations, and a READY
-/// join's token to an order, whose id leads to the order.
+/// The links between operations, by operation id: a join's ticket leads
+/// to the place's other operations (a poll's answer carries no ticket, so
+/// the links start at the join), a READY join's token to an order or a
+/// claim, a claim to its settling, an order's id to the order.
 fn add_links(api: &mut Document) {
     let ticket_links = [
         (
@@ -201,12 +212,33 @@ fn add_links(api: &mut Document) {
                                 .build()
                                 .into(),
                         );
+                        response.links.insert(
+                            "claim".into(),
+                            LinkBuilder::new()
+                                .operation_id("claim")
+                                .request_body(Some(serde_json::json!({
+                                    "userId": "$request.header.X-User-Id",
+                                    "token": "$response.body#/entryToken",
+                                })))
+                                .description("Claim the entry token (token API), once READY.")
+                                .build()
+                                .into(),
+                        );
                     }
-                    ("position", "200") => {
-                        for (name, to, what) in &ticket_links[1..] {
+                    ("claim", "200") => {
+                        for (name, to) in [("consume", "consume"), ("release", "release")] {
                             response.links.insert(
-                                (*name).into(),
-                                ticket("$request.header.X-Queue-Ticket", to, what).into(),
+                                name.into(),
+                                LinkBuilder::new()
+                                    .operation_id(to)
+                                    .request_body(Some(serde_json::json!({
+                                        "userId": "$response.body#/userId",
+                                        "queue": "$response.body#/queue",
+                                        "claimId": "$response.body#/claimId",
+                                    })))
+                                    .description("Settle the claim.")
+                                    .build()
+                                    .into(),
                             );
                         }
                     }

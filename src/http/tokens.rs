@@ -81,6 +81,7 @@ fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
     post,
     path = "/api/tokens/claim",
     tag = "tokens",
+    operation_id = "claim",
     security(("service" = [])),
     request_body = ClaimRequest,
     responses(
@@ -129,6 +130,7 @@ enum Settle {
     post,
     path = "/api/tokens/consume",
     tag = "tokens",
+    operation_id = "consume",
     security(("service" = [])),
     request_body = ClaimRef,
     responses(
@@ -155,6 +157,7 @@ async fn consume(
     post,
     path = "/api/tokens/release",
     tag = "tokens",
+    operation_id = "release",
     security(("service" = [])),
     request_body = ClaimRef,
     responses(

@@ -56,3 +56,26 @@ async fn stream_events_are_the_polled_status() {
     );
     app.stop().await;
 }
+
+/// The API document is served, as OpenAPI 3.1 JSON, and names the stream's
+/// events with the same status schema a poll answers.
+#[tokio::test]
+async fn the_api_document_is_served() {
+    let app = TestApp::memory(&[]).await;
+    let response = reqwest::get(app.url("/api/openapi.json")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let doc: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let stream = &doc["paths"]["/api/queues/{queue}/events"]["get"]["responses"]["200"];
+    assert_eq!(
+        stream["content"]["text/event-stream"]["schema"]["$ref"],
+        "#/components/schemas/StreamEvent"
+    );
+    let polled = &doc["paths"]["/api/queues/{queue}/position"]["get"]["responses"]["200"];
+    assert_eq!(
+        polled["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/QueueStatus"
+    );
+    app.stop().await;
+}
