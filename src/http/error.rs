@@ -1,7 +1,7 @@
 //! The HTTP API's one error type. Every error is JSON
 //! `{"error": "<snake_case_code>", "message": "<human text>"}`, built here
 //! and nowhere else: the endpoints, the order gate's rejections
-//! ([`GateError`] converts), the probes, the page's fallback and the
+//! (`GateError` converts, in `crate::gate`), the probes, the page's fallback and the
 //! transport's own answers (`server_busy`) all render through
 //! [`ApiError`]'s `IntoResponse`. 5xx bodies are opaque and the cause is
 //! logged instead.
@@ -10,7 +10,6 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::gate::GateError;
 use crate::store::StoreError;
 
 /// An error answered to a client.
@@ -135,25 +134,6 @@ impl ApiError {
     }
 }
 
-/// The gate's rejections keep their codes (`GateError::status_and_code`)
-/// and messages; only the rendering is shared.
-impl From<GateError> for ApiError {
-    fn from(e: GateError) -> Self {
-        let (_, code) = e.status_and_code();
-        match e {
-            GateError::MissingUser | GateError::MissingToken | GateError::InvalidToken => {
-                Self::unauthorized(code, e.to_string())
-            }
-            GateError::DuplicateHeader(_) | GateError::BodyUnreadable => {
-                Self::bad_request(code, e.to_string())
-            }
-            GateError::BodyTooLarge => Self::PayloadTooLarge,
-            GateError::InUse => Self::conflict(code, e.to_string()),
-            GateError::Store(e) => Self::Unavailable(e),
-        }
-    }
-}
-
 /// The body of every error answer (also the schema the API document
 /// gives for every error).
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -198,6 +178,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::GateError;
 
     /// Every gate rejection renders with the status and code the gate
     /// documents for integrators.
