@@ -1,7 +1,7 @@
 // The buyer-facing waiting-room page: join, wait, order.
 
 import { api } from './api.js';
-import { StatusFeed, fromQueueStatus } from './feed.js';
+import { StatusFeed } from './feed.js';
 import { TabBus } from './tabs.js';
 import * as fmt from './format.js';
 
@@ -162,14 +162,13 @@ async function join({ quiet = false } = {}) {
   app.joining = false;
   app.joinFailures = 0;
   if (status && typeof status.ticket === 'string') storage.set('sessionStorage', keys.ticket, status.ticket);
-  const update = fromQueueStatus(status);
-  if (update.status === 'GONE') {
-    showGone(update.reason);
+  if (!status || (status.status !== 'WAITING' && status.status !== 'READY')) {
+    showGone('not_entered');
     return;
   }
   rememberStart(status);
   startFeed(status);
-  applyUpdate(update);
+  applyUpdate(status);
   bus.post('joined', { userId });
 }
 
@@ -259,8 +258,8 @@ function applyUpdate(update) {
     case 'READY':
       showReady(update);
       break;
-    case 'GONE':
-      showGone(update.reason);
+    case 'NOT_ENTERED':
+      showGone(update.reason ?? 'not_entered');
       break;
     default:
       break;
@@ -374,7 +373,7 @@ async function leaveQueue() {
 // --- ready -----------------------------------------------------------------
 
 function showReady(r) {
-  const seconds = Number.isFinite(r.expiresInSeconds) ? Math.max(0, r.expiresInSeconds) : 300;
+  const seconds = Number.isFinite(r.tokenExpiresInSeconds) ? Math.max(0, r.tokenExpiresInSeconds) : 300;
   const isNew = !app.ready || app.ready.entryToken !== r.entryToken;
   app.ready = {
     entryToken: r.entryToken,

@@ -5,10 +5,10 @@
 // every update to the other tabs over a BroadcastChannel. When the stream
 // cannot be had, the leader polls the position endpoint instead, honouring the
 // server's polling interval with jitter, and keeps trying to get the stream
-// back. Updates are normalised to:
-//   { status: 'WAITING', rank, position, totalWaiting, estimatedWaitSeconds }
-//   { status: 'READY', entryToken, expiresInSeconds }
-//   { status: 'GONE', reason }
+// back. An update is the server's QueueStatus as it comes, from a poll or
+// an event (the same object with the same names, see README "The API"):
+// status WAITING or READY, or NOT_ENTERED with the `reason` a `gone` event
+// gives.
 
 import { requestLeadership } from './tabs.js';
 
@@ -24,42 +24,12 @@ const LEAD_SETTLE_MS = 50;
 
 const jitter = (ms, spread = 0.2) => ms * (1 - spread + Math.random() * 2 * spread);
 
-/** A QueueStatus answer (enter or position) as a feed update. */
-export function fromQueueStatus(s) {
-  switch (s && s.status) {
-    case 'WAITING':
-      return {
-        status: 'WAITING',
-        rank: s.rank,
-        position: Number.isFinite(s.position) ? s.position : Number.isFinite(s.rank) ? s.rank + 1 : null,
-        totalWaiting: s.totalWaiting,
-        estimatedWaitSeconds: s.estimatedWaitSeconds,
-      };
-    case 'READY':
-      return { status: 'READY', entryToken: s.entryToken, expiresInSeconds: s.tokenExpiresInSeconds };
-    default:
-      return { status: 'GONE', reason: 'not_entered' };
-  }
-}
-
-function fromEvent(type, data) {
-  switch (type) {
-    case 'waiting':
-      return {
-        status: 'WAITING',
-        rank: data.rank,
-        position: Number.isFinite(data.position) ? data.position : Number.isFinite(data.rank) ? data.rank + 1 : null,
-        totalWaiting: data.totalWaiting,
-        estimatedWaitSeconds: data.estimatedWaitSeconds,
-      };
-    case 'ready':
-      return { status: 'READY', entryToken: data.entryToken, expiresInSeconds: data.expiresInSeconds };
-    case 'gone':
-      return { status: 'GONE', reason: typeof data.reason === 'string' ? data.reason : 'not_entered' };
-    default:
-      return null;
-  }
-}
+/**
+ * The status each event stands for. The data says it too; the name is
+ * taken first so an instance of the previous version, met during a rolling
+ * deploy, still moves the page.
+ */
+const EVENT_STATUS = { waiting: 'WAITING', ready: 'READY', gone: 'NOT_ENTERED' };
 
 export class StatusFeed {
   /**
@@ -165,9 +135,9 @@ export class StatusFeed {
     if (this.mode) this.bus.post('mode', { userId: this.userId, mode: this.mode });
     if (!this.last) return;
     let update = this.last.update;
-    if (update.status === 'READY' && Number.isFinite(update.expiresInSeconds)) {
+    if (update.status === 'READY' && Number.isFinite(update.tokenExpiresInSeconds)) {
       const elapsed = (Date.now() - this.last.at) / 1000;
-      update = { ...update, expiresInSeconds: Math.max(0, Math.round(update.expiresInSeconds - elapsed)) };
+      update = { ...update, tokenExpiresInSeconds: Math.max(0, Math.round(update.tokenExpiresInSeconds - elapsed)) };
     }
     this.bus.post('update', { userId: this.userId, update });
   }
@@ -176,7 +146,7 @@ export class StatusFeed {
     if (!this.running || !update) return;
     this.last = { update, at: Date.now() };
     if (this.leading && this.bus.shared) this.bus.post('update', { userId: this.userId, update });
-    if (update.status === 'GONE') this.stop();
+    if (update.status === 'NOT_ENTERED') this.stop();
     this.onUpdate(update, { viaOtherTab });
   }
 
@@ -212,12 +182,13 @@ export class StatusFeed {
       } catch {
         return;
       }
+      if (!data || typeof data !== 'object') return;
       errorsInARow = 0;
       clearTimeout(this.silenceTimer);
       if (this.polling) this.#stopPolling();
       this.streamRetryMs = STREAM_RETRY_MIN_MS;
       this.#setMode('live');
-      this.#deliver(fromEvent(event.type, data));
+      this.#deliver({ ...data, status: EVENT_STATUS[event.type] });
     };
     for (const type of ['waiting', 'ready', 'gone']) es.addEventListener(type, onEvent);
 
@@ -307,14 +278,14 @@ export class StatusFeed {
       this.pollFailures = 0;
       this.setPollingInterval(status && status.pollingIntervalSeconds);
       this.#setMode('polling');
-      this.#deliver(fromQueueStatus(status));
+      this.#deliver(status);
       next = jitter(this.pollSeconds * 1000);
     } catch (err) {
       if (!this.running || !this.polling) return;
       if (err && err.status === 401 && err.code === 'ticket_ended') {
         // The place this ticket stood for is over (left, dropped, token
         // used or expired): say so; joining again is the buyer's choice.
-        this.#deliver({ status: 'GONE', reason: 'not_entered' });
+        this.#deliver({ status: 'NOT_ENTERED', reason: 'not_entered' });
         return;
       }
       if (err && err.status === 401) {

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use super::{Claim, Gate, GateError, PendingConsume};
+use crate::http::ApiError;
 use crate::queue::{QueueName, UserId};
 use crate::store::StoreError;
 
@@ -263,20 +264,31 @@ impl GateError {
     }
 }
 
+/// The gate's rejections keep their codes (`GateError::status_and_code`)
+/// and messages; only the rendering is shared. Here rather than in
+/// `crate::http::error`, so the arrow runs one way: the gate uses the
+/// error shape, the error shape knows no gate.
+impl From<GateError> for ApiError {
+    fn from(e: GateError) -> Self {
+        let (_, code) = e.status_and_code();
+        match e {
+            GateError::MissingUser | GateError::MissingToken | GateError::InvalidToken => {
+                Self::unauthorized(code, e.to_string())
+            }
+            GateError::DuplicateHeader(_) | GateError::BodyUnreadable => {
+                Self::bad_request(code, e.to_string())
+            }
+            GateError::BodyTooLarge => Self::PayloadTooLarge,
+            GateError::InUse => Self::conflict(code, e.to_string()),
+            GateError::Store(e) => Self::Unavailable(e),
+        }
+    }
+}
+
+/// Renders through the service's one error shape
+/// (`{"error": "<code>", "message": "..."}`, see [`crate::http::ApiError`]).
 impl IntoResponse for GateError {
     fn into_response(self) -> Response {
-        if let Self::Store(e) = &self {
-            tracing::warn!(error = %e, "order refused: store unavailable");
-        }
-        let (status, code) = self.status_and_code();
-        let message = match &self {
-            Self::Store(_) => "the waiting room is briefly unavailable; please retry".to_owned(),
-            other => other.to_string(),
-        };
-        (
-            status,
-            axum::Json(serde_json::json!({ "error": code, "message": message })),
-        )
-            .into_response()
+        ApiError::from(self).into_response()
     }
 }

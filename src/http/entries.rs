@@ -4,32 +4,36 @@
 //! after leaving gets a new entry, so a new ticket); position and leave
 //! accept a ticket only while its entry lasts (`401 ticket_ended` after).
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
 use cookie::{Cookie, SameSite};
 use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, User, now_ms, ticket_ended};
+use super::wire::QueueStatus;
 use crate::app::AppState;
-use crate::queue::{EntryToken, QueueName, QueueStatus};
+use crate::queue::{EntryToken, QueueName};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/queues/{queue}/entries", post(enter))
-        .route("/api/queues/{queue}/entries/me", delete(leave))
-        .route("/api/queues/{queue}/position", get(position))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(enter))
+        .routes(routes!(leave))
+        .routes(routes!(position))
 }
 
 /// The answer to a join: the status plus the ticket.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Entered {
     #[serde(flatten)]
     status: QueueStatus,
+    /// The queue ticket for this place (also set as the `waitroom_ticket`
+    /// cookie): send it as `X-Queue-Ticket`, `?ticket=` or the cookie.
     ticket: String,
 }
 
@@ -37,6 +41,31 @@ struct Entered {
 /// be a JSON object so garbage is refused rather than ignored.
 type JoinBody = serde_json::Map<String, serde_json::Value>;
 
+/// Joins the queue, or for a buyer already in it, keeps the place and
+/// answers a fresh ticket for it. A first join is never refused for the
+/// buyer's budget.
+#[utoipa::path(
+    post,
+    path = "/api/queues/{queue}/entries",
+    tag = "queue",
+    operation_id = "join",
+    params(
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
+        ("X-User-Id" = String, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
+            description = "The buyer, as the auth gateway sets it."),
+    ),
+    request_body(content = Option<Object>, description = "Optional; a JSON object if sent (no fields defined yet)."),
+    responses(
+        (status = 201, description = "Joined: a new place.", body = Entered),
+        (status = 200, description = "Already in line or READY: the same place, a fresh ticket.", body = Entered),
+        (status = 400, description = "`missing_user_id`, `invalid_user_id`, `invalid_body`, `duplicate_header`.", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time.", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: a repeat join over the buyer's budget (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn enter(
     State(state): State<AppState>,
     Queue(queue): Queue,
@@ -83,6 +112,29 @@ async fn enter(
     Ok(response)
 }
 
+/// The buyer's current state.
+#[utoipa::path(
+    get,
+    path = "/api/queues/{queue}/position",
+    tag = "queue",
+    operation_id = "position",
+    params(
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
+        ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
+        ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
+        ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
+        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
+            description = "Optional; when sent, it must be the ticket's user."),
+    ),
+    responses(
+        (status = 200, description = "The buyer's state.", body = QueueStatus),
+        (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
+        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`, or `ticket_ended` once the place is over.", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn position(
     State(state): State<AppState>,
     member: Member,
@@ -99,6 +151,28 @@ async fn position(
     )))
 }
 
+/// Gives up the place this ticket stands for (and clears the cookie).
+#[utoipa::path(
+    delete,
+    path = "/api/queues/{queue}/entries/me",
+    tag = "queue",
+    operation_id = "leave",
+    params(
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
+        ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
+        ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
+        ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
+        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
+            description = "Optional; when sent, it must be the ticket's user."),
+    ),
+    responses(
+        (status = 204, description = "Left."),
+        (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
+        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`, or `ticket_ended` once the place is over.", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn leave(
     State(state): State<AppState>,
     member: Member,

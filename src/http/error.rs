@@ -1,11 +1,14 @@
 //! The HTTP API's one error type. Every error is JSON
-//! `{"error": "<snake_case_code>", "message": "<human text>"}`; 5xx bodies
-//! are opaque and the cause is logged instead.
+//! `{"error": "<snake_case_code>", "message": "<human text>"}`, built here
+//! and nowhere else: the endpoints, the order gate's rejections
+//! (`GateError` converts, in `crate::gate`), the probes, the page's fallback and the
+//! transport's own answers (`server_busy`) all render through
+//! [`ApiError`]'s `IntoResponse`. 5xx bodies are opaque and the cause is
+//! logged instead.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::store::StoreError;
 
@@ -131,6 +134,17 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer (also the schema the API document
+/// gives for every error).
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// A stable `snake_case` code, e.g. `ticket_ended`.
+    #[schema(pattern = "^[a-z_]+$")]
+    pub error: String,
+    /// A human-readable explanation; not meant to be parsed.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
@@ -147,13 +161,55 @@ impl IntoResponse for ApiError {
             } => Some(*retry_after_secs),
             _ => None,
         };
-        let mut response =
-            (status, Json(json!({ "error": code, "message": message }))).into_response();
+        let body = ErrorBody {
+            error: code.to_owned(),
+            message,
+        };
+        let mut response = (status, Json(body)).into_response();
         if let Some(secs) = retry_after {
             response
                 .headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from(secs));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::GateError;
+
+    /// Every gate rejection renders with the status and code the gate
+    /// documents for integrators.
+    #[tokio::test]
+    async fn gate_errors_keep_their_status_and_code() {
+        for e in [
+            GateError::MissingUser,
+            GateError::MissingToken,
+            GateError::InvalidToken,
+            GateError::DuplicateHeader("X-User-Id"),
+            GateError::BodyTooLarge,
+            GateError::BodyUnreadable,
+            GateError::InUse,
+            GateError::Store(StoreError::Unavailable("down".into())),
+        ] {
+            let (status, code) = e.status_and_code();
+            let message = e.to_string();
+            let response = e.into_response();
+            assert_eq!(response.status(), status);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // Like every other 503 of the service: retry soon.
+                assert_eq!(response.headers()["retry-after"], "2");
+            }
+            let bytes = axum::body::to_bytes(response.into_body(), 4096)
+                .await
+                .unwrap();
+            let body: ErrorBody = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(body.error, code);
+            if status != StatusCode::SERVICE_UNAVAILABLE {
+                assert_eq!(body.message, message);
+            }
+        }
     }
 }

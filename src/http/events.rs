@@ -20,27 +20,30 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Extension;
-use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use bytes::Bytes;
 use futures::stream;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::Member;
 use super::handoff::LeanStream;
+use super::openapi::StreamEvent;
+use super::wire;
 use crate::app::AppState;
 use crate::push::{EventId, StreamSession, shed_frame, view_of};
 
-/// The route of the event stream (the lean writer matches it too).
+/// The route of the event stream (the lean writer matches it too; the
+/// handler's annotation names the same path, checked by a test).
 pub const PATH: &str = "/api/queues/{queue}/events";
 
 /// `/api/queues/{queue}/events`.
-pub fn router() -> Router<AppState> {
-    Router::new().route(PATH, get(events))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(events))
 }
 
 /// What opening a stream came to.
@@ -49,8 +52,8 @@ pub enum Opening {
     Shed(Bytes),
     /// Neither waiting nor holding a token: `204`, so EventSource stops.
     NotEntered,
-    /// A live stream.
-    Stream(StreamSession),
+    /// A live stream (boxed: a session is far larger than a shed frame).
+    Stream(Box<StreamSession>),
 }
 
 /// Opens `member`'s stream: reads their standing (which also marks them as
@@ -84,13 +87,15 @@ pub async fn open_stream(
         .hub()
         .register(&member.queue, &member.user, &snapshot, view, before, floor);
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
-    Ok(Opening::Stream(StreamSession::new(
+    let entered_at = snapshot.entered_at_ms;
+    Ok(Opening::Stream(Box::new(StreamSession::new(
         sub,
+        Box::new(move |view| wire::event(view, entered_at)),
         retry,
         Duration::from_secs(state.config().keep_alive_secs),
         state.shutdown().clone(),
         Duration::from_secs(state.config().drain_secs),
-    )))
+    ))))
 }
 
 /// The headers of every stream answer.
@@ -100,6 +105,34 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
     ("x-accel-buffering", "no"),
 ];
 
+/// The buyer's place live, as Server-Sent Events: the current state at
+/// once, then every change, until `gone`. `Last-Event-ID` only sets where
+/// the new stream's ids start.
+#[utoipa::path(
+    get,
+    path = "/api/queues/{queue}/events",
+    tag = "queue",
+    operation_id = "events",
+    params(
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
+        ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
+        ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
+        ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
+        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
+            description = "Optional; when sent, it must be the ticket's user."),
+    ),
+    responses(
+        (status = 200, description = "The stream: `waiting`, `ready` and `gone` events (see `StreamEvent`). \
+            An instance at its stream cap answers a `retry:` frame alone and closes.",
+            content_type = "text/event-stream", body = StreamEvent),
+        (status = 204, description = "Neither waiting nor holding a token: nothing to stream (EventSource stops)."),
+        (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
+        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`, or `ticket_ended` once the place is over.", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn events(
     State(state): State<AppState>,
     lean: Option<Extension<LeanStream>>,
@@ -112,10 +145,10 @@ async fn events(
         Opening::Shed(frame) => Body::from(frame),
         Opening::Stream(session) => match lean {
             Some(Extension(lean)) => {
-                lean.hand_over(session);
+                lean.hand_over(*session);
                 Body::empty()
             }
-            None => Body::from_stream(stream::unfold(session, |mut s| async move {
+            None => Body::from_stream(stream::unfold(*session, |mut s| async move {
                 s.next_frame()
                     .await
                     .map(|frame| (Ok::<_, Infallible>(frame), s))

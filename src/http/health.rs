@@ -1,44 +1,65 @@
 //! Liveness and readiness probes, and the Prometheus metrics endpoint.
 
+use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::json;
+use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::error::{ApiError, ErrorBody};
 use crate::app::AppState;
 
 /// `/healthz`, `/readyz`, `/metrics`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+}
+
+/// A probe's answer.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Probe {
+    /// `ok` (liveness) or `ready` (readiness).
+    status: &'static str,
 }
 
 /// `200` while the process runs.
-async fn healthz() -> impl IntoResponse {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "The process runs.", body = Probe))
+)]
+async fn healthz() -> Json<Probe> {
+    Json(Probe { status: "ok" })
 }
 
 /// `200` only while the store answers, so a load balancer stops sending
 /// buyers to an instance that would refuse them.
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.store().ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness: store unavailable");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(
-                    json!({ "error": "store_unavailable", "message": "the store does not answer" }),
-                ),
-            )
-        }
-    }
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The store answers.", body = Probe),
+        (status = 503, description = "`store_unavailable` (`Retry-After`).", body = ErrorBody),
+    )
+)]
+async fn readyz(State(state): State<AppState>) -> Result<Json<Probe>, ApiError> {
+    state.store().ping().await?;
+    Ok(Json(Probe { status: "ready" }))
 }
 
+/// Prometheus metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format.",
+        content_type = "text/plain; version=0.0.4", body = String))
+)]
 async fn metrics() -> impl IntoResponse {
     (
         [("content-type", "text/plain; version=0.0.4")],

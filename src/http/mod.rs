@@ -11,26 +11,39 @@ mod handoff;
 mod headers;
 mod health;
 pub mod limit;
+mod openapi;
 mod orders;
 mod page;
 mod tokens;
+pub mod wire;
 
 use axum::Router;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::AppState;
 pub use error::ApiError;
 pub use events::PATH as EVENTS_PATH;
 pub use handoff::LeanStream;
+pub use openapi::document as api_document;
 
-/// Every route of the service.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+/// Every documented route, with its operation in the API document.
+fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
         .merge(events::router())
         .merge(health::router())
         .merge(orders::router())
         .merge(tokens::router())
         .merge(admin::router())
+        .routes(routes!(openapi::openapi_json))
+}
+
+/// Every route of the service.
+pub fn router(state: AppState) -> Router {
+    let (documented, _) = routes().split_for_parts();
+    documented
         .merge(page::router())
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))

@@ -12,14 +12,15 @@
 //! finished by the reconciler (`crate::orders::reconcile`), even after a
 //! restart.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::optional_user;
 use crate::app::AppState;
 use crate::gate::EntryPass;
@@ -27,17 +28,21 @@ use crate::orders::{Order, OrderError, OrderStore, Product};
 use crate::store::StoreError;
 
 /// `/api/orders`, `/api/orders/{id}`, `/api/products`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/orders", post(place))
-        .route("/api/orders/{id}", get(order))
-        .route("/api/products", get(products))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(place))
+        .routes(routes!(order))
+        .routes(routes!(products))
 }
 
-#[derive(Deserialize)]
+/// An order's body.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct OrderRequest {
+    /// A product id from `GET /api/products`.
     product_id: String,
+    /// 1 to the product's `maxPerOrder`.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     quantity: i64,
 }
 
@@ -50,79 +55,43 @@ fn orders(state: &AppState) -> Result<&OrderStore, ApiError> {
         .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))
 }
 
+/// Places an order with an entry token, which it uses up once the order
+/// commits; a refused order keeps the token.
+#[utoipa::path(
+    post,
+    path = "/api/orders",
+    tag = "orders",
+    operation_id = "place_order",
+    params(
+        ("X-User-Id" = String, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$", description = "The buyer."),
+        ("X-Entry-Token" = String, Header, description = "The buyer's entry token (READY)."),
+        ("X-Queue" = Option<String>, Header, description = "The token's queue; found among the queues if absent."),
+    ),
+    request_body = OrderRequest,
+    responses(
+        (status = 201, description = "Ordered; the token is used up.", body = Order),
+        (status = 400, description = "`invalid_body`, `quantity_over_limit`, `duplicate_header` (the token is kept).", body = ErrorBody),
+        (status = 401, description = "`missing_user_id`, `missing_token`, `invalid_token`.", body = ErrorBody),
+        (status = 404, description = "`unknown_product`, `orders_disabled`.", body = ErrorBody),
+        (status = 408, description = "`request_timeout`.", body = ErrorBody),
+        (status = 409, description = "`token_in_use` (another order holds it), `out_of_stock` (the token is kept).", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Response, ApiError> {
     let store = orders(&state)?;
-    let request = match pass.json::<OrderRequest>() {
-        Ok(r) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
-        Ok(_) => {
-            pass.rolled_back().await;
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                format!("quantity must be 1-{MAX_QUANTITY}"),
-            ));
-        }
-        Err(e) => {
-            pass.rolled_back().await;
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                format!("the body is not valid JSON for this endpoint: {e}"),
-            ));
-        }
-    };
-    let product = match store.product(&request.product_id).await {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            pass.rolled_back().await;
-            return Err(ApiError::not_found("unknown_product", "no such product"));
-        }
-        Err(e) => {
-            pass.rolled_back().await;
-            return Err(ApiError::Internal(e.to_string()));
-        }
-    };
-    if product.queue != pass.queue().as_str() {
-        pass.rolled_back().await;
-        return Err(ApiError::unauthorized(
-            "invalid_token",
-            "this entry token is for another queue than the product's",
-        ));
-    }
-    let pending = pass.pending_consume();
-    match store
-        .place(
-            &product.id,
-            request.quantity,
-            pass.idempotency_key(),
-            &pending,
-        )
-        .await
-    {
+    match attempt(store, &pass).await {
         Ok(order) => {
             confirm(store, &order.order_id, pass.commit_recorded().await).await;
             metrics::counter!("waitroom_orders_total", "result" => "created").increment(1);
             Ok((StatusCode::CREATED, Json(order)).into_response())
         }
-        Err(OrderError::OutOfStock) => {
+        Err(NotPlaced::RolledBack(e)) => {
             pass.rolled_back().await;
-            metrics::counter!("waitroom_orders_total", "result" => "out_of_stock").increment(1);
-            Err(ApiError::conflict(
-                "out_of_stock",
-                "not enough stock left; your entry token is still valid",
-            ))
+            Err(e)
         }
-        Err(OrderError::OverLimit { max }) => {
-            pass.rolled_back().await;
-            metrics::counter!("waitroom_orders_total", "result" => "over_limit").increment(1);
-            Err(ApiError::bad_request(
-                "quantity_over_limit",
-                format!("at most {max} of this product per order; your entry token is still valid"),
-            ))
-        }
-        Err(OrderError::UnknownProduct) => {
-            pass.rolled_back().await;
-            Err(ApiError::not_found("unknown_product", "no such product"))
-        }
-        Err(OrderError::TokenAlreadyUsed) => {
+        Err(NotPlaced::AlreadyUsed) => {
             // The database saw this token buy already: finish deleting it.
             pass.commit_succeeded().await;
             Err(ApiError::unauthorized(
@@ -130,11 +99,86 @@ async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Respons
                 "this entry token was already used",
             ))
         }
-        Err(OrderError::Database(e)) => {
-            pass.rolled_back().await;
-            Err(ApiError::Internal(e.to_string()))
-        }
     }
+}
+
+/// Why an order was not placed, which decides what becomes of its token.
+enum NotPlaced {
+    /// Nothing was sold: the claim is released, the token stays usable.
+    RolledBack(ApiError),
+    /// The order table already holds this token's idempotency key.
+    AlreadyUsed,
+}
+
+impl From<ApiError> for NotPlaced {
+    fn from(e: ApiError) -> Self {
+        Self::RolledBack(e)
+    }
+}
+
+/// Checks the body and the product, then runs the order's transaction;
+/// the caller settles the claim from the outcome.
+async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlaced> {
+    let request = match pass.json::<OrderRequest>() {
+        Ok(r) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
+        Ok(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                format!("quantity must be 1-{MAX_QUANTITY}"),
+            )
+            .into());
+        }
+        Err(e) => {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                format!("the body is not valid JSON for this endpoint: {e}"),
+            )
+            .into());
+        }
+    };
+    let product = store
+        .product(&request.product_id)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+    if product.queue != pass.queue().as_str() {
+        return Err(ApiError::unauthorized(
+            "invalid_token",
+            "this entry token is for another queue than the product's",
+        )
+        .into());
+    }
+    let placed = store
+        .place(
+            &product.id,
+            request.quantity,
+            pass.idempotency_key(),
+            &pass.pending_consume(),
+        )
+        .await;
+    placed.map_err(|e| match e {
+        OrderError::OutOfStock => {
+            metrics::counter!("waitroom_orders_total", "result" => "out_of_stock").increment(1);
+            ApiError::conflict(
+                "out_of_stock",
+                "not enough stock left; your entry token is still valid",
+            )
+            .into()
+        }
+        OrderError::OverLimit { max } => {
+            metrics::counter!("waitroom_orders_total", "result" => "over_limit").increment(1);
+            ApiError::bad_request(
+                "quantity_over_limit",
+                format!("at most {max} of this product per order; your entry token is still valid"),
+            )
+            .into()
+        }
+        OrderError::UnknownProduct => {
+            ApiError::not_found("unknown_product", "no such product").into()
+        }
+        OrderError::TokenAlreadyUsed => NotPlaced::AlreadyUsed,
+        OrderError::Database(e) => ApiError::Internal(e.to_string()).into(),
+    })
 }
 
 /// Marks the order's recorded token delete confirmed if the store took it;
@@ -156,6 +200,23 @@ async fn confirm(store: &OrderStore, order_id: &str, consumed: Result<bool, Stor
     }
 }
 
+/// An order, to its own buyer (anyone else gets `404`).
+#[utoipa::path(
+    get,
+    path = "/api/orders/{id}",
+    tag = "orders",
+    operation_id = "get_order",
+    params(
+        ("id" = String, Path, description = "The order's id."),
+        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$", description = "The buyer."),
+    ),
+    responses(
+        (status = 200, description = "The order.", body = Order),
+        (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
+        (status = 404, description = "`unknown_order`, `orders_disabled`.", body = ErrorBody),
+        (status = 503, description = "`server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn order(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -173,6 +234,17 @@ async fn order(
     }
 }
 
+/// The demo service's products.
+#[utoipa::path(
+    get,
+    path = "/api/products",
+    tag = "orders",
+    responses(
+        (status = 200, description = "Every product, with its stock.", body = Vec<Product>),
+        (status = 404, description = "`orders_disabled`.", body = ErrorBody),
+        (status = 503, description = "`server_busy` (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn products(State(state): State<AppState>) -> Result<Json<Vec<Product>>, ApiError> {
     orders(&state)?
         .products()

@@ -6,43 +6,62 @@
 //! A claim's answer carries the token's `idempotencyKey` (its SHA-256):
 //! the order service stores it with the order under a `UNIQUE` constraint.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::ServiceAuth;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use crate::app::AppState;
-use crate::gate::GateError;
 use crate::queue::{QueueName, UserId};
 
 /// `/api/tokens/claim`, `/api/tokens/consume`, `/api/tokens/release`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/tokens/claim", post(claim))
-        .route("/api/tokens/consume", post(consume))
-        .route("/api/tokens/release", post(release))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(claim))
+        .routes(routes!(consume))
+        .routes(routes!(release))
 }
 
-#[derive(Deserialize)]
+/// A claim of a buyer's entry token, before the order's transaction.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ClaimRequest {
+    /// The buyer.
     user_id: String,
+    /// The buyer's entry token.
     token: String,
+    /// The token's queue; found among the queues if absent.
     queue: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A held claim, to consume or release.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ClaimRef {
     user_id: String,
     queue: String,
+    /// The `claimId` a claim answered.
     claim_id: String,
+}
+
+/// A claim granted.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ClaimGranted {
+    claim_id: String,
+    queue: String,
+    user_id: String,
+    /// The token's SHA-256, hex: store it with the order under `UNIQUE`.
+    idempotency_key: String,
+    /// The claim lapses back to READY after this long unless consumed or
+    /// released.
+    lease_seconds: u64,
 }
 
 fn user(raw: &str) -> Result<UserId, ApiError> {
@@ -56,6 +75,26 @@ fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
         .ok_or_else(|| ApiError::not_found("unknown_queue", "no such queue"))
 }
 
+/// Claims a buyer's entry token for one order: no other order can use it
+/// until the claim is consumed, released or lapses.
+#[utoipa::path(
+    post,
+    path = "/api/tokens/claim",
+    tag = "tokens",
+    operation_id = "claim",
+    security(("service" = [])),
+    request_body = ClaimRequest,
+    responses(
+        (status = 200, description = "Claimed.", body = ClaimGranted),
+        (status = 400, description = "`invalid_body`, `invalid_user_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized` (no valid service token, checked first), `invalid_token`.", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 408, description = "`request_timeout`.", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 409, description = "`token_in_use`: another order holds a claim.", body = ErrorBody),
+    )
+)]
 async fn claim(
     _: ServiceAuth,
     State(state): State<AppState>,
@@ -63,18 +102,18 @@ async fn claim(
 ) -> Result<Response, ApiError> {
     let user = user(&req.user_id)?;
     let queue = req.queue.as_deref().map(|q| queue(&state, q)).transpose()?;
-    match state.gate().claim(queue.as_ref(), &user, &req.token).await {
-        Ok(claim) => Ok(Json(json!({
-            "claimId": claim.claim_id,
-            "queue": claim.queue.as_str(),
-            "userId": claim.user.as_str(),
-            "idempotencyKey": claim.idempotency_key,
-            "leaseSeconds": state.config().claim_lease_secs,
-        }))
-        .into_response()),
-        Err(GateError::Store(e)) => Err(ApiError::Unavailable(e)),
-        Err(e) => Ok(e.into_response()),
-    }
+    let claim = state
+        .gate()
+        .claim(queue.as_ref(), &user, &req.token)
+        .await?;
+    Ok(Json(ClaimGranted {
+        claim_id: claim.claim_id,
+        queue: claim.queue.as_str().to_owned(),
+        user_id: claim.user.as_str().to_owned(),
+        idempotency_key: claim.idempotency_key,
+        lease_seconds: state.config().claim_lease_secs,
+    })
+    .into_response())
 }
 
 /// What to do with a held claim.
@@ -86,6 +125,25 @@ enum Settle {
     Release,
 }
 
+/// After the order committed: deletes the token.
+#[utoipa::path(
+    post,
+    path = "/api/tokens/consume",
+    tag = "tokens",
+    operation_id = "consume",
+    security(("service" = [])),
+    request_body = ClaimRef,
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 400, description = "`invalid_body`, `invalid_user_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid service token (checked first).", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 408, description = "`request_timeout`.", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 409, description = "`claim_not_held`: nothing left for this claim to delete.", body = ErrorBody),
+    )
+)]
 async fn consume(
     _: ServiceAuth,
     state: State<AppState>,
@@ -94,6 +152,25 @@ async fn consume(
     settle(state, body, Settle::Consume).await
 }
 
+/// After the order rolled back: the token is READY again.
+#[utoipa::path(
+    post,
+    path = "/api/tokens/release",
+    tag = "tokens",
+    operation_id = "release",
+    security(("service" = [])),
+    request_body = ClaimRef,
+    responses(
+        (status = 204, description = "Released."),
+        (status = 400, description = "`invalid_body`, `invalid_user_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid service token (checked first).", body = ErrorBody),
+        (status = 404, description = "`unknown_queue`.", body = ErrorBody),
+        (status = 408, description = "`request_timeout`.", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 409, description = "`claim_not_held`: the claim no longer holds the token.", body = ErrorBody),
+    )
+)]
 async fn release(
     _: ServiceAuth,
     state: State<AppState>,

@@ -48,7 +48,7 @@ macro_rules! product_columns {
 }
 
 /// A product on sale.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Product {
     pub id: String,
@@ -75,7 +75,7 @@ pub struct ProductUpdate {
 }
 
 /// A committed order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Order {
     pub order_id: String,

@@ -26,7 +26,7 @@ use crate::queue::{Policy, QueueName, RateEstimator, Snapshot, UserId};
 use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
-pub use session::{StreamSession, shed_frame};
+pub use session::{Render, StreamSession, shed_frame};
 pub use view::{EventId, GoneReason, Update, View};
 
 /// How far back the observed admission rate looks.

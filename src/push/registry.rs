@@ -106,6 +106,7 @@ pub fn view_of(snapshot: &Snapshot, rate: f64) -> Option<View> {
         } => Some(View::Ready {
             token: token.as_str().to_owned(),
             expires_at: Instant::now() + Duration::from_millis(*expires_in_ms),
+            total: snapshot.total_waiting,
             admitted_at: None,
         }),
         Standing::NotEntered => None,
@@ -213,6 +214,7 @@ impl QueueWatchers {
                 let view = View::Ready {
                     token: a.token.clone(),
                     expires_at: Instant::now() + Duration::from_millis(a.ttl_ms),
+                    total: pass.waiting,
                     admitted_at: Some(pass.at),
                 };
                 w.next_refresh =
@@ -303,6 +305,7 @@ impl QueueWatchers {
                     let view = View::Ready {
                         token: token.as_str().to_owned(),
                         expires_at,
+                        total: snapshot.total_waiting,
                         admitted_at: None,
                     };
                     w.show(snapshot.pass, view);

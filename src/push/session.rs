@@ -4,13 +4,14 @@
 //!
 //! The session produces SSE text; the two transports (the lean writer, and
 //! a hyper body where a connection cannot be handed over: see
-//! `crate::server`) only move bytes.
+//! `crate::server`) only move bytes. What an event is called and what its
+//! JSON says is the HTTP edge's business ([`Render`], given by the events
+//! endpoint), so a buyer's state has one wire form for polling and streams.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -21,8 +22,12 @@ use super::{StreamGuard, Subscription};
 /// The comment sent on idle streams so proxies and browsers keep them open.
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
+/// How a view goes on the wire: the event's name and its JSON data.
+pub type Render = Box<dyn Fn(&View) -> (&'static str, String) + Send>;
+
 /// The frames of one stream.
 pub struct StreamSession {
+    render: Render,
     updates: watch::Receiver<Update>,
     _guard: StreamGuard,
     first: Option<Bytes>,
@@ -34,10 +39,12 @@ pub struct StreamSession {
 }
 
 impl StreamSession {
-    /// A session over `sub`, asking the client to wait `retry` before
-    /// reconnecting and closing within `drain` of shutdown.
+    /// A session over `sub`, writing views with `render`, asking the client
+    /// to wait `retry` before reconnecting and closing within `drain` of
+    /// shutdown.
     pub fn new(
         sub: Subscription,
+        render: Render,
         retry: Duration,
         keep_alive: Duration,
         shutdown: CancellationToken,
@@ -50,7 +57,8 @@ impl StreamSession {
         let mut ticker = tokio::time::interval_at(Instant::now() + phase, keep_alive);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Self {
-            first: Some(encode(&current, Some(retry))),
+            first: Some(encode(&render, &current, Some(retry))),
+            render,
             finished: matches!(current.view, View::Gone(_)),
             last_sent: current.view,
             updates: sub.updates,
@@ -88,7 +96,7 @@ impl StreamSession {
                         continue;
                     }
                     self.finished = matches!(update.view, View::Gone(_));
-                    let frame = encode(&update, None);
+                    let frame = encode(&self.render, &update, None);
                     self.last_sent = update.view;
                     self.keep_alive.reset();
                     return Some(frame);
@@ -109,29 +117,8 @@ pub fn shed_frame(retry: Duration) -> Bytes {
 }
 
 /// The SSE text of one update.
-pub fn encode(update: &Update, retry: Option<Duration>) -> Bytes {
-    let (name, data) = match &update.view {
-        View::Waiting { rank, total, eta } => (
-            "waiting",
-            json!({ "rank": rank, "position": rank + 1, "totalWaiting": total, "estimatedWaitSeconds": eta }),
-        ),
-        View::Ready {
-            token,
-            expires_at,
-            admitted_at,
-        } => {
-            let left = expires_at.saturating_duration_since(Instant::now());
-            (
-                "ready",
-                json!({
-                    "entryToken": token,
-                    "expiresInSeconds": left.as_millis().div_ceil(1000) as u64,
-                    "admittedAt": admitted_at,
-                }),
-            )
-        }
-        View::Gone(reason) => ("gone", json!({ "reason": reason.as_str() })),
-    };
+pub fn encode(render: &Render, update: &Update, retry: Option<Duration>) -> Bytes {
+    let (name, data) = render(&update.view);
     let mut text = String::with_capacity(192);
     if let Some(retry) = retry {
         let _ = writeln!(text, "retry: {}", retry.as_millis());
@@ -145,6 +132,15 @@ mod tests {
     use super::super::view::{EventId, GoneReason};
     use super::*;
 
+    /// Stands in for the HTTP edge's wire form.
+    fn render() -> Render {
+        Box::new(|view| match view {
+            View::Waiting { rank, .. } => ("waiting", format!("{{\"rank\":{rank}}}")),
+            View::Ready { .. } => ("ready", "{}".into()),
+            View::Gone(reason) => ("gone", format!("{{\"reason\":\"{}\"}}", reason.as_str())),
+        })
+    }
+
     #[test]
     fn frames_are_sse() {
         let update = Update {
@@ -155,12 +151,13 @@ mod tests {
                 eta: Some(1),
             },
         };
-        let text = encode(&update, Some(Duration::from_millis(2500)));
+        let text = encode(&render(), &update, Some(Duration::from_millis(2500)));
         assert_eq!(
             text,
-            "retry: 2500\nevent: waiting\nid: 4.2\ndata: {\"estimatedWaitSeconds\":1,\"position\":10,\"rank\":9,\"totalWaiting\":30}\n\n"
+            "retry: 2500\nevent: waiting\nid: 4.2\ndata: {\"rank\":9}\n\n"
         );
         let gone = encode(
+            &render(),
             &Update {
                 id: EventId { pass: 5, n: 0 },
                 view: View::Gone(GoneReason::Left),

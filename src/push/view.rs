@@ -44,6 +44,8 @@ pub enum View {
     Ready {
         token: String,
         expires_at: Instant,
+        /// How many waited in the queue when the token was shown.
+        total: u64,
         /// Store-clock ms of the pass that admitted the user, when known.
         admitted_at: Option<u64>,
     },

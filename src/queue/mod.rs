@@ -1,5 +1,5 @@
-//! Queue rules: names, identities, a user's standing, the status shown to
-//! buyers, polling tiers, wait estimates, entry tokens and queue tickets.
+//! Queue rules: names, identities, a user's standing, polling tiers, wait
+//! estimates, entry tokens and queue tickets.
 //!
 //! This module knows neither Redis nor HTTP, so every adapter and every
 //! endpoint applies the same rules, and they can be tested on their own.
@@ -12,8 +12,6 @@ mod token;
 
 pub use eta::RateEstimator;
 pub use names::{InvalidName, QueueName, UserId};
-pub use status::{
-    Policy, QueueStatus, Snapshot, Standing, Status, estimated_wait_secs, polling_interval_secs,
-};
+pub use status::{Policy, Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;

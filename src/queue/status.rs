@@ -1,11 +1,10 @@
-//! A user's standing in a queue, and the `QueueStatus` shown to them.
+//! A user's standing in a queue, and the rules for what is shown to them
+//! (polling tiers, wait estimates). How it is written on the wire is the
+//! HTTP edge's business (`crate::http::wire`).
 //!
 //! The token is checked before the rank: admission removes a user from the
 //! line and gives them a token in one step, so a READY user is no longer in
-//! line and would otherwise look `NOT_ENTERED`.
-
-use serde::Serialize;
-use time::OffsetDateTime;
+//! line and would otherwise look not entered.
 
 use super::EntryToken;
 
@@ -65,18 +64,6 @@ pub struct Snapshot {
     pub entry: Option<u64>,
 }
 
-/// The three statuses of the public API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Status {
-    /// In line.
-    Waiting,
-    /// Holds an entry token.
-    Ready,
-    /// Neither.
-    NotEntered,
-}
-
 /// The polling interval for a client `rank` places from the front: 1 s under
 /// 100 ahead, 3 s under 1,000, else 5 s.
 pub fn polling_interval_secs(rank: u64) -> u64 {
@@ -99,79 +86,9 @@ pub fn estimated_wait_secs(rank: u64, rate: f64) -> Option<u64> {
     Some((rank as f64 / rate).ceil() as u64)
 }
 
-/// The public status JSON. Its shape is stable: a field that does not apply
-/// is `null`, never missing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueStatus {
-    pub status: Status,
-    pub rank: Option<u64>,
-    pub position: Option<u64>,
-    pub total_waiting: u64,
-    pub estimated_wait_seconds: Option<u64>,
-    pub polling_interval_seconds: Option<u64>,
-    pub entered_at: Option<String>,
-    pub entry_token: Option<String>,
-    pub token_expires_in_seconds: Option<u64>,
-}
-
-impl QueueStatus {
-    /// Builds the public status from a store snapshot and the admission rate
-    /// (users per second) to estimate the wait with.
-    pub fn new(snapshot: &Snapshot, rate: f64) -> Self {
-        let entered_at = snapshot.entered_at_ms.and_then(rfc3339_from_ms);
-        let mut status = Self {
-            status: Status::NotEntered,
-            rank: None,
-            position: None,
-            total_waiting: snapshot.total_waiting,
-            estimated_wait_seconds: None,
-            polling_interval_seconds: None,
-            entered_at,
-            entry_token: None,
-            token_expires_in_seconds: None,
-        };
-        match &snapshot.standing {
-            Standing::Waiting { rank, .. } => {
-                status.status = Status::Waiting;
-                status.rank = Some(*rank);
-                status.position = Some(rank + 1);
-                status.estimated_wait_seconds = estimated_wait_secs(*rank, rate);
-                status.polling_interval_seconds = Some(polling_interval_secs(*rank));
-            }
-            Standing::Ready {
-                token,
-                expires_in_ms,
-            } => {
-                status.status = Status::Ready;
-                status.entry_token = Some(token.as_str().to_owned());
-                status.token_expires_in_seconds = Some(expires_in_ms.div_ceil(1000));
-            }
-            Standing::NotEntered => status.entered_at = None,
-        }
-        status
-    }
-}
-
-fn rfc3339_from_ms(ms: u64) -> Option<String> {
-    let t = OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok()?;
-    t.format(&time::format_description::well_known::Rfc3339)
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn snap(standing: Standing) -> Snapshot {
-        Snapshot {
-            standing,
-            total_waiting: 500,
-            entered_at_ms: Some(1_700_000_000_123),
-            pass: 7,
-            entry: Some(9),
-        }
-    }
 
     #[test]
     fn polling_tiers() {
@@ -189,55 +106,5 @@ mod tests {
         assert_eq!(estimated_wait_secs(100, 50.0), Some(2));
         assert_eq!(estimated_wait_secs(101, 50.0), Some(3));
         assert_eq!(estimated_wait_secs(10, 0.0), None);
-    }
-
-    #[test]
-    fn waiting_status() {
-        let s = QueueStatus::new(&snap(Standing::Waiting { rank: 120, seq: 9 }), 50.0);
-        assert_eq!(s.status, Status::Waiting);
-        assert_eq!((s.rank, s.position), (Some(120), Some(121)));
-        assert_eq!(s.polling_interval_seconds, Some(3));
-        assert_eq!(s.estimated_wait_seconds, Some(3));
-        assert_eq!(s.entered_at.as_deref(), Some("2023-11-14T22:13:20.123Z"));
-        assert_eq!(s.entry_token, None);
-    }
-
-    #[test]
-    fn ready_status_and_stable_shape() {
-        let token = EntryToken::generate();
-        let s = QueueStatus::new(
-            &snap(Standing::Ready {
-                token: token.clone(),
-                expires_in_ms: 299_001,
-            }),
-            50.0,
-        );
-        assert_eq!(s.status, Status::Ready);
-        assert_eq!(s.entry_token.as_deref(), Some(token.as_str()));
-        assert_eq!(s.token_expires_in_seconds, Some(300));
-        let json = serde_json::to_value(&s).unwrap();
-        for field in [
-            "status",
-            "rank",
-            "position",
-            "totalWaiting",
-            "estimatedWaitSeconds",
-            "pollingIntervalSeconds",
-            "enteredAt",
-            "entryToken",
-            "tokenExpiresInSeconds",
-        ] {
-            assert!(json.get(field).is_some(), "{field} missing");
-        }
-        assert_eq!(json["status"], "READY");
-        assert!(json["rank"].is_null());
-    }
-
-    #[test]
-    fn not_entered_has_no_entry_time() {
-        let s = QueueStatus::new(&snap(Standing::NotEntered), 50.0);
-        assert_eq!(s.status, Status::NotEntered);
-        assert_eq!(s.entered_at, None);
-        assert_eq!(serde_json::to_value(&s).unwrap()["status"], "NOT_ENTERED");
     }
 }

@@ -19,3 +19,4 @@ mod sse;
 mod store_bound;
 mod tickets;
 mod transport;
+mod wire;

@@ -84,7 +84,7 @@ async fn waiting_at_once_then_rank_falls_then_ready_with_the_position_token() {
         let (_, pos) = app.position("default", last).await;
         assert_eq!(pos["status"], "READY");
         assert_eq!(ready.data["entryToken"], pos["entryToken"]);
-        assert!(ready.data["expiresInSeconds"].as_u64().unwrap() > 290);
+        assert!(ready.data["tokenExpiresInSeconds"].as_u64().unwrap() > 290);
         // Ids only grow, compared as (pass, n): "7.10" comes after "7.9".
         let ids: Vec<(u64, u64)> = std::iter::once(&first)
             .chain(&events)

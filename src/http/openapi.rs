@@ -1,0 +1,371 @@
+//! The API as a contract: an OpenAPI 3.1 document generated from the
+//! handlers' own `#[utoipa::path]` annotations, served at
+//! `/api/openapi.json`.
+//!
+//! Every module registers its handlers with `utoipa_axum::routes!`, which
+//! takes the route's path and method from the annotation: a route cannot
+//! be served without being documented, nor documented at a path it is not
+//! served at. `scripts/test` runs schemathesis against the document.
+//!
+//! Added here, where the handlers cannot say it: the two bearer schemes,
+//! the event stream's events (OpenAPI 3.1 has no words for Server-Sent
+//! Events: the `text/event-stream` answer's schema describes one event,
+//! its `data` a JSON string with a `contentSchema`, as OpenAPI 3.2 spells
+//! an `itemSchema`; schemathesis checks every event against it), and the
+//! links a client (or schemathesis) follows: from a join to position,
+//! events and leave (the ticket) and to an order or a token claim (the
+//! entry token); from a claim to its consume or release; from an order to
+//! the order.
+
+use std::sync::LazyLock;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+
+use super::error::ErrorBody;
+use super::wire::{GoneEvent, QueueStatus, ReadyEvent};
+
+/// The document's frame: what no handler states.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "waitroom",
+        description = "A virtual waiting room in front of an order API: a fair queue, \
+            the buyer's place live over Server-Sent Events, a short-lived entry token, \
+            and a gate that lets each token buy exactly once. Errors are always \
+            `{\"error\": \"<code>\", \"message\": \"...\"}`."
+    ),
+    components(schemas(ErrorBody, StreamEvent)),
+    modifiers(&BearerSchemes),
+    tags(
+        (name = "queue", description = "Join, look up one's place, follow it live, leave."),
+        (name = "orders", description = "The demo order service, behind the gate."),
+        (name = "tokens", description = "The token API for order services in other languages."),
+        (name = "admin", description = "Operators: counts, holding admission, products."),
+        (name = "operations", description = "Probes, metrics and this document."),
+    )
+)]
+pub struct ApiDoc;
+
+/// The security schemes the admin and token APIs name.
+struct BearerSchemes;
+
+impl Modify for BearerSchemes {
+    fn modify(&self, api: &mut Document) {
+        let components = api.components.get_or_insert_with(Default::default);
+        for (name, what) in [
+            ("admin", "the admin token (`--admin-token`)"),
+            (
+                "service",
+                "the service token (`--service-token`, else the admin token)",
+            ),
+        ] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(format!("`Authorization: Bearer` {what}")))
+                        .build(),
+                ),
+            );
+        }
+    }
+}
+
+/// One event of the stream (`text/event-stream`): `event` names it, `id`
+/// orders it (`<pass>` or `<pass>.<n>`), `data` is its JSON, and the first
+/// frame also sets `retry`.
+pub struct StreamEvent;
+
+impl PartialSchema for StreamEvent {
+    fn schema() -> RefOr<Schema> {
+        let event = |name: &str, data: &str, what: &str| {
+            ObjectBuilder::new()
+                .description(Some(what))
+                .property(
+                    "event",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .enum_values(Some([name])),
+                )
+                .required("event")
+                .property(
+                    "id",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some(r"^[0-9]+(\.[0-9]+)?$"))
+                        .description(Some(
+                            "`<pass>` or `<pass>.<n>`; only grows for a buyer, \
+                             compared as the pair (pass, n)",
+                        )),
+                )
+                .required("id")
+                .property(
+                    "retry",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .description(Some("ms to wait before reconnecting; first frame only")),
+                )
+                .property(
+                    "data",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .description(Some("the event's JSON"))
+                        .content_media_type("application/json")
+                        .content_schema(Some(Ref::from_schema_name(data))),
+                )
+                .required("data")
+        };
+        OneOfBuilder::new()
+            .description(Some(
+                "The stream's events, in the order of the buyer's state: the current \
+                 state at once on every connect, then each change, `: keep-alive` \
+                 comments while idle.",
+            ))
+            .item(event(
+                "waiting",
+                QueueStatus::name().as_ref(),
+                "In line: the status a poll would answer now.",
+            ))
+            .item(event(
+                "ready",
+                ReadyEvent::name().as_ref(),
+                "Admitted: the status with the entry token, and `admittedAt`.",
+            ))
+            .item(event(
+                "gone",
+                GoneEvent::name().as_ref(),
+                "The place ended; the stream closes after it.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for StreamEvent {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((QueueStatus::name().into(), QueueStatus::schema()));
+        schemas.push((ReadyEvent::name().into(), ReadyEvent::schema()));
+        schemas.push((GoneEvent::name().into(), GoneEvent::schema()));
+        <QueueStatus as ToSchema>::schemas(schemas);
+        <ReadyEvent as ToSchema>::schemas(schemas);
+        <GoneEvent as ToSchema>::schemas(schemas);
+    }
+}
+
+/// The links between operations, by operation id: a join's ticket leads
+/// to the place's other operations (a poll's answer carries no ticket, so
+/// the links start at the join), a READY join's token to an order or a
+/// claim, a claim to its settling, an order's id to the order.
+fn add_links(api: &mut Document) {
+    let ticket_links = [
+        (
+            "position",
+            "position",
+            "Look up the place this ticket stands for.",
+        ),
+        ("events", "events", "Follow the place live."),
+        ("leave", "leave", "Give up the place."),
+    ];
+    let ticket = |from: &str, to: &str, what: &str| {
+        LinkBuilder::new()
+            .operation_id(to)
+            .parameter("queue", "$request.path.queue")
+            .parameter("header.X-Queue-Ticket", from)
+            .description(what)
+            .build()
+    };
+    for path_item in api.paths.paths.values_mut() {
+        let operations = [
+            path_item.get.as_mut(),
+            path_item.post.as_mut(),
+            path_item.put.as_mut(),
+            path_item.delete.as_mut(),
+        ];
+        for operation in operations.into_iter().flatten() {
+            let id = operation.operation_id.clone().unwrap_or_default();
+            for (status, response) in operation.responses.responses.iter_mut() {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                match (id.as_str(), status.as_str()) {
+                    ("join", "200" | "201") => {
+                        for (name, to, what) in ticket_links {
+                            response.links.insert(
+                                name.into(),
+                                ticket("$response.body#/ticket", to, what).into(),
+                            );
+                        }
+                        response.links.insert(
+                            "order".into(),
+                            LinkBuilder::new()
+                                .operation_id("place_order")
+                                .parameter("header.X-User-Id", "$request.header.X-User-Id")
+                                .parameter("header.X-Entry-Token", "$response.body#/entryToken")
+                                .description("Order with the entry token, once READY.")
+                                .build()
+                                .into(),
+                        );
+                        response.links.insert(
+                            "claim".into(),
+                            LinkBuilder::new()
+                                .operation_id("claim")
+                                .request_body(Some(serde_json::json!({
+                                    "userId": "$request.header.X-User-Id",
+                                    "token": "$response.body#/entryToken",
+                                })))
+                                .description("Claim the entry token (token API), once READY.")
+                                .build()
+                                .into(),
+                        );
+                    }
+                    ("claim", "200") => {
+                        for (name, to) in [("consume", "consume"), ("release", "release")] {
+                            response.links.insert(
+                                name.into(),
+                                LinkBuilder::new()
+                                    .operation_id(to)
+                                    .request_body(Some(serde_json::json!({
+                                        "userId": "$response.body#/userId",
+                                        "queue": "$response.body#/queue",
+                                        "claimId": "$response.body#/claimId",
+                                    })))
+                                    .description("Settle the claim.")
+                                    .build()
+                                    .into(),
+                            );
+                        }
+                    }
+                    ("place_order", "201") => {
+                        response.links.insert(
+                            "order".into(),
+                            LinkBuilder::new()
+                                .operation_id("get_order")
+                                .parameter("id", "$response.body#/orderId")
+                                .parameter("header.X-User-Id", "$request.header.X-User-Id")
+                                .description("Read the order back.")
+                                .build()
+                                .into(),
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The whole document: the frame, every route's operation, the links.
+pub fn document() -> Document {
+    let (_, mut api) = super::routes().split_for_parts();
+    add_links(&mut api);
+    api
+}
+
+/// The document as served, built once.
+static DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| {
+    Bytes::from(serde_json::to_vec(&document()).expect("the document serializes"))
+});
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/api/openapi.json",
+    tag = "operations",
+    operation_id = "openapi",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API.",
+        content_type = "application/json", body = Object))
+)]
+pub async fn openapi_json() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.clone(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every route the router serves is in the document with a response
+    /// for each status it is documented to answer, and the links name
+    /// operations that exist.
+    #[test]
+    fn the_document_covers_the_api_and_its_links_resolve() {
+        let api = serde_json::to_value(document()).unwrap();
+        assert_eq!(api["openapi"], "3.1.0");
+        let paths = api["paths"].as_object().unwrap();
+        for (path, methods) in [
+            ("/api/queues/{queue}/entries", &["post"][..]),
+            ("/api/queues/{queue}/position", &["get"]),
+            // The lean writer matches the stream's route by this constant.
+            (super::super::EVENTS_PATH, &["get"]),
+            ("/api/queues/{queue}/entries/me", &["delete"]),
+            ("/api/orders", &["post"]),
+            ("/api/orders/{id}", &["get"]),
+            ("/api/products", &["get"]),
+            ("/api/tokens/claim", &["post"]),
+            ("/api/tokens/consume", &["post"]),
+            ("/api/tokens/release", &["post"]),
+            ("/api/admin/queues", &["get"]),
+            ("/api/admin/queues/{queue}/pause", &["post"]),
+            ("/api/admin/queues/{queue}/resume", &["post"]),
+            ("/api/admin/products/{id}", &["put"]),
+            ("/healthz", &["get"]),
+            ("/readyz", &["get"]),
+            ("/metrics", &["get"]),
+            ("/api/openapi.json", &["get"]),
+        ] {
+            for method in methods {
+                assert!(paths[path].get(*method).is_some(), "{method} {path}");
+            }
+        }
+        let ids: Vec<&str> = paths
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|op| op["operationId"].as_str())
+            .collect();
+        let mut links = 0;
+        for op in paths
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+        {
+            for response in op["responses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|r| r.values())
+            {
+                for link in response["links"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|l| l.values())
+                {
+                    let to = link["operationId"].as_str().unwrap();
+                    assert!(ids.contains(&to), "a link to {to}");
+                    links += 1;
+                }
+            }
+        }
+        assert!(links >= 8, "{links} links");
+        let stream = &paths["/api/queues/{queue}/events"]["get"]["responses"]["200"]["content"];
+        assert!(stream.get("text/event-stream").is_some(), "{stream}");
+        for schema in [
+            "QueueStatus",
+            "ReadyEvent",
+            "GoneEvent",
+            "StreamEvent",
+            "ErrorBody",
+        ] {
+            assert!(
+                api["components"]["schemas"].get(schema).is_some(),
+                "{schema}"
+            );
+        }
+    }
+}

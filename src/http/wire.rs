@@ -1,0 +1,326 @@
+//! A buyer's state on the wire: one JSON object, [`QueueStatus`], answered
+//! by a join and a position poll and carried by every `waiting` and `ready`
+//! event of the stream, with the same field names and the same `status`
+//! values; `gone` says `NOT_ENTERED` and why.
+//!
+//! It lives at the HTTP edge because the names are the API's: `queue`
+//! keeps the rules (ranks, polling tiers, estimates) and `push` the views a
+//! stream shows, and neither knows JSON.
+
+use serde::Serialize;
+use time::OffsetDateTime;
+use tokio::time::Instant;
+
+use crate::push::View;
+use crate::queue::{Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
+
+/// The three statuses of the public API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// In line.
+    Waiting,
+    /// Holds an entry token.
+    Ready,
+    /// Neither: the place has ended (a stream's `gone` says why).
+    NotEntered,
+}
+
+/// A buyer's state: the body of a position poll (and of a join, with the
+/// ticket), and the data of the stream's `waiting` and `ready` events. Its
+/// shape is stable: a field that does not apply is `null`, never missing.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    pub status: Status,
+    /// Buyers ahead (0-based); `null` unless waiting.
+    pub rank: Option<u64>,
+    /// `rank + 1`; `null` unless waiting.
+    pub position: Option<u64>,
+    /// How many wait in the whole queue.
+    pub total_waiting: u64,
+    /// From the observed admission rate, rounded up; `null` unless waiting
+    /// or while nothing is admitted.
+    pub estimated_wait_seconds: Option<u64>,
+    /// How often to poll when no stream is open; `null` unless waiting.
+    pub polling_interval_seconds: Option<u64>,
+    /// When the buyer joined (RFC 3339, UTC); `null` when not entered.
+    pub entered_at: Option<String>,
+    /// The entry token; `null` unless ready.
+    pub entry_token: Option<String>,
+    /// Seconds the token has left, rounded up; `null` unless ready.
+    pub token_expires_in_seconds: Option<u64>,
+}
+
+impl QueueStatus {
+    /// The status for a store snapshot, with the wait estimated at `rate`
+    /// admissions a second.
+    pub fn new(snapshot: &Snapshot, rate: f64) -> Self {
+        let total = snapshot.total_waiting;
+        match &snapshot.standing {
+            Standing::Waiting { rank, .. } => Self::waiting(
+                *rank,
+                total,
+                estimated_wait_secs(*rank, rate),
+                snapshot.entered_at_ms,
+            ),
+            Standing::Ready {
+                token,
+                expires_in_ms,
+            } => Self::ready(
+                token.as_str(),
+                expires_in_ms.div_ceil(1000),
+                total,
+                snapshot.entered_at_ms,
+            ),
+            Standing::NotEntered => Self::not_entered(total),
+        }
+    }
+
+    fn waiting(rank: u64, total: u64, eta: Option<u64>, entered_at_ms: Option<u64>) -> Self {
+        Self {
+            status: Status::Waiting,
+            rank: Some(rank),
+            position: Some(rank + 1),
+            total_waiting: total,
+            estimated_wait_seconds: eta,
+            polling_interval_seconds: Some(polling_interval_secs(rank)),
+            entered_at: entered_at_ms.and_then(rfc3339_from_ms),
+            entry_token: None,
+            token_expires_in_seconds: None,
+        }
+    }
+
+    fn ready(token: &str, expires_in_secs: u64, total: u64, entered_at_ms: Option<u64>) -> Self {
+        Self {
+            status: Status::Ready,
+            rank: None,
+            position: None,
+            total_waiting: total,
+            estimated_wait_seconds: None,
+            polling_interval_seconds: None,
+            entered_at: entered_at_ms.and_then(rfc3339_from_ms),
+            entry_token: Some(token.to_owned()),
+            token_expires_in_seconds: Some(expires_in_secs),
+        }
+    }
+
+    fn not_entered(total: u64) -> Self {
+        Self {
+            status: Status::NotEntered,
+            rank: None,
+            position: None,
+            total_waiting: total,
+            estimated_wait_seconds: None,
+            polling_interval_seconds: None,
+            entered_at: None,
+            entry_token: None,
+            token_expires_in_seconds: None,
+        }
+    }
+}
+
+/// The data of a `ready` event: the buyer's [`QueueStatus`] and when the
+/// pass that admitted them ran.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadyEvent {
+    #[serde(flatten)]
+    pub status: QueueStatus,
+    /// Store clock, ms since the epoch, of the admitting pass; `null` when
+    /// the stream found the buyer already admitted.
+    pub admitted_at: Option<u64>,
+}
+
+/// The data of a `gone` event, the stream's last: the place has ended.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct GoneEvent {
+    /// Always `NOT_ENTERED`.
+    pub status: Status,
+    /// Why the place ended.
+    #[schema(value_type = GoneReasonName)]
+    pub reason: &'static str,
+}
+
+/// The reasons a `gone` event gives (documentation of
+/// `push::GoneReason::as_str`, which writes them).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = GoneReason)]
+#[serde(rename_all = "snake_case")]
+pub enum GoneReasonName {
+    /// The buyer left.
+    Left,
+    /// The entry token expired unused.
+    Expired,
+    /// The entry token bought an order.
+    Consumed,
+    /// Dropped as absent (not seen for `--abandon-after-secs`).
+    Abandoned,
+    /// A newer entry of the same buyer took over.
+    Replaced,
+    /// Neither waiting nor holding a token.
+    NotEntered,
+}
+
+/// A stream's view as an event: its name and JSON data. `entered_at_ms` is
+/// when the stream's entry joined, which no view carries since it never
+/// changes for a stream (a new entry ends the stream as `replaced`).
+pub fn event(view: &View, entered_at_ms: Option<u64>) -> (&'static str, String) {
+    let data = match view {
+        View::Waiting { rank, total, eta } => {
+            serde_json::to_string(&QueueStatus::waiting(*rank, *total, *eta, entered_at_ms))
+        }
+        View::Ready {
+            token,
+            expires_at,
+            total,
+            admitted_at,
+        } => {
+            let left = expires_at.saturating_duration_since(Instant::now());
+            let secs = left.as_millis().div_ceil(1000) as u64;
+            serde_json::to_string(&ReadyEvent {
+                status: QueueStatus::ready(token, secs, *total, entered_at_ms),
+                admitted_at: *admitted_at,
+            })
+        }
+        View::Gone(reason) => serde_json::to_string(&GoneEvent {
+            status: Status::NotEntered,
+            reason: reason.as_str(),
+        }),
+    };
+    let name = match view {
+        View::Waiting { .. } => "waiting",
+        View::Ready { .. } => "ready",
+        View::Gone(_) => "gone",
+    };
+    (name, data.expect("plain data serializes"))
+}
+
+fn rfc3339_from_ms(ms: u64) -> Option<String> {
+    let t = OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok()?;
+    t.format(&time::format_description::well_known::Rfc3339)
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::push::GoneReason;
+    use crate::queue::EntryToken;
+
+    fn snap(standing: Standing) -> Snapshot {
+        Snapshot {
+            standing,
+            total_waiting: 500,
+            entered_at_ms: Some(1_700_000_000_123),
+            pass: 7,
+            entry: Some(9),
+        }
+    }
+
+    const FIELDS: [&str; 9] = [
+        "status",
+        "rank",
+        "position",
+        "totalWaiting",
+        "estimatedWaitSeconds",
+        "pollingIntervalSeconds",
+        "enteredAt",
+        "entryToken",
+        "tokenExpiresInSeconds",
+    ];
+
+    #[test]
+    fn waiting_status() {
+        let s = QueueStatus::new(&snap(Standing::Waiting { rank: 120, seq: 9 }), 50.0);
+        assert_eq!(s.status, Status::Waiting);
+        assert_eq!((s.rank, s.position), (Some(120), Some(121)));
+        assert_eq!(s.polling_interval_seconds, Some(3));
+        assert_eq!(s.estimated_wait_seconds, Some(3));
+        assert_eq!(s.entered_at.as_deref(), Some("2023-11-14T22:13:20.123Z"));
+        assert_eq!(s.entry_token, None);
+    }
+
+    #[test]
+    fn ready_status_and_stable_shape() {
+        let token = EntryToken::generate();
+        let s = QueueStatus::new(
+            &snap(Standing::Ready {
+                token: token.clone(),
+                expires_in_ms: 299_001,
+            }),
+            50.0,
+        );
+        assert_eq!(s.status, Status::Ready);
+        assert_eq!(s.entry_token.as_deref(), Some(token.as_str()));
+        assert_eq!(s.token_expires_in_seconds, Some(300));
+        let json = serde_json::to_value(&s).unwrap();
+        for field in FIELDS {
+            assert!(json.get(field).is_some(), "{field} missing");
+        }
+        assert_eq!(json["status"], "READY");
+        assert!(json["rank"].is_null());
+    }
+
+    #[test]
+    fn not_entered_has_no_entry_time() {
+        let s = QueueStatus::new(&snap(Standing::NotEntered), 50.0);
+        assert_eq!(s.status, Status::NotEntered);
+        assert_eq!(s.entered_at, None);
+        assert_eq!(serde_json::to_value(&s).unwrap()["status"], "NOT_ENTERED");
+    }
+
+    /// A stream's `waiting` and `ready` data are the object a poll answers
+    /// for the same state, field for field.
+    #[test]
+    fn stream_events_carry_the_polled_status() {
+        let snapshot = snap(Standing::Waiting { rank: 120, seq: 9 });
+        let polled = serde_json::to_value(QueueStatus::new(&snapshot, 50.0)).unwrap();
+        let view = View::Waiting {
+            rank: 120,
+            total: 500,
+            eta: estimated_wait_secs(120, 50.0),
+        };
+        let (name, data) = event(&view, snapshot.entered_at_ms);
+        assert_eq!(name, "waiting");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&data).unwrap(),
+            polled
+        );
+
+        let token = EntryToken::generate();
+        let snapshot = snap(Standing::Ready {
+            token: token.clone(),
+            expires_in_ms: 300_000,
+        });
+        let polled = serde_json::to_value(QueueStatus::new(&snapshot, 50.0)).unwrap();
+        let view = View::Ready {
+            token: token.as_str().to_owned(),
+            expires_at: Instant::now() + Duration::from_millis(300_000),
+            total: 500,
+            admitted_at: Some(1_700_000_001_000),
+        };
+        let (name, data) = event(&view, snapshot.entered_at_ms);
+        assert_eq!(name, "ready");
+        let mut data: serde_json::Value = serde_json::from_str(&data).unwrap();
+        assert_eq!(data["admittedAt"], 1_700_000_001_000u64);
+        data.as_object_mut().unwrap().remove("admittedAt");
+        assert_eq!(data, polled);
+
+        for (reason, name) in [
+            (GoneReason::Left, GoneReasonName::Left),
+            (GoneReason::Expired, GoneReasonName::Expired),
+            (GoneReason::Consumed, GoneReasonName::Consumed),
+            (GoneReason::Abandoned, GoneReasonName::Abandoned),
+            (GoneReason::Replaced, GoneReasonName::Replaced),
+            (GoneReason::NotEntered, GoneReasonName::NotEntered),
+        ] {
+            assert_eq!(serde_json::to_value(name).unwrap(), reason.as_str());
+        }
+        let (name, data) = event(&View::Gone(GoneReason::Left), None);
+        assert_eq!(name, "gone");
+        assert_eq!(data, r#"{"status":"NOT_ENTERED","reason":"left"}"#);
+    }
+}
