@@ -1,9 +1,11 @@
 //! The order gate: how an order service uses an entry token for exactly
 //! one order.
 //!
-//! [`EntryPass`] is an axum extractor. It reads the identity headers
-//! (`X-User-Id`, `X-Entry-Token`: `401` when missing, `400
-//! duplicate_header` when sent twice), then the whole request body
+//! [`EntryPass`] is an axum extractor. It reads the buyer from the gate's
+//! identity source ([`Gate::with_identity`]; `X-User-Id` from a trusted
+//! gateway unless told otherwise) and the `X-Entry-Token` header (`401`
+//! when missing, `400 duplicate_header` when sent twice), then the whole
+//! request body
 //! (bounded, see [`Gate::with_body_limit`]), and only then claims the token
 //! (`401` for a wrong, foreign or expired token, `409 token_in_use` while
 //! another order holds it, `503` when the store is away). Claiming after
