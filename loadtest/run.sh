@@ -149,7 +149,7 @@ start_server() {
   PREFIX=wr-$name-$RUN
   "$SERVER_BIN" --addr "$SERVER_ADDR" --redis-url "$REDIS_URL" --key-prefix "$PREFIX" \
     --orders-db "$TMP/$name-orders.db" --admin-token "$ADMIN_TOKEN" \
-    --ticket-secret "$TICKET_SECRET" --drain-secs 1 "$@" >"$TMP/$name-server.log" 2>&1 &
+    --ticket-secret "$TICKET_SECRET" --drain-secs 1 --identity header "$@" >"$TMP/$name-server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 100); do
     curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null 2>&1 && break

@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config};
 use crate::http::limit::RequestLimits;
+use crate::identity::Identity;
 use crate::queue::{self, Policy, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
@@ -51,6 +52,7 @@ struct Inner {
     admin_token: String,
     hub: Arc<push::Hub>,
     gate: gate::Gate,
+    identity: Identity,
     limits: Arc<RequestLimits>,
     orders: Option<orders::OrderStore>,
     max_streams: usize,
@@ -91,11 +93,23 @@ impl AppState {
     ) -> Result<Self, StartError> {
         config.validate()?;
         let queues = config.queue_names()?;
-        let signer = match (&config.ticket_secret, shared_secret) {
-            (Some(secret), _) => TicketSigner::new(secret.as_bytes().to_vec()),
-            (None, Some(shared)) => TicketSigner::new(shared.into_bytes()),
-            (None, None) => TicketSigner::random(),
+        let secret: Vec<u8> = match (&config.ticket_secret, shared_secret) {
+            (Some(secret), _) => secret.as_bytes().to_vec(),
+            (None, Some(shared)) => shared.into_bytes(),
+            (None, None) => {
+                let mut random = vec![0u8; 32];
+                rand::fill(&mut random[..]);
+                random
+            }
         };
+        // Visitor cookies are signed with a key derived from the ticket
+        // secret, so they are shared across instances the same way.
+        let identity = match config.signed_identity()? {
+            Some(signed) => Identity::signed(&signed).map_err(config::ConfigError)?,
+            None if config.identity == config::IdentityMode::Header => Identity::header(),
+            None => Identity::visitor(&secret),
+        };
+        let signer = TicketSigner::new(secret);
         let admin_token = config
             .admin_token
             .clone()
@@ -129,11 +143,13 @@ impl AppState {
             Duration::from_millis(policy.token_ttl_ms)
                 + Duration::from_secs(config.claim_lease_secs),
             shutdown.clone(),
-        );
+        )
+        .with_identity(identity.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 policy,
                 gate,
+                identity,
                 limits: Arc::new(RequestLimits::default()),
                 orders,
                 queue_set: queues.iter().cloned().collect(),
@@ -201,6 +217,12 @@ impl AppState {
     /// The order gate (entry-token claims).
     pub fn gate(&self) -> &gate::Gate {
         &self.inner.gate
+    }
+
+    /// Who requests are for: the one identity source of the queue, the
+    /// gate and the demo order service.
+    pub fn identity(&self) -> &Identity {
+        &self.inner.identity
     }
 
     /// Per-buyer request limits of this instance.

@@ -119,7 +119,37 @@ pub struct Config {
     /// start.
     #[arg(long, env = "WAITROOM_ORDERS_DB", default_value = "waitroom-orders.db")]
     pub orders_db: PathBuf,
+
+    /// Who a request is for: `visitor` (a signed cookie waitroom mints;
+    /// `X-User-Id` ignored), `header` (`X-User-Id` from a trusted gateway
+    /// that strips client-sent values) or `signed` (a JWT from the site's
+    /// login).
+    #[arg(long, env = "WAITROOM_IDENTITY", value_enum, default_value_t = IdentityMode::Visitor)]
+    pub identity: IdentityMode,
+
+    /// Signed mode, HS256: the shared secret (at least 32 bytes).
+    #[arg(long, env = "WAITROOM_IDENTITY_SECRET", hide_env_values = true)]
+    pub identity_secret: Option<String>,
+
+    /// Signed mode, RS256 or EdDSA: the PEM file of the public key.
+    #[arg(long, env = "WAITROOM_IDENTITY_PUBLIC_KEY")]
+    pub identity_public_key: Option<PathBuf>,
+
+    /// Signed mode: the `iss` a token must carry.
+    #[arg(long, env = "WAITROOM_IDENTITY_ISSUER")]
+    pub identity_issuer: Option<String>,
+
+    /// Signed mode: the `aud` a token must carry.
+    #[arg(long, env = "WAITROOM_IDENTITY_AUDIENCE")]
+    pub identity_audience: Option<String>,
+
+    /// Signed mode: a cookie to read the token from when no
+    /// `Authorization: Bearer` header carries one.
+    #[arg(long, env = "WAITROOM_IDENTITY_COOKIE")]
+    pub identity_cookie: Option<String>,
 }
+
+pub use crate::identity::Mode as IdentityMode;
 
 /// The longest ticket life accepted: a leaked ticket stays usable no
 /// longer than this, even while its place lasts.
@@ -189,6 +219,7 @@ impl Config {
         {
             return bad("--max-connections must be at least --max-streams");
         }
+        self.check_identity()?;
         if let Some(secs) = self.body_timeout_secs
             && (secs == 0 || secs >= self.claim_lease_secs)
         {
@@ -197,6 +228,56 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// Signed mode needs exactly one key; the signed-mode flags anywhere
+    /// else are a mistake worth stopping for (a deployment that believes
+    /// it checks logins but does not).
+    fn check_identity(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError(m.to_owned()));
+        let signed_flags = self.identity_secret.is_some()
+            || self.identity_public_key.is_some()
+            || self.identity_issuer.is_some()
+            || self.identity_audience.is_some()
+            || self.identity_cookie.is_some();
+        if self.identity != IdentityMode::Signed {
+            if signed_flags {
+                return bad("the --identity-* flags need --identity signed");
+            }
+            return Ok(());
+        }
+        match (&self.identity_secret, &self.identity_public_key) {
+            (Some(_), Some(_)) => {
+                bad("--identity signed takes --identity-secret or --identity-public-key, not both")
+            }
+            (None, None) => bad(
+                "--identity signed needs --identity-secret (HS256) or --identity-public-key (RS256/EdDSA)",
+            ),
+            (Some(s), None) if s.len() < 32 => bad("--identity-secret must be at least 32 bytes"),
+            _ => Ok(()),
+        }
+    }
+
+    /// The signed-mode settings (the key file read), when `--identity
+    /// signed`.
+    pub fn signed_identity(&self) -> Result<Option<crate::identity::SignedConfig>, ConfigError> {
+        use crate::identity::{SignedConfig, SignedKey};
+        if self.identity != IdentityMode::Signed {
+            return Ok(None);
+        }
+        let key = match (&self.identity_secret, &self.identity_public_key) {
+            (Some(secret), _) => SignedKey::Secret(secret.as_bytes().to_vec()),
+            (None, Some(path)) => SignedKey::PublicKeyPem(std::fs::read(path).map_err(|e| {
+                ConfigError(format!("--identity-public-key {}: {e}", path.display()))
+            })?),
+            (None, None) => return Err(ConfigError("--identity signed needs a key".into())),
+        };
+        Ok(Some(SignedConfig {
+            key,
+            issuer: self.identity_issuer.clone(),
+            audience: self.identity_audience.clone(),
+            cookie: self.identity_cookie.clone(),
+        }))
     }
 
     /// The configured queues, validated and without duplicates.
@@ -284,6 +365,11 @@ mod tests {
         assert_eq!(c.ticket_ttl_secs, 86_400);
         assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
         assert_eq!(c.body_timeout(), Duration::from_secs(10));
+        assert_eq!(
+            c.identity,
+            IdentityMode::Visitor,
+            "anonymous visitors by default"
+        );
         let short = Config::parse_from(["waitroom", "--claim-lease-secs", "1"]);
         assert!(
             short.body_timeout() < Duration::from_secs(1),
@@ -346,6 +432,28 @@ mod tests {
         assert!(parse(&["--ticket-ttl-secs", "0"]).unwrap().is_err());
         assert!(parse(&["--ticket-ttl-secs", "2592001"]).unwrap().is_err());
         assert!(parse(&["--ticket-ttl-secs", "2"]).unwrap().is_ok());
+        assert!(parse(&["--identity", "signed"]).unwrap().is_err(), "no key");
+        let secret = "s".repeat(32);
+        assert!(
+            parse(&["--identity", "signed", "--identity-secret", &secret])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(
+            parse(&["--identity", "signed", "--identity-secret", "short"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--identity-secret", &secret]).unwrap().is_err(),
+            "a secret without signed mode"
+        );
+        assert!(
+            parse(&["--identity", "header", "--identity-issuer", "x"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(parse(&["--identity", "nobody"]).is_err());
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

@@ -14,6 +14,8 @@
 //!   background tasks, handing each only its own handles;
 //! - [`http`] is the API: routes, extractors, the one error type, the
 //!   per-buyer request limits;
+//! - [`identity`] says who a request is for (visitor cookie, gateway
+//!   header or signed login token), for the API and the gate alike;
 //! - [`push`] fans the store's queue events out to this instance's streams;
 //!   [`gate`] guards entry tokens for order services; [`admission`] runs the
 //!   admission passes; [`orders`] is the demo order service;
@@ -26,6 +28,7 @@ pub mod app;
 pub mod config;
 pub mod gate;
 pub mod http;
+pub mod identity;
 pub mod orders;
 pub mod push;
 pub mod queue;

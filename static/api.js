@@ -72,11 +72,13 @@ async function request(method, path, { headers = {}, body } = {}) {
 }
 
 export const api = {
-  /** Join (idempotent). Resolves to the QueueStatus with its `ticket`. */
-  async enter(queue, userId) {
-    const res = await request('POST', `${queuePath(queue)}/entries`, {
-      headers: { 'X-User-Id': userId },
-    });
+  /**
+   * Join (idempotent). Resolves to the QueueStatus with its `ticket`. Who
+   * joins is the server's business: its visitor cookie (set by the first
+   * join) or the site's login, sent by the browser.
+   */
+  async enter(queue) {
+    const res = await request('POST', `${queuePath(queue)}/entries`);
     return res.data;
   },
 
@@ -88,8 +90,8 @@ export const api = {
   },
 
   /** Give up the place in line. */
-  async leave(queue, ticket, userId) {
-    const headers = { 'X-User-Id': userId };
+  async leave(queue, ticket) {
+    const headers = {};
     if (ticket) headers['X-Queue-Ticket'] = ticket;
     await request('DELETE', `${queuePath(queue)}/entries/me`, { headers });
   },
@@ -104,10 +106,9 @@ export const api = {
     return Array.isArray(res.data) ? res.data : [];
   },
 
-  async order({ userId, entryToken, productId, quantity }) {
+  async order({ entryToken, productId, quantity }) {
     const res = await request('POST', 'api/orders', {
       headers: {
-        'X-User-Id': userId,
         'X-Entry-Token': entryToken,
         'Content-Type': 'application/json',
       },

@@ -6,7 +6,6 @@ import { TabBus } from './tabs.js';
 import * as fmt from './format.js';
 
 const QUEUE_NAME = /^[a-z0-9_-]{1,64}$/;
-const USER_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
 /** Most items one order may ask for, whatever the stock. */
 const MAX_QUANTITY = 10;
 /** A confirmed order is shown again on reload for this long, instead of joining anew. */
@@ -56,31 +55,20 @@ const storage = {
   },
 };
 
-function randomUserId() {
-  const bytes = new Uint8Array(8);
-  crypto.getRandomValues(bytes);
-  return `buyer-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
-}
-
-/** The buyer's id: made up once and remembered, shared by all tabs. */
-function loadUserId() {
-  let id = storage.get('localStorage', 'waitroom.userId');
-  if (!id || !USER_ID.test(id)) {
-    id = randomUserId();
-    storage.set('localStorage', 'waitroom.userId', id);
-  }
-  return id;
-}
-
 const queue = new URLSearchParams(location.search).get('queue') ?? 'default';
-const userId = loadUserId();
-document.documentElement.dataset.userId = userId;
 document.documentElement.dataset.queue = queue;
+
+// The page never names the buyer: the server knows them by a cookie it
+// set (its own visitor cookie, or the site's login), which every tab of
+// this browser sends. So the tabs of this browser are one buyer, and they
+// coordinate under one key. Ids made up by earlier versions are dropped.
+storage.remove('localStorage', 'waitroom.userId');
+const tabGroup = 'this-browser';
 
 const keys = {
   ticket: `waitroom.ticket.${queue}`,
-  start: `waitroom.start.${queue}.${userId}`,
-  order: `waitroom.order.${queue}.${userId}`,
+  start: `waitroom.start.${queue}`,
+  order: `waitroom.order.${queue}`,
 };
 
 const bus = new TabBus(`waitroom-${queue}`);
@@ -153,7 +141,7 @@ async function join({ quiet = false } = {}) {
   }
   let status;
   try {
-    status = await api.enter(queue, userId);
+    status = await api.enter(queue);
   } catch (err) {
     app.joining = false;
     joinFailed(err, { quiet });
@@ -169,7 +157,7 @@ async function join({ quiet = false } = {}) {
   rememberStart(status);
   startFeed(status);
   applyUpdate(status);
-  bus.post('joined', { userId });
+  bus.post('joined', { tabGroup });
 }
 
 function joinFailed(err, { quiet }) {
@@ -222,7 +210,7 @@ function startFeed(status) {
   app.feed?.stop();
   const feed = new StatusFeed({
     queue,
-    userId,
+    userId: tabGroup,
     api,
     bus,
     pollingIntervalSeconds: status.pollingIntervalSeconds,
@@ -351,7 +339,7 @@ async function leaveQueue() {
   el('leave-no').disabled = true;
   el('leave-error').hidden = true;
   try {
-    await api.leave(queue, storage.get('sessionStorage', keys.ticket), userId);
+    await api.leave(queue, storage.get('sessionStorage', keys.ticket));
   } catch (err) {
     // 401/404: there was no place to give up, which is what was asked.
     if (err.status !== 401 && err.status !== 404) {
@@ -366,7 +354,7 @@ async function leaveQueue() {
     yes.disabled = false;
     el('leave-no').disabled = false;
   }
-  bus.post('left', { userId });
+  bus.post('left', { tabGroup });
   showGone('left');
 }
 
@@ -602,7 +590,7 @@ async function placeOrder(event) {
   hideOrderError();
   updateOrderButton();
   try {
-    const order = await api.order({ userId, entryToken: app.ready.entryToken, productId: product.id, quantity });
+    const order = await api.order({ entryToken: app.ready.entryToken, productId: product.id, quantity });
     const record = {
       orderId: String(order.orderId),
       productId: product.id,
@@ -613,7 +601,7 @@ async function placeOrder(event) {
       savedAt: Date.now(),
     };
     storage.setJSON('localStorage', keys.order, record);
-    bus.post('order', { userId, record });
+    bus.post('order', { tabGroup, record });
     app.ordering = false;
     showConfirmed(record);
   } catch (err) {
@@ -742,17 +730,17 @@ function joinAgain() {
 // --- other tabs ------------------------------------------------------------
 
 bus.on('order', (m) => {
-  if (m.userId !== userId || !m.record) return;
+  if (m.tabGroup !== tabGroup || !m.record) return;
   showConfirmed(m.record);
 });
 
 bus.on('left', (m) => {
-  if (m.userId !== userId) return;
+  if (m.tabGroup !== tabGroup) return;
   if (app.view === 'waiting' || app.view === 'ready' || app.view === 'joining') showGone('left');
 });
 
 bus.on('joined', (m) => {
-  if (m.userId !== userId) return;
+  if (m.tabGroup !== tabGroup) return;
   // Another tab joined again: follow it rather than keep showing an old ending.
   if (app.view === 'ended' || app.view === 'confirmed') {
     storage.remove('localStorage', keys.order);

@@ -1,9 +1,11 @@
 //! The order gate: how an order service uses an entry token for exactly
 //! one order.
 //!
-//! [`EntryPass`] is an axum extractor. It reads the identity headers
-//! (`X-User-Id`, `X-Entry-Token`: `401` when missing, `400
-//! duplicate_header` when sent twice), then the whole request body
+//! [`EntryPass`] is an axum extractor. It reads the buyer from the gate's
+//! identity source ([`Gate::with_identity`]; `X-User-Id` from a trusted
+//! gateway unless told otherwise) and the `X-Entry-Token` header (`401`
+//! when missing, `400 duplicate_header` when sent twice), then the whole
+//! request body
 //! (bounded, see [`Gate::with_body_limit`]), and only then claims the token
 //! (`401` for a wrong, foreign or expired token, `409 token_in_use` while
 //! another order holds it, `503` when the store is away). Claiming after
@@ -137,6 +139,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
 use crate::store::{ClaimOutcome, SharedStore, StoreError};
 
@@ -152,6 +155,8 @@ pub struct Gate {
     shutdown: CancellationToken,
     /// The largest order body [`EntryPass`] reads.
     body_limit: usize,
+    /// Who an order is for: the same source the queue reads.
+    identity: Identity,
 }
 
 /// The order body [`EntryPass`] reads at most unless
@@ -164,6 +169,10 @@ pub enum GateError {
     /// `401`: no `X-User-Id`, or a malformed one.
     #[error("the X-User-Id header is missing or malformed")]
     MissingUser,
+    /// `401`: the identity source refused the request (visitor or signed
+    /// mode: no, a forged or an expired credential).
+    #[error(transparent)]
+    Identity(IdentityError),
     /// `401`: no `X-Entry-Token`.
     #[error("the X-Entry-Token header is required")]
     MissingToken,
@@ -240,7 +249,23 @@ impl Gate {
             retries: TaskTracker::new(),
             shutdown,
             body_limit: DEFAULT_BODY_LIMIT,
+            identity: Identity::header(),
         }
+    }
+
+    /// The same gate reading the buyer with `identity`. Without it, the
+    /// gate trusts `X-User-Id` (header mode), as a gate behind a gateway
+    /// that sets it should; give it the waitroom server's own identity
+    /// source (the same mode, and for visitor cookies the same ticket
+    /// secret) so a token is only good for the buyer it was issued to.
+    pub fn with_identity(mut self, identity: Identity) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// The identity source orders are read with.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// The same gate reading order bodies of at most `bytes` (`413` past it).

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Claim, Gate, GateError, PendingConsume};
 use crate::http::ApiError;
+use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
 use crate::store::StoreError;
 
@@ -166,14 +167,16 @@ fn single<'a>(
 }
 
 impl Presented {
-    fn from_headers(headers: &HeaderMap) -> Result<Self, GateError> {
-        let user = single(headers, "x-user-id", "X-User-Id")?;
+    fn from_headers(headers: &HeaderMap, identity: &Identity) -> Result<Self, GateError> {
+        single(headers, "x-user-id", "X-User-Id")?;
         let token = single(headers, "x-entry-token", "X-Entry-Token")?;
         let queue = single(headers, "x-queue", "X-Queue")?;
-        let user = user
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| UserId::parse(v).ok())
-            .ok_or(GateError::MissingUser)?;
+        let user = identity.required(headers).map_err(|e| match e {
+            IdentityError::MissingUserHeader | IdentityError::InvalidUserHeader(_) => {
+                GateError::MissingUser
+            }
+            other => GateError::Identity(other),
+        })?;
         let token = token
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
@@ -219,7 +222,7 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, GateError> {
         let gate = Gate::from_ref(state);
         let (parts, body) = req.into_parts();
-        let presented = Presented::from_headers(&parts.headers)?;
+        let presented = Presented::from_headers(&parts.headers, &gate.identity)?;
         // The body comes in before the claim: a slow upload holds nothing,
         // so no claim can lapse while its order is still arriving.
         let body = match read_body(body, gate.body_limit).await {
@@ -253,6 +256,7 @@ impl GateError {
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::MissingUser => (StatusCode::UNAUTHORIZED, "missing_user_id"),
+            Self::Identity(e) => (StatusCode::UNAUTHORIZED, e.code()),
             Self::MissingToken => (StatusCode::UNAUTHORIZED, "missing_token"),
             Self::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             Self::DuplicateHeader(_) => (StatusCode::BAD_REQUEST, "duplicate_header"),
@@ -272,9 +276,10 @@ impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
         let (_, code) = e.status_and_code();
         match e {
-            GateError::MissingUser | GateError::MissingToken | GateError::InvalidToken => {
-                Self::unauthorized(code, e.to_string())
-            }
+            GateError::MissingUser
+            | GateError::Identity(_)
+            | GateError::MissingToken
+            | GateError::InvalidToken => Self::unauthorized(code, e.to_string()),
             GateError::DuplicateHeader(_) | GateError::BodyUnreadable => {
                 Self::bad_request(code, e.to_string())
             }

@@ -14,7 +14,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, User, now_ms, ticket_ended};
+use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, now_ms, ticket_ended};
+use super::identity::Joiner;
 use super::wire::QueueStatus;
 use crate::app::AppState;
 use crate::queue::{EntryToken, QueueName};
@@ -69,10 +70,11 @@ type JoinBody = serde_json::Map<String, serde_json::Value>;
 async fn enter(
     State(state): State<AppState>,
     Queue(queue): Queue,
-    User(user): User,
+    joiner: Joiner,
     headers: HeaderMap,
     OptionalJson(_body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
+    let user = joiner.user;
     // The per-buyer budget (limit.rs): refused before the store when over,
     // counted after it when this was a repeat join past the grace window.
     state.limits().before_join(&queue, &user)?;
@@ -108,6 +110,13 @@ async fn enter(
     let cookie = ticket_cookie(&queue, ticket, ttl_secs, secure_request(&headers));
     if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
         response.headers_mut().insert("set-cookie", value);
+    }
+    // A visitor minted by this join keeps the id the place is held under.
+    if let Some(value) = joiner
+        .set_cookie
+        .and_then(|c| HeaderValue::from_str(&c).ok())
+    {
+        response.headers_mut().append("set-cookie", value);
     }
     Ok(response)
 }

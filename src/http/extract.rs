@@ -1,5 +1,6 @@
 //! Request extractors shared by the resources: the queue named in the path,
-//! the buyer's `X-User-Id`, the queue ticket, and a small JSON body.
+//! the queue ticket (checked against the request's identity), and a small
+//! JSON body. The buyer of a join is `super::identity::Joiner`.
 //!
 //! Each turns bad input into an [`ApiError`] before any handler runs, so
 //! handlers only ever see valid values.
@@ -37,32 +38,6 @@ impl FromRequestParts<AppState> for Queue {
 
 fn unknown_queue() -> ApiError {
     ApiError::not_found("unknown_queue", "no such queue")
-}
-
-/// Reads an optional `X-User-Id`, refusing a malformed one.
-pub fn optional_user(headers: &HeaderMap) -> Result<Option<UserId>, ApiError> {
-    let Some(raw) = headers.get("x-user-id") else {
-        return Ok(None);
-    };
-    let text = raw
-        .to_str()
-        .map_err(|_| ApiError::bad_request("invalid_user_id", "X-User-Id must be ASCII"))?;
-    UserId::parse(text)
-        .map(Some)
-        .map_err(|e| ApiError::bad_request("invalid_user_id", e.0))
-}
-
-/// The buyer named by a required `X-User-Id` header (`400` if missing or malformed).
-pub struct User(pub UserId);
-
-impl<S: Send + Sync> FromRequestParts<S> for User {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        optional_user(&parts.headers)?.map(User).ok_or_else(|| {
-            ApiError::bad_request("missing_user_id", "the X-User-Id header is required")
-        })
-    }
 }
 
 /// The raw ticket of a request: `X-Queue-Ticket`, then `?ticket=`, then the
@@ -111,13 +86,14 @@ pub struct Member {
 
 impl Member {
     /// Authenticates a request for `queue_raw` (the path segment) carrying
-    /// `ticket` and, optionally, an `X-User-Id` value: the signature and
-    /// the expiry, without the store.
+    /// `ticket`, with `headers` for the identity source: the signature and
+    /// the expiry, without the store, then the ticket's user against the
+    /// request's identity when it names one (signed mode requires one).
     pub fn authenticate(
         state: &AppState,
         queue_raw: &str,
         ticket: Option<String>,
-        user_header: Option<&[u8]>,
+        headers: &HeaderMap,
     ) -> Result<Self, ApiError> {
         let queue = QueueName::parse(queue_raw)
             .ok()
@@ -139,19 +115,16 @@ impl Member {
                 }
                 TicketError::Expired => ApiError::unauthorized("ticket_expired", e.to_string()),
             })?;
-        if let Some(raw_user) = user_header {
-            let claimed = std::str::from_utf8(raw_user)
-                .ok()
-                .and_then(|u| UserId::parse(u).ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request("invalid_user_id", "X-User-Id is malformed")
-                })?;
-            if claimed != ticket.user {
-                return Err(ApiError::unauthorized(
-                    "ticket_user_mismatch",
-                    "the queue ticket was issued to another user",
-                ));
-            }
+        // A visitor cookie that does not verify names nobody: the ticket
+        // alone then proves the place, as it does for a client without
+        // cookies. A valid identity must be the ticket's own.
+        if let Some(claimed) = state.identity().presented(headers)?
+            && claimed != ticket.user
+        {
+            return Err(ApiError::unauthorized(
+                "ticket_user_mismatch",
+                "the queue ticket was issued to another user",
+            ));
         }
         Ok(Member {
             queue,
@@ -200,8 +173,7 @@ impl FromRequestParts<AppState> for Member {
                 .iter()
                 .filter_map(|v| v.to_str().ok()),
         );
-        let user = parts.headers.get("x-user-id").map(|v| v.as_bytes());
-        Member::authenticate(state, &queue_raw, ticket, user)
+        Member::authenticate(state, &queue_raw, ticket, &parts.headers)
     }
 }
 

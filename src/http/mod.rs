@@ -10,6 +10,7 @@ mod events;
 mod handoff;
 mod headers;
 mod health;
+mod identity;
 pub mod limit;
 mod openapi;
 mod orders;

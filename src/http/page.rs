@@ -2,12 +2,14 @@
 //! runs the whole service; debug builds read the files from disk.
 
 use axum::Router;
-use axum::http::{HeaderValue, Method, Uri, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
 
 use super::error::ApiError;
 use crate::app::AppState;
+use crate::identity::forwarded_https;
 
 #[derive(RustEmbed)]
 #[folder = "static/"]
@@ -19,7 +21,12 @@ pub fn router() -> Router<AppState> {
     Router::new().fallback(asset)
 }
 
-async fn asset(method: Method, uri: Uri) -> Response {
+async fn asset(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let path = uri.path().trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
     match Assets::get(path) {
@@ -32,14 +39,25 @@ async fn asset(method: Method, uri: Uri) -> Response {
         }
         Some(file) => {
             let mime = mime_guess::from_path(path).first_or_octet_stream();
-            (
+            let mut response = (
                 [
                     (header::CONTENT_TYPE, mime.as_ref().to_owned()),
                     (header::CACHE_CONTROL, "no-cache".to_owned()),
                 ],
                 file.data,
             )
-                .into_response()
+                .into_response();
+            // The page's first load makes the visitor, before any of its
+            // tabs joins (see `Identity::new_visitor`).
+            if path == "index.html"
+                && let Some((_, cookie)) = state
+                    .identity()
+                    .new_visitor(&headers, forwarded_https(&headers))
+                && let Ok(value) = HeaderValue::from_str(&cookie)
+            {
+                response.headers_mut().append(header::SET_COOKIE, value);
+            }
+            response
         }
         None => ApiError::not_found("not_found", "no such resource").into_response(),
     }

@@ -62,7 +62,7 @@ impl QueueStatus {
                 *rank,
                 total,
                 estimated_wait_secs(*rank, rate),
-                snapshot.entered_at_ms,
+                entered_at(snapshot.entered_at_ms),
             ),
             Standing::Ready {
                 token,
@@ -71,13 +71,13 @@ impl QueueStatus {
                 token.as_str(),
                 expires_in_ms.div_ceil(1000),
                 total,
-                snapshot.entered_at_ms,
+                entered_at(snapshot.entered_at_ms),
             ),
             Standing::NotEntered => Self::not_entered(total),
         }
     }
 
-    fn waiting(rank: u64, total: u64, eta: Option<u64>, entered_at_ms: Option<u64>) -> Self {
+    fn waiting(rank: u64, total: u64, eta: Option<u64>, entered_at: Option<String>) -> Self {
         Self {
             status: Status::Waiting,
             rank: Some(rank),
@@ -85,13 +85,13 @@ impl QueueStatus {
             total_waiting: total,
             estimated_wait_seconds: eta,
             polling_interval_seconds: Some(polling_interval_secs(rank)),
-            entered_at: entered_at_ms.and_then(rfc3339_from_ms),
+            entered_at,
             entry_token: None,
             token_expires_in_seconds: None,
         }
     }
 
-    fn ready(token: &str, expires_in_secs: u64, total: u64, entered_at_ms: Option<u64>) -> Self {
+    fn ready(token: &str, expires_in_secs: u64, total: u64, entered_at: Option<String>) -> Self {
         Self {
             status: Status::Ready,
             rank: None,
@@ -99,7 +99,7 @@ impl QueueStatus {
             total_waiting: total,
             estimated_wait_seconds: None,
             polling_interval_seconds: None,
-            entered_at: entered_at_ms.and_then(rfc3339_from_ms),
+            entered_at,
             entry_token: Some(token.to_owned()),
             token_expires_in_seconds: Some(expires_in_secs),
         }
@@ -162,13 +162,15 @@ pub enum GoneReasonName {
     NotEntered,
 }
 
-/// A stream's view as an event: its name and JSON data. `entered_at_ms` is
-/// when the stream's entry joined, which no view carries since it never
-/// changes for a stream (a new entry ends the stream as `replaced`).
-pub fn event(view: &View, entered_at_ms: Option<u64>) -> (&'static str, String) {
+/// A stream's view as an event: its name and JSON data. `entered_at` is
+/// when the stream's entry joined, as [`entered_at`] formats it: no view
+/// carries it since it never changes for a stream (a new entry ends the
+/// stream as `replaced`), so the stream formats it once.
+pub fn event(view: &View, entered_at: Option<&str>) -> (&'static str, String) {
+    let entered_at = entered_at.map(str::to_owned);
     let data = match view {
         View::Waiting { rank, total, eta } => {
-            serde_json::to_string(&QueueStatus::waiting(*rank, *total, *eta, entered_at_ms))
+            serde_json::to_string(&QueueStatus::waiting(*rank, *total, *eta, entered_at))
         }
         View::Ready {
             token,
@@ -179,7 +181,7 @@ pub fn event(view: &View, entered_at_ms: Option<u64>) -> (&'static str, String) 
             let left = expires_at.saturating_duration_since(Instant::now());
             let secs = left.as_millis().div_ceil(1000) as u64;
             serde_json::to_string(&ReadyEvent {
-                status: QueueStatus::ready(token, secs, *total, entered_at_ms),
+                status: QueueStatus::ready(token, secs, *total, entered_at),
                 admitted_at: *admitted_at,
             })
         }
@@ -194,6 +196,12 @@ pub fn event(view: &View, entered_at_ms: Option<u64>) -> (&'static str, String) 
         View::Gone(_) => "gone",
     };
     (name, data.expect("plain data serializes"))
+}
+
+/// An entry time as the wire shows it (RFC 3339, milliseconds). A stream
+/// formats it once when it opens and repeats it in every frame.
+pub fn entered_at(ms: Option<u64>) -> Option<String> {
+    ms.and_then(rfc3339_from_ms)
 }
 
 fn rfc3339_from_ms(ms: u64) -> Option<String> {
@@ -283,7 +291,7 @@ mod tests {
             total: 500,
             eta: estimated_wait_secs(120, 50.0),
         };
-        let (name, data) = event(&view, snapshot.entered_at_ms);
+        let (name, data) = event(&view, entered_at(snapshot.entered_at_ms).as_deref());
         assert_eq!(name, "waiting");
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&data).unwrap(),
@@ -302,7 +310,7 @@ mod tests {
             total: 500,
             admitted_at: Some(1_700_000_001_000),
         };
-        let (name, data) = event(&view, snapshot.entered_at_ms);
+        let (name, data) = event(&view, entered_at(snapshot.entered_at_ms).as_deref());
         assert_eq!(name, "ready");
         let mut data: serde_json::Value = serde_json::from_str(&data).unwrap();
         assert_eq!(data["admittedAt"], 1_700_000_001_000u64);

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// `crate::<module>` paths each part may use (other code than comments).
 const RULES: &[(&str, &[&str])] = &[
     ("src/queue", &["queue"]),
+    ("src/identity", &["queue", "identity"]),
     ("src/store", &["queue", "store"]),
     ("src/push", &["queue", "store", "push"]),
     ("src/admission.rs", &["queue", "store"]),

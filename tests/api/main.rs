@@ -6,6 +6,7 @@ mod common;
 
 mod failures;
 mod gone;
+mod identity;
 mod instances;
 mod layering;
 mod limits;

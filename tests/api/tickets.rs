@@ -413,6 +413,8 @@ async fn no_ticket_or_token_reaches_the_logs() {
             &format!("127.0.0.1:{port}"),
             "--orders-db",
             ":memory:",
+            "--identity",
+            "header",
         ])
         .args(["--admission-interval-ms", "200", "--admission-batch", "1"])
         .env("RUST_LOG", "trace")

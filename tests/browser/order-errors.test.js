@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import {
   assertNoConsoleErrors,
   fetchOrder,
-  pageUserId,
+  pageVisitor,
   setup,
   waitForProducts,
   waitForState,
@@ -63,7 +63,7 @@ test('a failed order keeps the turn: too few left, a busy store, then success', 
   await page.click('#place-order');
   await waitForState(page, 'confirmed', 10_000);
   const orderId = await page.getAttribute('#receipt-id', 'data-order-id');
-  const order = await fetchOrder(server.base, orderId, await pageUserId(page));
+  const order = await fetchOrder(server.base, orderId, await pageVisitor(page));
   assert.equal(order.status, 200);
   assert.equal(order.body.quantity, 2);
 

@@ -7,7 +7,7 @@ import {
   assertNoConsoleErrors,
   fetchOrder,
   orderFirstProduct,
-  pageUserId,
+  pageVisitor,
   prefill,
   readPosition,
   setup,
@@ -63,8 +63,7 @@ test('without the event stream the page polls the position and still reaches its
   assert.ok(gaps.every((g) => g >= 750), `polls follow pollingIntervalSeconds: gaps ${gaps.join(', ')} ms`);
 
   const orderId = await orderFirstProduct(page);
-  const userId = await pageUserId(page);
-  assert.equal((await fetchOrder(server.base, orderId, userId)).status, 200);
+  assert.equal((await fetchOrder(server.base, orderId, await pageVisitor(page))).status, 200);
 
   assertNoConsoleErrors(consoleWatch);
 });

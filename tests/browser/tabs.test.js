@@ -19,6 +19,12 @@ test('two tabs of one buyer open a single event stream and both show the positio
   const context = await browser.newContext();
   const streams = [];
   const polls = [];
+  const joins = [];
+  context.on('response', (res) => {
+    if (res.request().method() === 'POST' && /\/api\/queues\/[^/]+\/entries$/.test(new URL(res.url()).pathname)) {
+      joins.push(res.status());
+    }
+  });
   context.on('request', (req) => {
     const { pathname } = new URL(req.url());
     if (/\/api\/queues\/[^/]+\/events$/.test(pathname)) streams.push(req);
@@ -36,9 +42,10 @@ test('two tabs of one buyer open a single event stream and both show the positio
   await second.goto(`${server.base}/`);
   await waitForState(second, 'waiting', 10_000);
 
-  // Same buyer in both tabs.
-  const ids = await Promise.all([first, second].map((p) => p.getAttribute('html', 'data-user-id')));
-  assert.equal(ids[0], ids[1]);
+  // Same buyer in both tabs: the browser's one visitor cookie, one place.
+  const visitors = (await context.cookies()).filter((c) => c.name === 'waitroom_visitor');
+  assert.equal(visitors.length, 1, 'one visitor cookie');
+  assert.equal(joins.filter((s) => s === 201).length, 1, `one place for two tabs (joins: ${joins.join(', ')})`);
 
   // Both show a place in line, and the second shows the first tab's live feed.
   assert.ok((await readPosition(first)) >= 1);
@@ -74,19 +81,21 @@ test('when another device takes over the place, the page says so and can continu
   const { server, browser } = await setup(t);
   await prefill(server.base, 15);
 
-  // Two browsers (contexts) signed in as the same buyer.
-  const userId = `buyer-two-devices-${Date.now()}`;
+  // Two browsers (contexts) as the same buyer: the laptop carries the
+  // phone's identity cookie, as a login cookie would be on both devices.
   const devices = [];
   for (let i = 0; i < 2; i += 1) {
     const context = await browser.newContext();
-    await context.addInitScript((id) => localStorage.setItem('waitroom.userId', id), userId);
     const page = await context.newPage();
-    devices.push({ page, consoleWatch: watchConsole(page) });
+    devices.push({ context, page, consoleWatch: watchConsole(page) });
   }
   const [phone, laptop] = devices.map((d) => d.page);
 
   await phone.goto(`${server.base}/`);
   await phone.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
+  const identity = (await devices[0].context.cookies()).filter((c) => c.name === 'waitroom_visitor');
+  assert.equal(identity.length, 1, 'the phone has a visitor cookie');
+  await devices[1].context.addCookies(identity);
   await laptop.goto(`${server.base}/`);
   await laptop.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
 

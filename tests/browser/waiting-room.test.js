@@ -6,7 +6,7 @@ import {
   assertNoConsoleErrors,
   fetchOrder,
   orderFirstProduct,
-  pageUserId,
+  pageVisitor,
   prefill,
   readPosition,
   screenshot,
@@ -73,16 +73,20 @@ test('a buyer waits, sees the line move, is let in, orders and sees the confirma
   await screenshot(page, 'desktop-light-confirmed');
 
   // The order really exists, and belongs to this buyer only.
-  const userId = await pageUserId(page);
-  assert.match(userId, /^[A-Za-z0-9_.:-]{1,64}$/);
-  assert.equal(await page.getAttribute('html', 'data-user-id'), userId);
-  const mine = await fetchOrder(server.base, orderId, userId);
+  // The page made up no id: the server's visitor cookie is the buyer.
+  assert.equal(await page.evaluate(() => localStorage.getItem('waitroom.userId')), null);
+  assert.equal(await page.getAttribute('html', 'data-user-id'), null);
+  const visitor = await pageVisitor(page);
+  assert.match(visitor.id, /^[A-Za-z0-9_.:-]{1,64}$/);
+  const mine = await fetchOrder(server.base, orderId, visitor);
   assert.equal(mine.status, 200, `GET /api/orders/${orderId}: ${JSON.stringify(mine.body)}`);
   assert.equal(mine.body.orderId, orderId);
-  assert.equal(mine.body.userId, userId);
+  assert.equal(mine.body.userId, visitor.id);
   assert.equal(mine.body.quantity, 3);
-  const theirs = await fetchOrder(server.base, orderId, 'someone-else');
-  assert.notEqual(theirs.status, 200, 'another buyer must not see the order');
+  const theirs = await fetchOrder(server.base, orderId, null);
+  assert.notEqual(theirs.status, 200, 'another visitor must not see the order');
+  const forged = await fetchOrder(server.base, orderId, { cookie: `waitroom_visitor=${visitor.id}.forged` });
+  assert.notEqual(forged.status, 200, 'nor someone who copies the id without its signature');
 
   // A reload shows the confirmation again rather than joining anew.
   await page.reload();

@@ -210,13 +210,16 @@ pub fn free_port() -> u16 {
 }
 
 /// Test configuration: the defaults with the demo order database in
-/// memory. Set fields on it directly:
+/// memory and `header` identity (the tests speak for a gateway that sets
+/// `X-User-Id`; tests/api/identity.rs covers the other modes). Set fields
+/// on it directly:
 /// `Config { admission_batch: 2, ..test_config() }`. The environment is not
 /// read: a `WAITROOM_*` variable in the shell that runs the tests must not
 /// change it.
 pub fn test_config() -> Config {
     Config {
         orders_db: ":memory:".into(),
+        identity: waitroom::config::IdentityMode::Header,
         ..Config::default()
     }
 }
@@ -224,7 +227,7 @@ pub fn test_config() -> Config {
 /// [`test_config`] with `args` as on the command line, for tests that also
 /// start the binary with the same flags.
 pub fn config(args: &[&str]) -> Config {
-    let mut all = vec!["--orders-db", ":memory:"];
+    let mut all = vec!["--orders-db", ":memory:", "--identity", "header"];
     all.extend_from_slice(args);
     Config::from_args(all).expect("valid test arguments")
 }
@@ -519,6 +522,8 @@ impl BinApp {
             .arg("127.0.0.1:0")
             .arg("--orders-db")
             .arg(&db)
+            // The tests speak for a gateway; `args` may say otherwise.
+            .args(["--identity", "header"])
             .args(args)
             .env("RUST_LOG", "warn,waitroom=info")
             .env("NO_COLOR", "1")

@@ -159,7 +159,12 @@ async function startOnce(extraArgs) {
   }
 }
 
-/** Join the queue over plain HTTP, as another buyer would. */
+/**
+ * Join the queue over plain HTTP, as another buyer would. The servers here
+ * run in the default `visitor` identity mode, where `X-User-Id` is ignored
+ * and a request without the visitor cookie is a new visitor: every call is
+ * another buyer (the header names it for `--identity header` servers).
+ */
 export async function enterQueue(base, userId, queue = 'default') {
   const res = await fetch(`${base}/api/queues/${queue}/entries`, {
     method: 'POST',
@@ -220,9 +225,19 @@ export async function screenshot(page, name) {
   return file;
 }
 
-/** The buyer id the page made up (also on <html data-user-id>). */
-export function pageUserId(page) {
-  return page.evaluate(() => localStorage.getItem('waitroom.userId'));
+/**
+ * The visitor the server made for the page's browser (the page itself
+ * never sees it: the cookie is HttpOnly): `{ cookie, id }`, where `cookie`
+ * is the `name=value` pair to send as that buyer and `id` the user id
+ * orders are recorded under.
+ */
+export async function pageVisitor(page) {
+  const cookies = await page.context().cookies();
+  const visitor = cookies.find((c) => c.name === 'waitroom_visitor');
+  assert.ok(visitor, `the server set a visitor cookie (cookies: ${cookies.map((c) => c.name).join(', ')})`);
+  assert.equal(visitor.httpOnly, true, 'the visitor cookie is HttpOnly');
+  assert.equal(visitor.sameSite, 'Lax', 'the visitor cookie is SameSite=Lax');
+  return { cookie: `${visitor.name}=${visitor.value}`, id: visitor.value.slice(0, visitor.value.lastIndexOf('.')) };
 }
 
 /** Place an order from the READY view and return the order id it shows. */
@@ -249,10 +264,10 @@ export async function waitForProducts(page, timeout = 10_000) {
   }
 }
 
-/** Ask the server for an order as a given buyer. */
-export async function fetchOrder(base, orderId, userId) {
+/** Ask the server for an order as a given visitor (`{ cookie }`, or `null` for none). */
+export async function fetchOrder(base, orderId, visitor) {
   const res = await fetch(`${base}/api/orders/${encodeURIComponent(orderId)}`, {
-    headers: { 'X-User-Id': userId },
+    headers: visitor ? { Cookie: visitor.cookie } : {},
   });
   const text = await res.text();
   let body = null;

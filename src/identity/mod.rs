@@ -1,0 +1,227 @@
+//! Who a request is for: the one identity source of the queue, the order
+//! gate and the demo order service.
+//!
+//! A queue is only as fair as its idea of who is in it, so every part that
+//! names a buyer (a join, the ticket-user binding of position, events and
+//! leave, [`crate::gate::EntryPass`], `GET /api/orders/{id}`) asks the same
+//! [`Identity`]. It runs in one of three modes:
+//!
+//! - **visitor** (the default, for anonymous shoppers): waitroom mints a
+//!   random visitor id on first contact and keeps it in an HMAC-signed,
+//!   `HttpOnly`, `SameSite=Lax` cookie. `X-User-Id` is ignored. A forged or
+//!   altered cookie is simply not an identity: its bearer becomes a new
+//!   visitor, never someone else.
+//! - **header**: a trusted gateway authenticates the buyer and sets
+//!   `X-User-Id` (stripping any client-sent value).
+//! - **signed**: the site's own login vouches for the buyer with a JWT
+//!   (`Authorization: Bearer`, or a cookie), verified here; `sub` is the
+//!   user id.
+//!
+//! The module knows HTTP headers but not axum's routing or the API's error
+//! type: each boundary turns an [`IdentityError`] into its own answer.
+
+mod signed;
+mod visitor;
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+
+use crate::queue::UserId;
+
+pub use signed::{SignedConfig, SignedKey};
+pub use visitor::VISITOR_COOKIE;
+
+/// Which identity source requests are read with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// A signed cookie minted by waitroom for anonymous visitors.
+    Visitor,
+    /// `X-User-Id`, set by a trusted gateway.
+    Header,
+    /// A JWT from the site's own login.
+    Signed,
+}
+
+/// Why a request's identity was refused. Each boundary maps it to its own
+/// answer; [`IdentityError::code`] is the JSON error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// Header mode: no `X-User-Id` where one is required.
+    #[error("the X-User-Id header is required")]
+    MissingUserHeader,
+    /// Header mode: `X-User-Id` is not a valid user id.
+    #[error("{0}")]
+    InvalidUserHeader(String),
+    /// Visitor or signed mode: nothing identifies the request.
+    #[error("{0}")]
+    Missing(&'static str),
+    /// The credential is malformed, forged, for another issuer or audience,
+    /// or names an invalid user.
+    #[error("{0}")]
+    Invalid(String),
+    /// The credential was valid but is past its `exp`.
+    #[error("the identity token has expired; sign in again")]
+    Expired,
+}
+
+impl IdentityError {
+    /// The JSON error code of the API.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MissingUserHeader => "missing_user_id",
+            Self::InvalidUserHeader(_) => "invalid_user_id",
+            Self::Missing(_) => "missing_identity",
+            Self::Invalid(_) => "invalid_identity",
+            Self::Expired => "identity_expired",
+        }
+    }
+}
+
+/// The buyer of a join: who it is and, when the visitor was minted just
+/// now, the cookie to set.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The buyer.
+    pub user: UserId,
+    /// `Set-Cookie` value for a newly minted visitor.
+    pub set_cookie: Option<String>,
+}
+
+/// The identity source; cheap to clone.
+#[derive(Clone)]
+pub struct Identity {
+    source: Arc<Source>,
+}
+
+enum Source {
+    Visitor(visitor::VisitorKey),
+    Header,
+    Signed(Box<signed::Verifier>),
+}
+
+impl Identity {
+    /// Header mode: `X-User-Id` as a trusted gateway set it.
+    pub fn header() -> Self {
+        Self::from_source(Source::Header)
+    }
+
+    /// Visitor mode, signing cookies with a key derived from `secret` (the
+    /// ticket secret: every instance that shares it accepts the others'
+    /// visitors).
+    pub fn visitor(secret: &[u8]) -> Self {
+        Self::from_source(Source::Visitor(visitor::VisitorKey::derive(secret)))
+    }
+
+    /// Signed mode: JWTs verified as `config` says.
+    pub fn signed(config: &SignedConfig) -> Result<Self, String> {
+        Ok(Self::from_source(Source::Signed(Box::new(
+            signed::Verifier::new(config)?,
+        ))))
+    }
+
+    fn from_source(source: Source) -> Self {
+        Self {
+            source: Arc::new(source),
+        }
+    }
+
+    /// The mode this source runs in.
+    pub fn mode(&self) -> Mode {
+        match &*self.source {
+            Source::Visitor(_) => Mode::Visitor,
+            Source::Header => Mode::Header,
+            Source::Signed(_) => Mode::Signed,
+        }
+    }
+
+    /// Who `headers` identify, verified. `Ok(None)`: nobody is named (no
+    /// `X-User-Id` in header mode; no valid visitor cookie in visitor mode,
+    /// where a forged one counts as none). In signed mode a missing or bad
+    /// token is an error: only the site's login can name a buyer.
+    pub fn presented(&self, headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {
+        match &*self.source {
+            Source::Header => header_user(headers),
+            Source::Visitor(key) => Ok(key.verify_request(headers)),
+            Source::Signed(verifier) => verifier.verify_request(headers).map(Some),
+        }
+    }
+
+    /// [`Identity::presented`], required: nobody named is an error.
+    pub fn required(&self, headers: &HeaderMap) -> Result<UserId, IdentityError> {
+        self.presented(headers)?.ok_or_else(|| match &*self.source {
+            Source::Header => IdentityError::MissingUserHeader,
+            _ => {
+                IdentityError::Missing("no visitor cookie: join the queue first (the join sets it)")
+            }
+        })
+    }
+
+    /// The buyer of a join: the presented one, or in visitor mode a new
+    /// visitor with the cookie to set. `secure`: the client came over TLS,
+    /// so the cookie gets `Secure`.
+    pub fn for_join(&self, headers: &HeaderMap, secure: bool) -> Result<Resolved, IdentityError> {
+        if let Some((user, cookie)) = self.new_visitor(headers, secure) {
+            return Ok(Resolved {
+                user,
+                set_cookie: Some(cookie),
+            });
+        }
+        Ok(Resolved {
+            user: self.required(headers)?,
+            set_cookie: None,
+        })
+    }
+
+    /// Visitor mode, for a request without a valid visitor cookie: a new
+    /// visitor and its `Set-Cookie` value. The page mints one as it is
+    /// served, so tabs opened together join as one visitor rather than
+    /// racing to mint one each. `None` in the other modes or when the
+    /// request already has a visitor.
+    pub fn new_visitor(&self, headers: &HeaderMap, secure: bool) -> Option<(UserId, String)> {
+        match &*self.source {
+            Source::Visitor(key) if key.verify_request(headers).is_none() => Some(key.mint(secure)),
+            _ => None,
+        }
+    }
+
+    /// Whether a request that names nobody may read what is otherwise
+    /// bound to a buyer (an order by its 128-bit id). Only behind a
+    /// gateway, where the gateway decides who reaches waitroom at all.
+    pub fn anonymous_reads(&self) -> bool {
+        matches!(&*self.source, Source::Header)
+    }
+}
+
+/// The one `X-User-Id` of `headers`: absent is `None`, malformed an error.
+fn header_user(headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {
+    let Some(raw) = headers.get("x-user-id") else {
+        return Ok(None);
+    };
+    let text = raw
+        .to_str()
+        .map_err(|_| IdentityError::InvalidUserHeader("X-User-Id must be ASCII".into()))?;
+    UserId::parse(text)
+        .map(Some)
+        .map_err(|e| IdentityError::InvalidUserHeader(e.0.to_owned()))
+}
+
+/// True when a TLS-terminating proxy says the client used HTTPS
+/// (`X-Forwarded-Proto: https`): cookies then get `Secure`.
+pub fn forwarded_https(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+/// The values of every cookie called `name` in `headers`.
+fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = String> + 'a {
+    headers
+        .get_all("cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|text| cookie::Cookie::split_parse(text).flatten())
+        .filter(move |c| c.name() == name)
+        .map(|c| c.value().to_owned())
+}

@@ -1,0 +1,151 @@
+//! Signed mode: a JWT from the site's own login names the buyer.
+//!
+//! The token comes in `Authorization: Bearer`, or in a cookie the operator
+//! names (EventSource cannot send headers). It is verified with one key
+//! and one algorithm, fixed by the configuration: the `alg` a token claims
+//! is never trusted to choose the key type. `exp` is required, `iss` and
+//! `aud` are checked when configured, and `sub` is the user id (the
+//! `X-User-Id` syntax).
+
+use axum::http::HeaderMap;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use super::IdentityError;
+use crate::queue::UserId;
+
+/// The key JWTs are verified with.
+#[derive(Debug, Clone)]
+pub enum SignedKey {
+    /// HS256 with a shared secret.
+    Secret(Vec<u8>),
+    /// RS256 or EdDSA (Ed25519) with a public key, PEM (SPKI, or PKCS#1
+    /// for RSA); which one is read from the key itself.
+    PublicKeyPem(Vec<u8>),
+}
+
+/// How signed mode verifies tokens.
+#[derive(Debug, Clone)]
+pub struct SignedConfig {
+    /// The verification key.
+    pub key: SignedKey,
+    /// `iss` a token must carry, when set.
+    pub issuer: Option<String>,
+    /// `aud` a token must carry (one of), when set.
+    pub audience: Option<String>,
+    /// A cookie to read the token from when no `Authorization` header
+    /// carries one.
+    pub cookie: Option<String>,
+}
+
+/// The claims waitroom reads; `exp`, `iss` and `aud` are checked by the
+/// validation before these are looked at.
+#[derive(Deserialize)]
+struct Claims {
+    sub: Option<serde_json::Value>,
+}
+
+pub(super) struct Verifier {
+    key: DecodingKey,
+    validation: Validation,
+    cookie: Option<String>,
+}
+
+/// Clock skew allowed on `exp`: small, as a token past its life must stop
+/// working soon after.
+const LEEWAY_SECS: u64 = 30;
+
+impl Verifier {
+    pub(super) fn new(config: &SignedConfig) -> Result<Self, String> {
+        let (key, algorithm) = match &config.key {
+            SignedKey::Secret(secret) => (
+                DecodingKey::from_secret(secret).map_err(|e| format!("identity secret: {e}"))?,
+                Algorithm::HS256,
+            ),
+            SignedKey::PublicKeyPem(pem) => {
+                if let Ok(key) = DecodingKey::from_ed_pem(pem) {
+                    (key, Algorithm::EdDSA)
+                } else {
+                    let key = DecodingKey::from_rsa_pem(pem).map_err(|e| {
+                        format!("identity public key: neither an Ed25519 nor an RSA PEM key: {e}")
+                    })?;
+                    (key, Algorithm::RS256)
+                }
+            }
+        };
+        let mut validation = Validation::new(algorithm);
+        validation.leeway = LEEWAY_SECS;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        if let Some(iss) = &config.issuer {
+            validation.set_issuer(&[iss]);
+            validation.required_spec_claims.insert("iss".into());
+        }
+        match &config.audience {
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                validation.required_spec_claims.insert("aud".into());
+            }
+            // Nothing to compare a token's `aud` with.
+            None => validation.validate_aud = false,
+        }
+        Ok(Self {
+            key,
+            validation,
+            cookie: config.cookie.clone(),
+        })
+    }
+
+    /// The raw token: `Authorization: Bearer`, else the configured cookie.
+    fn token(&self, headers: &HeaderMap) -> Option<String> {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, rest) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })
+            .filter(|t| !t.is_empty());
+        if let Some(token) = bearer {
+            return Some(token.to_owned());
+        }
+        let name = self.cookie.as_deref()?;
+        super::cookies(headers, name).find(|v| !v.is_empty())
+    }
+
+    pub(super) fn verify_request(&self, headers: &HeaderMap) -> Result<UserId, IdentityError> {
+        let token = self.token(headers).ok_or(IdentityError::Missing(
+            "sign in first: send your login token (Authorization: Bearer)",
+        ))?;
+        let data = jsonwebtoken::decode::<Claims>(&token, &self.key, &self.validation)
+            .map_err(|e| refusal(e.kind()))?;
+        let sub = match data.claims.sub {
+            Some(serde_json::Value::String(s)) => s,
+            _ => {
+                return Err(IdentityError::Invalid(
+                    "the token's sub is not a string".into(),
+                ));
+            }
+        };
+        UserId::parse(&sub).map_err(|e| {
+            IdentityError::Invalid(format!("the token's sub is not a user id: {}", e.0))
+        })
+    }
+}
+
+/// What a client is told about a refused token: enough to fix its side,
+/// nothing about the key.
+fn refusal(kind: &ErrorKind) -> IdentityError {
+    let says = |m: &str| IdentityError::Invalid(m.to_owned());
+    match kind {
+        ErrorKind::ExpiredSignature => IdentityError::Expired,
+        ErrorKind::InvalidIssuer => says("the identity token is from another issuer"),
+        ErrorKind::InvalidAudience => says("the identity token is for another audience"),
+        ErrorKind::MissingRequiredClaim(claim) => {
+            IdentityError::Invalid(format!("the identity token has no {claim} claim"))
+        }
+        ErrorKind::InvalidAlgorithm => says("the identity token is signed with another algorithm"),
+        ErrorKind::InvalidSignature => says("the identity token's signature does not verify"),
+        _ => says("the identity token is malformed"),
+    }
+}

@@ -1,0 +1,794 @@
+//! Identity modes (`--identity`): visitor cookies minted by waitroom,
+//! `X-User-Id` from a gateway, and JWTs from the site's login. Each mode
+//! is the one source of the join, the ticket-user binding and the orders,
+//! so an entry token is only good for the buyer it was issued to.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use waitroom::Config;
+use waitroom::config::IdentityMode;
+use waitroom::store::memory::MemoryStore;
+
+use crate::common::{IDLE, TestApp, config};
+
+const SECRET: &str = "an identity secret of 32 bytes!!";
+
+/// What a request presents.
+#[derive(Default, Clone)]
+struct As<'a> {
+    cookie: Option<&'a str>,
+    user: Option<&'a str>,
+    bearer: Option<&'a str>,
+    ticket: Option<&'a str>,
+    token: Option<&'a str>,
+}
+
+/// An answer: status, every `Set-Cookie` and the JSON body.
+struct Answer {
+    status: u16,
+    cookies: Vec<String>,
+    body: Value,
+}
+
+impl Answer {
+    /// The `name=value` pair of the visitor cookie set, if one was.
+    fn visitor(&self) -> Option<String> {
+        self.set_cookie("waitroom_visitor")
+            .map(|c| c.split(';').next().unwrap().to_owned())
+    }
+
+    fn set_cookie(&self, name: &str) -> Option<&String> {
+        self.cookies
+            .iter()
+            .find(|c| c.starts_with(&format!("{name}=")))
+    }
+
+    fn error(&self) -> &str {
+        self.body["error"].as_str().unwrap_or("<none>")
+    }
+}
+
+async fn call(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    who: &As<'_>,
+    body: Option<Value>,
+) -> Answer {
+    let mut req = app.client.request(method, app.url(path));
+    if let Some(c) = who.cookie {
+        req = req.header("cookie", c);
+    }
+    if let Some(u) = who.user {
+        req = req.header("x-user-id", u);
+    }
+    if let Some(b) = who.bearer {
+        req = req.header("authorization", format!("Bearer {b}"));
+    }
+    if let Some(t) = who.ticket {
+        req = req.header("x-queue-ticket", t);
+    }
+    if let Some(t) = who.token {
+        req = req.header("x-entry-token", t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let cookies = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let body = r.json().await.unwrap_or(Value::Null);
+    Answer {
+        status,
+        cookies,
+        body,
+    }
+}
+
+async fn join(app: &TestApp, who: &As<'_>) -> Answer {
+    call(
+        app,
+        reqwest::Method::POST,
+        "/api/queues/default/entries",
+        who,
+        None,
+    )
+    .await
+}
+
+async fn position(app: &TestApp, who: &As<'_>) -> Answer {
+    call(
+        app,
+        reqwest::Method::GET,
+        "/api/queues/default/position",
+        who,
+        None,
+    )
+    .await
+}
+
+async fn leave(app: &TestApp, who: &As<'_>) -> Answer {
+    call(
+        app,
+        reqwest::Method::DELETE,
+        "/api/queues/default/entries/me",
+        who,
+        None,
+    )
+    .await
+}
+
+async fn order(app: &TestApp, who: &As<'_>) -> Answer {
+    call(
+        app,
+        reqwest::Method::POST,
+        "/api/orders",
+        who,
+        Some(json!({"productId": "demo-sneaker", "quantity": 1})),
+    )
+    .await
+}
+
+async fn read_order(app: &TestApp, id: &str, who: &As<'_>) -> Answer {
+    call(
+        app,
+        reqwest::Method::GET,
+        &format!("/api/orders/{id}"),
+        who,
+        None,
+    )
+    .await
+}
+
+fn mode(identity: IdentityMode, extra: &[&str]) -> Config {
+    let mut args: Vec<&str> = IDLE.to_vec();
+    args.extend_from_slice(extra);
+    Config {
+        identity,
+        ..config(&args)
+    }
+}
+
+async fn visitor_app() -> TestApp {
+    TestApp::memory_with(mode(IdentityMode::Visitor, &[])).await
+}
+
+// ---------------------------------------------------------------- visitor
+
+#[tokio::test]
+async fn visitor_first_join_mints_a_cookie_that_keeps_the_place() {
+    let app = visitor_app().await;
+    let first = join(&app, &As::default()).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    let set = first
+        .set_cookie("waitroom_visitor")
+        .expect("a visitor cookie");
+    for attribute in ["HttpOnly", "SameSite=Lax", "Path=/", "Max-Age="] {
+        assert!(set.contains(attribute), "{attribute} in {set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP: {set}");
+    let cookie = first.visitor().unwrap();
+
+    // The same cookie is the same buyer: the same place, no new visitor.
+    let again = join(
+        &app,
+        &As {
+            cookie: Some(&cookie),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.body["enteredAt"], first.body["enteredAt"]);
+    assert!(again.visitor().is_none(), "no second visitor");
+
+    // Behind TLS the cookie is Secure.
+    let r = app
+        .client
+        .post(app.url("/api/queues/default/entries"))
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    let secure = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("waitroom_visitor="))
+        .unwrap();
+    assert!(secure.contains("Secure"), "{secure}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn visitor_mode_ignores_x_user_id() {
+    let app = visitor_app().await;
+    let a = join(
+        &app,
+        &As {
+            user: Some("alice"),
+            ..As::default()
+        },
+    )
+    .await;
+    let b = join(
+        &app,
+        &As {
+            user: Some("alice"),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!((a.status, b.status), (201, 201), "two visitors, not alice");
+    assert_ne!(a.visitor(), b.visitor());
+    assert_eq!(b.body["position"], 1, "b waits behind a: {}", b.body);
+
+    // A's ticket with X-User-Id naming someone else is still A's place.
+    let mine = position(
+        &app,
+        &As {
+            ticket: a.body["ticket"].as_str(),
+            user: Some("mallory"),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(mine.status, 200, "{}", mine.body);
+    app.stop().await;
+}
+
+/// `waitroom_visitor=<id>.<mac>` with the id or the MAC changed.
+fn altered(cookie: &str) -> Vec<String> {
+    let (name, value) = cookie.split_once('=').unwrap();
+    let (id, tag) = value.rsplit_once('.').unwrap();
+    let flip = |s: &str| {
+        let first = if s.ends_with('A') { 'B' } else { 'A' };
+        format!("{}{first}", &s[..s.len() - 1])
+    };
+    vec![
+        format!("{name}={}.{tag}", flip(id)),
+        format!("{name}={id}.{}", flip(tag)),
+        format!("{name}={id}"),
+        format!("{name}={id}.{}", "A".repeat(43)),
+    ]
+}
+
+#[tokio::test]
+async fn a_forged_visitor_cookie_is_a_new_visitor_never_the_original() {
+    let app = visitor_app().await;
+    let victim = join(&app, &As::default()).await;
+    let victim_cookie = victim.visitor().unwrap();
+    let victim_ticket = victim.body["ticket"].as_str().unwrap().to_owned();
+    let victim_entered = victim.body["enteredAt"].clone();
+
+    for forged in altered(&victim_cookie) {
+        let as_forged = As {
+            cookie: Some(&forged),
+            ..As::default()
+        };
+        let j = join(&app, &as_forged).await;
+        assert_eq!(j.status, 201, "a new place for {forged}: {}", j.body);
+        assert_ne!(j.body["enteredAt"], victim_entered);
+        let minted = j.visitor().expect("a new visitor cookie");
+        assert_ne!(minted, victim_cookie);
+
+        // Neither the forged cookie nor the attacker's new one reads or
+        // removes the victim's place without the victim's ticket...
+        assert_eq!(position(&app, &as_forged).await.error(), "missing_ticket");
+        assert_eq!(leave(&app, &as_forged).await.error(), "missing_ticket");
+        // ...and with a stolen ticket, the attacker's own valid cookie
+        // does not match the ticket's visitor.
+        let stolen = As {
+            cookie: Some(&minted),
+            ticket: Some(&victim_ticket),
+            ..As::default()
+        };
+        assert_eq!(
+            position(&app, &stolen).await.error(),
+            "ticket_user_mismatch"
+        );
+        assert_eq!(leave(&app, &stolen).await.error(), "ticket_user_mismatch");
+    }
+    // The victim's place is untouched.
+    let mine = position(
+        &app,
+        &As {
+            cookie: Some(&victim_cookie),
+            ticket: Some(&victim_ticket),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(mine.status, 200, "{}", mine.body);
+    assert_eq!(mine.body["enteredAt"], victim_entered);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn visitor_cookies_are_shared_by_instances_with_one_ticket_secret() {
+    let store: waitroom::store::SharedStore = Arc::new(MemoryStore::new());
+    let shared = Config {
+        ticket_secret: Some("a ticket secret of some length".into()),
+        ..mode(IdentityMode::Visitor, &[])
+    };
+    let one = TestApp::spawn_with(shared.clone(), store.clone()).await;
+    let two = TestApp::spawn_with(shared, store.clone()).await;
+    let other = TestApp::spawn_with(
+        Config {
+            ticket_secret: Some("another ticket secret entirely".into()),
+            ..mode(IdentityMode::Visitor, &[])
+        },
+        store,
+    )
+    .await;
+    let first = join(&one, &As::default()).await;
+    let cookie = first.visitor().unwrap();
+    let with = As {
+        cookie: Some(&cookie),
+        ..As::default()
+    };
+    assert_eq!(join(&two, &with).await.status, 200, "the same visitor");
+    assert_eq!(
+        join(&other, &with).await.status,
+        201,
+        "another secret: a new visitor"
+    );
+    for app in [one, two, other] {
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn visitor_orders_are_the_visitors_own() {
+    let app = visitor_app().await;
+    let buyer = join(&app, &As::default()).await;
+    let token = buyer.body["entryToken"]
+        .as_str()
+        .expect("the first joiner is fast-tracked")
+        .to_owned();
+    let cookie = buyer.visitor().unwrap();
+    let other = join(&app, &As::default()).await.visitor().unwrap();
+    let visitor_id = cookie
+        .split_once('=')
+        .unwrap()
+        .1
+        .rsplit_once('.')
+        .unwrap()
+        .0
+        .to_owned();
+
+    let refused = [
+        (
+            As {
+                cookie: Some(&other),
+                token: Some(&token),
+                ..As::default()
+            },
+            "invalid_token",
+        ),
+        (
+            As {
+                token: Some(&token),
+                user: Some(&visitor_id),
+                ..As::default()
+            },
+            "missing_identity",
+        ),
+    ];
+    for (who, code) in refused {
+        let r = order(&app, &who).await;
+        assert_eq!((r.status, r.error()), (401, code), "{}", r.body);
+    }
+    for forged in altered(&cookie) {
+        let r = order(
+            &app,
+            &As {
+                cookie: Some(&forged),
+                token: Some(&token),
+                ..As::default()
+            },
+        )
+        .await;
+        assert_eq!((r.status, r.error()), (401, "missing_identity"), "{forged}");
+    }
+
+    let mine = As {
+        cookie: Some(&cookie),
+        token: Some(&token),
+        ..As::default()
+    };
+    let placed = order(&app, &mine).await;
+    assert_eq!(placed.status, 201, "{}", placed.body);
+    assert_eq!(placed.body["userId"], visitor_id.as_str());
+    let id = placed.body["orderId"].as_str().unwrap();
+    assert_eq!(read_order(&app, id, &mine).await.status, 200);
+    for who in [
+        As {
+            cookie: Some(&other),
+            ..As::default()
+        },
+        As::default(),
+        As {
+            user: Some(&visitor_id),
+            ..As::default()
+        },
+    ] {
+        assert_eq!(read_order(&app, id, &who).await.status, 404);
+    }
+    app.stop().await;
+}
+
+// ----------------------------------------------------------------- header
+
+#[tokio::test]
+async fn header_mode_trusts_x_user_id_as_before() {
+    let app = TestApp::memory_with(mode(IdentityMode::Header, &[])).await;
+    let none = join(&app, &As::default()).await;
+    assert_eq!((none.status, none.error()), (400, "missing_user_id"));
+    assert!(none.visitor().is_none());
+    let alice = As {
+        user: Some("alice"),
+        ..As::default()
+    };
+    let a = join(&app, &alice).await;
+    assert_eq!(a.status, 201);
+    assert!(a.visitor().is_none(), "no visitor cookie behind a gateway");
+    let token = a.body["entryToken"].as_str().unwrap().to_owned();
+    let bob = order(
+        &app,
+        &As {
+            user: Some("bob"),
+            token: Some(&token),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!((bob.status, bob.error()), (401, "invalid_token"));
+    let placed = order(
+        &app,
+        &As {
+            token: Some(&token),
+            ..alice.clone()
+        },
+    )
+    .await;
+    assert_eq!(placed.status, 201, "{}", placed.body);
+    assert_eq!(placed.body["userId"], "alice");
+    app.stop().await;
+}
+
+// ----------------------------------------------------------------- signed
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn hs256(claims: &Value, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/identity")
+        .join(name)
+}
+
+fn sign_with_file(alg: Algorithm, file: &str, claims: &Value) -> String {
+    let pem = std::fs::read(fixture(file)).unwrap();
+    let key = match alg {
+        Algorithm::EdDSA => EncodingKey::from_ed_pem(&pem).unwrap(),
+        _ => EncodingKey::from_rsa_pem(&pem).unwrap(),
+    };
+    jsonwebtoken::encode(&Header::new(alg), claims, &key).unwrap()
+}
+
+async fn signed_app(extra: &[&str]) -> TestApp {
+    let mut args = vec![
+        "--identity-secret",
+        SECRET,
+        "--identity-issuer",
+        "https://shop.example",
+        "--identity-audience",
+        "waitroom",
+    ];
+    args.extend_from_slice(extra);
+    TestApp::memory_with(mode(IdentityMode::Signed, &args)).await
+}
+
+fn claims(sub: &str) -> Value {
+    json!({"sub": sub, "exp": now() + 3600, "iss": "https://shop.example", "aud": "waitroom"})
+}
+
+#[tokio::test]
+async fn signed_hs256_joins_as_sub_and_orders_only_for_it() {
+    let app = signed_app(&[]).await;
+    let alice_jwt = hs256(&claims("alice"), SECRET);
+    let alice = As {
+        bearer: Some(&alice_jwt),
+        user: Some("mallory"),
+        ..As::default()
+    };
+    let joined = join(&app, &alice).await;
+    assert_eq!(joined.status, 201, "{}", joined.body);
+    assert!(joined.visitor().is_none());
+    let ticket = joined.body["ticket"].as_str().unwrap().to_owned();
+    let token = joined.body["entryToken"].as_str().unwrap().to_owned();
+    // The ticket is alice's: readable with her login, not with none or
+    // with bob's.
+    let read = position(
+        &app,
+        &As {
+            ticket: Some(&ticket),
+            ..alice.clone()
+        },
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    let bob_jwt = hs256(&claims("bob"), SECRET);
+    let as_bob = As {
+        bearer: Some(&bob_jwt),
+        ticket: Some(&ticket),
+        ..As::default()
+    };
+    assert_eq!(
+        position(&app, &as_bob).await.error(),
+        "ticket_user_mismatch"
+    );
+    let anonymous = As {
+        ticket: Some(&ticket),
+        ..As::default()
+    };
+    assert_eq!(position(&app, &anonymous).await.error(), "missing_identity");
+
+    // Orders: bob cannot use alice's token; alice can, as alice.
+    let r = order(
+        &app,
+        &As {
+            bearer: Some(&bob_jwt),
+            token: Some(&token),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!((r.status, r.error()), (401, "invalid_token"));
+    let r = order(
+        &app,
+        &As {
+            user: Some("alice"),
+            token: Some(&token),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!((r.status, r.error()), (401, "missing_identity"));
+    let mine = As {
+        token: Some(&token),
+        ..alice.clone()
+    };
+    let placed = order(&app, &mine).await;
+    assert_eq!(placed.status, 201, "{}", placed.body);
+    assert_eq!(placed.body["userId"], "alice");
+    let id = placed.body["orderId"].as_str().unwrap();
+    assert_eq!(read_order(&app, id, &alice).await.status, 200);
+    let bob = As {
+        bearer: Some(&bob_jwt),
+        ..As::default()
+    };
+    assert_eq!(read_order(&app, id, &bob).await.status, 404);
+    assert_eq!(read_order(&app, id, &As::default()).await.status, 401);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn signed_mode_refuses_bad_tokens_with_401_json() {
+    let app = signed_app(&[]).await;
+    let mut no_exp = claims("alice");
+    no_exp.as_object_mut().unwrap().remove("exp");
+    let mut expired = claims("alice");
+    expired["exp"] = json!(now() - 3600);
+    let mut wrong_aud = claims("alice");
+    wrong_aud["aud"] = json!("another-service");
+    let mut wrong_iss = claims("alice");
+    wrong_iss["iss"] = json!("https://evil.example");
+    let mut bad_sub = claims("alice");
+    bad_sub["sub"] = json!("not a user id!");
+    let mut no_sub = claims("alice");
+    no_sub.as_object_mut().unwrap().remove("sub");
+    let cases: Vec<(&str, Option<String>, &str)> = vec![
+        ("no token", None, "missing_identity"),
+        (
+            "forged signature",
+            Some(hs256(&claims("alice"), "another secret of 32 bytes!!!!!")),
+            "invalid_identity",
+        ),
+        ("expired", Some(hs256(&expired, SECRET)), "identity_expired"),
+        (
+            "wrong audience",
+            Some(hs256(&wrong_aud, SECRET)),
+            "invalid_identity",
+        ),
+        (
+            "wrong issuer",
+            Some(hs256(&wrong_iss, SECRET)),
+            "invalid_identity",
+        ),
+        ("no exp", Some(hs256(&no_exp, SECRET)), "invalid_identity"),
+        ("no sub", Some(hs256(&no_sub, SECRET)), "invalid_identity"),
+        ("bad sub", Some(hs256(&bad_sub, SECRET)), "invalid_identity"),
+        ("garbage", Some("not.a.jwt".into()), "invalid_identity"),
+        (
+            "another algorithm",
+            Some(sign_with_file(
+                Algorithm::EdDSA,
+                "ed25519-private.pem",
+                &claims("alice"),
+            )),
+            "invalid_identity",
+        ),
+    ];
+    for (what, jwt, code) in cases {
+        let who = As {
+            bearer: jwt.as_deref(),
+            user: Some("alice"),
+            ..As::default()
+        };
+        let r = join(&app, &who).await;
+        assert_eq!((r.status, r.error()), (401, code), "{what}: {}", r.body);
+        assert!(
+            r.body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: a message"
+        );
+        let o = order(
+            &app,
+            &As {
+                token: Some("A-token-of-no-one"),
+                ..who.clone()
+            },
+        )
+        .await;
+        assert_eq!((o.status, o.error()), (401, code), "{what} (order)");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn signed_tokens_may_come_in_the_named_cookie() {
+    let app = signed_app(&["--identity-cookie", "shop_session"]).await;
+    let jwt = hs256(&claims("carol"), SECRET);
+    let cookie = format!("other=1; shop_session={jwt}");
+    let r = join(
+        &app,
+        &As {
+            cookie: Some(&cookie),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let ticket = r.body["ticket"].as_str().unwrap();
+    let read = position(
+        &app,
+        &As {
+            cookie: Some(&cookie),
+            ticket: Some(ticket),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn signed_public_keys_from_files_ed25519_and_rsa() {
+    for (alg, private, public) in [
+        (
+            Algorithm::EdDSA,
+            "ed25519-private.pem",
+            "ed25519-public.pem",
+        ),
+        (Algorithm::RS256, "rsa-private.pem", "rsa-public.pem"),
+    ] {
+        let path = fixture(public);
+        let app = TestApp::memory_with(mode(
+            IdentityMode::Signed,
+            &["--identity-public-key", path.to_str().unwrap()],
+        ))
+        .await;
+        let mut no_aud = claims("dave");
+        no_aud.as_object_mut().unwrap().remove("aud");
+        let good = sign_with_file(alg, private, &no_aud);
+        let r = join(
+            &app,
+            &As {
+                bearer: Some(&good),
+                ..As::default()
+            },
+        )
+        .await;
+        assert_eq!(r.status, 201, "{alg:?}: {}", r.body);
+        let token = r.body["entryToken"].as_str().unwrap().to_owned();
+        let placed = order(
+            &app,
+            &As {
+                bearer: Some(&good),
+                token: Some(&token),
+                ..As::default()
+            },
+        )
+        .await;
+        assert_eq!(placed.status, 201, "{alg:?}: {}", placed.body);
+        assert_eq!(placed.body["userId"], "dave");
+
+        // Another key of the same kind, and an HS256 token keyed with
+        // the public key's own bytes (the algorithm-confusion attack).
+        let forged = match alg {
+            Algorithm::EdDSA => sign_with_file(alg, "ed25519-other-private.pem", &claims("dave")),
+            _ => hs256(
+                &claims("dave"),
+                &String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+            ),
+        };
+        let confused = hs256(
+            &claims("dave"),
+            &String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+        );
+        for bad in [forged, confused] {
+            let r = join(
+                &app,
+                &As {
+                    bearer: Some(&bad),
+                    ..As::default()
+                },
+            )
+            .await;
+            assert_eq!((r.status, r.error()), (401, "invalid_identity"), "{alg:?}");
+        }
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn the_page_makes_the_visitor_so_tabs_opened_together_join_as_one() {
+    let app = visitor_app().await;
+    let page = call(&app, reqwest::Method::GET, "/", &As::default(), None).await;
+    assert_eq!(page.status, 200);
+    let cookie = page.visitor().expect("the page sets a visitor cookie");
+    let with = As {
+        cookie: Some(&cookie),
+        ..As::default()
+    };
+    let again = call(&app, reqwest::Method::GET, "/", &with, None).await;
+    assert!(again.visitor().is_none(), "a known visitor keeps theirs");
+    let (a, b) = tokio::join!(join(&app, &with), join(&app, &with));
+    let mut codes = [a.status, b.status];
+    codes.sort();
+    assert_eq!(codes, [200, 201], "one place for both tabs");
+    assert!(a.visitor().is_none() && b.visitor().is_none());
+    app.stop().await;
+
+    let header = TestApp::memory_with(mode(IdentityMode::Header, &[])).await;
+    let page = call(&header, reqwest::Method::GET, "/", &As::default(), None).await;
+    assert!(
+        page.visitor().is_none(),
+        "no visitor cookie behind a gateway"
+    );
+    header.stop().await;
+}
