@@ -528,3 +528,59 @@ impl Store for MemoryStore {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn q() -> QueueName {
+        QueueName::parse("default").unwrap()
+    }
+
+    /// A budget that never refills: every join waits in line.
+    fn closed() -> Policy {
+        Policy {
+            batch: 0,
+            interval_ms: 1_000,
+            token_ttl_ms: 60_000,
+            max_active: Some(1),
+            abandon_after_ms: None,
+        }
+    }
+
+    /// A restarted store must not hand out the entry ids of the last one:
+    /// a ticket signed for an old entry would match the new place.
+    #[tokio::test]
+    async fn each_store_starts_its_entry_ids_at_a_random_point() {
+        let alice = UserId::parse("alice").unwrap();
+        let mut entries = HashSet::new();
+        for _ in 0..3 {
+            let store = MemoryStore::new();
+            let out = store
+                .enter(&q(), &alice, &closed(), &EntryToken::generate())
+                .await
+                .unwrap();
+            entries.insert(out.snapshot.entry.unwrap());
+        }
+        assert_eq!(entries.len(), 3, "{entries:?}");
+    }
+
+    /// A token is over from its expiry on (the same instant a Redis key
+    /// with that expiry goes), and frees its slot.
+    #[test]
+    fn a_token_ends_at_its_expiry() {
+        let policy = closed();
+        let mut data = QueueData::empty();
+        let token = EntryToken::generate();
+        data.issue("alice", &token, 7, 1_000, policy.token_ttl_ms, 1_000);
+        let expires_at = 1_000 + policy.token_ttl_ms;
+        data.expire_tokens(expires_at - 1);
+        assert!(data.tokens.contains_key("alice"));
+        assert_eq!(data.room(&policy), 0);
+        data.expire_tokens(expires_at);
+        assert!(!data.tokens.contains_key("alice") && data.expiry.is_empty());
+        assert_eq!(data.room(&policy), 1);
+    }
+}
