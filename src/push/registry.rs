@@ -747,7 +747,11 @@ mod tests {
     /// Samples `refresh_period(rank)` and checks it against `base` ±25 %,
     /// spread over that range rather than bunched at one point.
     fn assert_period_around(rank: u64, base: Duration) {
-        let (low, high) = (base.mul_f64(0.75), base.mul_f64(1.25));
+        // Whole milliseconds: the low end may round down by one.
+        let (low, high) = (
+            base.mul_f64(0.75) - Duration::from_millis(1),
+            base.mul_f64(1.25),
+        );
         let (mut below, mut above) = (false, false);
         for _ in 0..400 {
             let p = refresh_period(rank);
