@@ -243,6 +243,10 @@ impl Hub {
                 }
                 let rate = lock(&q.rate).rate(fallback_rate);
                 lock(&q.watchers).apply_admissions(&pass);
+                // Counted before the yield too: a stream that registers in
+                // it, from a read taken before this pass, missed its own
+                // admission and must be re-read at once, not in a second.
+                q.events_seen.fetch_add(1, Ordering::Release);
                 // Let the admitted buyers' streams write their `ready`
                 // before thousands of rank updates queue up behind them.
                 tokio::task::yield_now().await;

@@ -700,4 +700,364 @@ mod tests {
             }
         }
     }
+
+    fn waiting_snapshot(rank: u64, seq: u64, total: u64, pass: u64) -> Snapshot {
+        Snapshot {
+            standing: Standing::Waiting { rank, seq },
+            total_waiting: total,
+            entered_at_ms: None,
+            pass,
+            entry: Some(seq),
+        }
+    }
+
+    fn ready_snapshot(token: &EntryToken, expires_in_ms: u64, pass: u64) -> Snapshot {
+        Snapshot {
+            standing: Standing::Ready {
+                token: token.clone(),
+                expires_in_ms,
+            },
+            total_waiting: 0,
+            entered_at_ms: None,
+            pass,
+            entry: Some(1),
+        }
+    }
+
+    fn not_entered(pass: u64) -> Snapshot {
+        Snapshot {
+            standing: Standing::NotEntered,
+            total_waiting: 0,
+            entered_at_ms: None,
+            pass,
+            entry: None,
+        }
+    }
+
+    /// Samples `refresh_period(rank)` and checks it against `base` ±25 %,
+    /// spread over that range rather than bunched at one point.
+    fn assert_period_around(rank: u64, base: Duration) {
+        // Whole milliseconds: the low end may round down by one.
+        let (low, high) = (
+            base.mul_f64(0.75) - Duration::from_millis(1),
+            base.mul_f64(1.25),
+        );
+        let (mut below, mut above) = (false, false);
+        for _ in 0..400 {
+            let p = refresh_period(rank);
+            assert!(
+                low <= p && p <= high,
+                "rank {rank}: {p:?} outside {low:?}..={high:?}"
+            );
+            below |= p < base.mul_f64(0.9);
+            above |= p > base.mul_f64(1.1);
+        }
+        assert!(below && above, "rank {rank}: no jitter around {base:?}");
+    }
+
+    #[test]
+    fn refresh_periods_keep_their_documented_bounds() {
+        // About a second in front (under 100 ahead).
+        for rank in [0, 1, 50, 99] {
+            assert_period_around(rank, Duration::from_secs(1));
+        }
+        // Fifteen seconds under 1,000 ahead.
+        for rank in [100, 500, 999] {
+            assert_period_around(rank, Duration::from_secs(15));
+        }
+        // From a minute at 1,000 ahead, 10 ms more per place, up to three
+        // minutes.
+        for rank in [1_000, 5_000, 11_999] {
+            assert_period_around(rank, Duration::from_millis(60_000 + 10 * rank));
+        }
+        for rank in [12_000, 50_000, 10_000_000] {
+            assert_period_around(rank, Duration::from_secs(180));
+        }
+    }
+
+    #[test]
+    fn the_initial_view_is_the_snapshot() {
+        let waiting = waiting_snapshot(1_500, 9_000, 4_000, 3);
+        assert_eq!(
+            view_of(&waiting, 50.0),
+            Some(View::Waiting {
+                rank: 1_500,
+                total: 4_000,
+                eta: Some(30)
+            })
+        );
+        assert_eq!(
+            view_of(&waiting, 0.0),
+            Some(View::Waiting {
+                rank: 1_500,
+                total: 4_000,
+                eta: None
+            })
+        );
+        let token = EntryToken::generate();
+        let before = Instant::now();
+        let view = view_of(&ready_snapshot(&token, 60_000, 3), 50.0);
+        let after = Instant::now();
+        let Some(View::Ready {
+            token: shown,
+            expires_at,
+            admitted_at,
+            ..
+        }) = view
+        else {
+            panic!("{view:?}");
+        };
+        assert_eq!(shown, token.as_str());
+        assert!(before + Duration::from_secs(60) <= expires_at);
+        assert!(expires_at <= after + Duration::from_secs(60));
+        assert_eq!(admitted_at, None);
+        assert_eq!(view_of(&not_entered(3), 50.0), None);
+    }
+
+    /// The issue this guards: far back no re-read is due for a minute or
+    /// more, so only the pass's own event can move the rank.
+    #[test]
+    fn a_far_back_stream_moves_by_exactly_the_admitted_ahead_within_one_pass() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(20_000, 9_999);
+        q.insert(u("me"), w);
+        q.apply_snapshot(&u("me"), &waiting_snapshot(5_000, 20_000, 8_000, 1), 50.0);
+        rx.borrow_and_update();
+        let due = q.by_user[&u("me")].next_refresh;
+        assert!(
+            due >= Instant::now() + Duration::from_secs(60),
+            "no re-read due"
+        );
+        // 50 admitted ahead; one dropped ahead, two behind.
+        let admitted: Vec<(String, u64)> = (0..50).map(|i| (format!("a{i}"), 15_000 + i)).collect();
+        q.apply(
+            &pass(
+                2,
+                admitted
+                    .iter()
+                    .map(|(u, s)| (u.as_str(), *s, "t"))
+                    .collect(),
+                vec![("x", 19_999), ("y", 20_001), ("z", 25_000)],
+                7_947,
+            ),
+            50.0,
+        );
+        let update = rx.borrow_and_update().clone();
+        assert_eq!(
+            update.view,
+            View::Waiting {
+                rank: 4_949,
+                total: 7_947,
+                eta: Some(99)
+            }
+        );
+        assert_eq!(update.id, EventId { pass: 2, n: 0 });
+        assert_eq!(
+            q.by_user[&u("me")].next_refresh,
+            due,
+            "moved by the event alone"
+        );
+        q.apply(&pass(3, vec![("b", 19_000, "t")], vec![], 7_946), 50.0);
+        assert!(matches!(
+            rx.borrow_and_update().view,
+            View::Waiting { rank: 4_948, .. }
+        ));
+    }
+
+    #[test]
+    fn a_pass_shows_ready_to_the_admitted_and_gone_to_the_dropped_first() {
+        let mut q = QueueWatchers::default();
+        let (w, mut admitted_rx) = watcher(3, 0);
+        q.insert(u("in"), w);
+        let (w, mut dropped_rx) = watcher(4, 1);
+        q.insert(u("out"), w);
+        let (w, mut behind_rx) = watcher(5, 2);
+        q.insert(u("behind"), w);
+        let QueueEvent::Pass(p) = pass(2, vec![("in", 3, "tok")], vec![("out", 4)], 1) else {
+            unreachable!()
+        };
+        let before = Instant::now();
+        q.apply_admissions(&p);
+        let after = Instant::now();
+        let update = admitted_rx.borrow_and_update().clone();
+        let View::Ready {
+            token,
+            expires_at,
+            admitted_at,
+            ..
+        } = update.view
+        else {
+            panic!("{:?}", update.view);
+        };
+        assert_eq!((token.as_str(), admitted_at), ("tok", Some(1_000)));
+        assert!(before + Duration::from_secs(60) <= expires_at);
+        assert!(expires_at <= after + Duration::from_secs(60));
+        assert_eq!(update.id, EventId { pass: 2, n: 0 });
+        // Re-read once the token has expired, to tell the buyer.
+        let refresh = q.by_user[&u("in")].next_refresh;
+        assert!(expires_at < refresh && refresh <= expires_at + Duration::from_secs(1));
+        assert_eq!(
+            dropped_rx.borrow_and_update().view,
+            View::Gone(GoneReason::Abandoned)
+        );
+        assert!(
+            !behind_rx.has_changed().unwrap(),
+            "ranks move in the second half"
+        );
+        q.apply_ranks(&p, 1.0);
+        assert_eq!(
+            behind_rx.borrow_and_update().view,
+            View::Waiting {
+                rank: 0,
+                total: 1,
+                eta: Some(0)
+            }
+        );
+        assert!(!admitted_rx.has_changed().unwrap() && !dropped_rx.has_changed().unwrap());
+    }
+
+    #[test]
+    fn the_total_shown_is_never_below_the_position() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(10, 6);
+        q.insert(u("me"), w);
+        // The pass's count lags what this stream knows of the line.
+        q.apply(&pass(2, vec![], vec![], 2), 1.0);
+        assert_eq!(
+            rx.borrow_and_update().view,
+            View::Waiting {
+                rank: 6,
+                total: 7,
+                eta: Some(6)
+            }
+        );
+    }
+
+    #[test]
+    fn a_stream_that_ended_stays_ended() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(3, 2);
+        q.insert(u("me"), w);
+        q.apply(&QueueEvent::Consumed { user: u("me") }, 1.0);
+        assert_eq!(
+            rx.borrow_and_update().view,
+            View::Gone(GoneReason::Consumed)
+        );
+        // Nothing changes what it showed last: not a leave, a re-read, a
+        // pass or a late ready.
+        q.apply(&left("me", 3), 1.0);
+        q.apply_snapshot(&u("me"), &waiting_snapshot(1, 3, 5, 2), 1.0);
+        q.apply_snapshot(&u("me"), &not_entered(2), 1.0);
+        q.apply(&pass(3, vec![], vec![("c", 1)], 4), 1.0);
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(rx.borrow().view, View::Gone(GoneReason::Consumed));
+    }
+
+    #[test]
+    fn a_re_read_of_the_pass_already_counted_heals_the_rank() {
+        let mut q = QueueWatchers::default();
+        // Shows 40 though the line says 30 (something was lost).
+        let (w, mut rx) = watcher(100, 40);
+        q.insert(u("me"), w);
+        let before = Instant::now();
+        q.apply_snapshot(&u("me"), &waiting_snapshot(30, 100, 90, 1), 1.0);
+        assert_eq!(
+            rx.borrow_and_update().view,
+            View::Waiting {
+                rank: 30,
+                total: 90,
+                eta: Some(30)
+            }
+        );
+        let next = q.by_user[&u("me")].next_refresh;
+        assert!(before + Duration::from_millis(750) <= next);
+        assert!(next <= Instant::now() + Duration::from_millis(1_250));
+        // Far back, the next re-read is minutes away.
+        let before = Instant::now();
+        q.apply_snapshot(&u("me"), &waiting_snapshot(20, 100, 90, 1), 1.0);
+        let (w, _rx) = watcher(9_000, 2_500);
+        q.insert(u("far"), w);
+        q.apply_snapshot(&u("far"), &waiting_snapshot(2_000, 9_000, 90, 1), 1.0);
+        let next = q.by_user[&u("far")].next_refresh;
+        assert!(before + Duration::from_millis(60_000) <= next, "{next:?}");
+        assert!(next <= Instant::now() + Duration::from_millis(100_000));
+    }
+
+    #[test]
+    fn a_re_read_older_than_the_last_pass_is_due_again_at_once() {
+        let mut q = QueueWatchers::default();
+        let (mut w, rx) = watcher(100, 40);
+        w.synced_pass = 5;
+        w.next_refresh = Instant::now() + Duration::from_secs(60);
+        q.insert(u("me"), w);
+        q.apply_snapshot(&u("me"), &waiting_snapshot(30, 100, 90, 4), 1.0);
+        assert!(!rx.has_changed().unwrap());
+        assert!(q.by_user[&u("me")].next_refresh <= Instant::now());
+    }
+
+    #[test]
+    fn a_re_read_ready_token_is_shown_once_and_its_end_told_apart() {
+        let mut q = QueueWatchers::default();
+        let (w, mut rx) = watcher(3, 0);
+        q.insert(u("me"), w);
+        let token = EntryToken::generate();
+        let before = Instant::now();
+        q.apply_snapshot(&u("me"), &ready_snapshot(&token, 500, 2), 1.0);
+        let after = Instant::now();
+        let View::Ready { expires_at, .. } = rx.borrow_and_update().view.clone() else {
+            panic!("not ready");
+        };
+        assert!(before + Duration::from_millis(500) <= expires_at);
+        assert!(expires_at <= after + Duration::from_millis(500));
+        let refresh = q.by_user[&u("me")].next_refresh;
+        assert!(expires_at < refresh && refresh <= expires_at + Duration::from_secs(1));
+        // A claim extended the token's life: the same token, nothing new.
+        q.apply_snapshot(&u("me"), &ready_snapshot(&token, 90_000, 2), 1.0);
+        assert!(!rx.has_changed().unwrap());
+        // Gone within a second of the expiry shown: it expired.
+        q.apply_snapshot(&u("me"), &not_entered(2), 1.0);
+        assert_eq!(rx.borrow_and_update().view, View::Gone(GoneReason::Expired));
+
+        // Gone with a minute left: it was used for an order.
+        let (w, mut rx) = watcher(4, 0);
+        q.insert(u("buyer"), w);
+        q.apply_snapshot(&u("buyer"), &ready_snapshot(&token, 60_000, 2), 1.0);
+        q.apply_snapshot(&u("buyer"), &not_entered(2), 1.0);
+        assert_eq!(
+            rx.borrow_and_update().view,
+            View::Gone(GoneReason::Consumed)
+        );
+
+        // Gone while still in line: dropped.
+        let (w, mut rx) = watcher(5, 1);
+        q.insert(u("waiter"), w);
+        q.apply_snapshot(&u("waiter"), &not_entered(2), 1.0);
+        assert_eq!(
+            rx.borrow_and_update().view,
+            View::Gone(GoneReason::NotEntered)
+        );
+    }
+
+    #[test]
+    fn leaves_fold_into_the_stored_ranks_once_fold_at_pile_up() {
+        let mut q = QueueWatchers {
+            fold_at: 4,
+            ..QueueWatchers::default()
+        };
+        let (w, mut rx) = watcher(100, 50);
+        q.insert(u("me"), w);
+        for seq in [10, 20, 30] {
+            q.apply(&left(&format!("x{seq}"), seq), 1.0);
+        }
+        assert_eq!((q.left.len(), q.by_user[&u("me")].rank), (3, 50));
+        q.apply(&left("x200", 200), 1.0);
+        assert!(q.left.is_empty(), "folded at fold_at");
+        assert_eq!(q.by_user[&u("me")].rank, 47);
+        assert!(!rx.has_changed().unwrap(), "still shown with the next pass");
+        q.apply(&pass(2, vec![], vec![], 60), 1.0);
+        assert!(matches!(
+            rx.borrow_and_update().view,
+            View::Waiting { rank: 47, .. }
+        ));
+    }
 }

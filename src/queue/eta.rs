@@ -116,4 +116,40 @@ mod tests {
         e.record(10, 1_000_000);
         assert!(e.rate(1.0) < 100.0);
     }
+
+    #[test]
+    fn passes_in_the_same_millisecond_all_count() {
+        // Two instances may run a pass in the same millisecond: both admitted.
+        let mut e = RateEstimator::new(30_000);
+        e.record(0, 0);
+        e.record(1_000, 4);
+        e.record(1_000, 6);
+        assert!((e.rate(50.0) - 10.0).abs() < 1e-9, "{}", e.rate(50.0));
+    }
+
+    #[test]
+    fn a_late_pass_changes_nothing() {
+        let mut e = RateEstimator::new(30_000);
+        for i in 1..=5 {
+            e.record(i * 1_000, 8);
+        }
+        let before = e.rate(50.0);
+        e.record(2_500, 1_000);
+        assert_eq!(e.rate(50.0), before);
+        assert_eq!(e.passes.len(), 5);
+    }
+
+    #[test]
+    fn a_pass_exactly_one_window_old_is_kept() {
+        let mut e = RateEstimator::new(10_000);
+        e.record(0, 0);
+        e.record(5_000, 10);
+        e.record(10_000, 10);
+        // All three: 20 admitted over the 10 s span.
+        assert!((e.rate(50.0) - 2.0).abs() < 1e-9, "{}", e.rate(50.0));
+        e.record(10_001, 10);
+        // The first is now older than the window: 20 over 5.001 s.
+        assert_eq!(e.passes.len(), 3);
+        assert!((e.rate(50.0) - 20_000.0 / 5_001.0).abs() < 1e-9);
+    }
 }

@@ -107,4 +107,32 @@ mod tests {
         assert_eq!(estimated_wait_secs(101, 50.0), Some(3));
         assert_eq!(estimated_wait_secs(10, 0.0), None);
     }
+
+    fn policy(batch: u32, interval_ms: u64) -> Policy {
+        Policy {
+            batch,
+            interval_ms,
+            token_ttl_ms: 300_000,
+            max_active: None,
+            abandon_after_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_configured_rate_is_the_batch_per_interval() {
+        assert_eq!(policy(50, 1_000).configured_rate(), 50.0);
+        assert_eq!(policy(2, 500).configured_rate(), 4.0);
+        assert_eq!(policy(3, 2_000).configured_rate(), 1.5);
+        // A zero interval is read as 1 ms, never a division by zero.
+        assert_eq!(policy(3, 0).configured_rate(), 3_000.0);
+    }
+
+    #[test]
+    fn no_estimate_without_a_real_rate() {
+        for rate in [0.0, f64::EPSILON, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(estimated_wait_secs(10, rate), None, "{rate}");
+        }
+        assert_eq!(estimated_wait_secs(0, 0.0), Some(0), "at the front");
+        assert_eq!(estimated_wait_secs(3, 0.5), Some(6));
+    }
 }

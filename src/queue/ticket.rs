@@ -232,4 +232,33 @@ mod tests {
             Err(TicketError::ForeignQueue)
         );
     }
+
+    /// A ticket signed by `s` whose entry is written with leading zeros
+    /// until the whole ticket is `len` characters (sign never pads; this
+    /// is a validly signed ticket of an unusual size).
+    fn padded_ticket(s: &TicketSigner, len: usize) -> Option<String> {
+        (0..600).find_map(|zeros| {
+            let payload = format!("default\nalice\n{}7\n{}", "0".repeat(zeros), NOW + 1000);
+            let tag = s.mac(payload.as_bytes()).finalize().into_bytes();
+            let raw = format!(
+                "{}.{}",
+                URL_SAFE_NO_PAD.encode(payload),
+                URL_SAFE_NO_PAD.encode(tag)
+            );
+            (raw.len() == len).then_some(raw)
+        })
+    }
+
+    #[test]
+    fn tickets_over_512_bytes_are_refused_before_decoding() {
+        let s = TicketSigner::random();
+        let at_limit = padded_ticket(&s, 512).unwrap();
+        let t = s.verify(&at_limit, &q("default"), NOW).unwrap();
+        assert_eq!((t.user, t.entry), (u("alice"), 7));
+        let over = padded_ticket(&s, 514).unwrap();
+        assert_eq!(
+            s.verify(&over, &q("default"), NOW),
+            Err(TicketError::Invalid)
+        );
+    }
 }

@@ -68,4 +68,13 @@ mod tests {
         assert!(!a.matches(EntryToken::generate().as_str()));
         assert!(!format!("{a:?}").contains(a.as_str()));
     }
+
+    #[test]
+    fn debug_names_the_type_only() {
+        let a = EntryToken::from_stored("secret-token-text".into());
+        assert_eq!(a.as_str(), "secret-token-text");
+        let shown = format!("{:?}", Some(a));
+        assert!(shown.contains("EntryToken"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
+    }
 }

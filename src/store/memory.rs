@@ -517,3 +517,151 @@ impl Store for MemoryStore {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn q() -> QueueName {
+        QueueName::parse("default").unwrap()
+    }
+
+    /// A budget that never refills: every join waits in line.
+    fn closed() -> Policy {
+        Policy {
+            batch: 0,
+            interval_ms: 1_000,
+            token_ttl_ms: 60_000,
+            max_active: Some(1),
+            abandon_after_ms: None,
+        }
+    }
+
+    /// A restarted store must not hand out the entry ids of the last one:
+    /// a ticket signed for an old entry would match the new place.
+    #[tokio::test]
+    async fn each_store_starts_its_entry_ids_at_a_random_point() {
+        let alice = UserId::parse("alice").unwrap();
+        let mut entries = HashSet::new();
+        for _ in 0..3 {
+            let store = MemoryStore::new();
+            let out = store
+                .enter(&q(), &alice, &closed(), &EntryToken::generate())
+                .await
+                .unwrap();
+            entries.insert(out.snapshot.entry.unwrap());
+        }
+        assert_eq!(entries.len(), 3, "{entries:?}");
+    }
+
+    /// A token is over from its expiry on (the same instant a Redis key
+    /// with that expiry goes), and frees its slot.
+    #[test]
+    fn a_token_ends_at_its_expiry() {
+        let policy = closed();
+        let mut data = QueueData::empty();
+        let token = EntryToken::generate();
+        data.issue(
+            &UserId::parse("alice").unwrap(),
+            &token,
+            7,
+            1_000,
+            policy.token_ttl_ms,
+            1_000,
+        );
+        let expires_at = 1_000 + policy.token_ttl_ms;
+        data.expire_tokens(expires_at - 1);
+        assert!(data.tokens.contains_key("alice"));
+        assert_eq!(data.room(&policy), 0);
+        data.expire_tokens(expires_at);
+        assert!(!data.tokens.contains_key("alice") && data.expiry.is_empty());
+        assert_eq!(data.room(&policy), 1);
+    }
+
+    fn open(batch: u32) -> Policy {
+        Policy {
+            batch,
+            interval_ms: 3_600_000,
+            token_ttl_ms: 60_000,
+            max_active: None,
+            abandon_after_ms: None,
+        }
+    }
+
+    /// Every pass gets the next number: SSE ids and the streams' "already
+    /// counted" checks rest on it.
+    #[tokio::test]
+    async fn pass_numbers_grow_by_one() {
+        let store = MemoryStore::new();
+        let mut last = store.stats(&q()).await.unwrap().pass;
+        for _ in 0..3 {
+            let pass = store.admit(&q(), &open(1), &[]).await.unwrap();
+            assert_eq!(pass.pass, last + 1);
+            last = pass.pass;
+        }
+        assert_eq!(store.stats(&q()).await.unwrap().pass, last);
+    }
+
+    /// Subscribers hear of their own queues only, and not of a pass over
+    /// an empty line that dropped nobody.
+    #[tokio::test]
+    async fn only_news_of_the_queues_subscribed_is_published() {
+        let store = MemoryStore::new();
+        let other = QueueName::parse("other").unwrap();
+        let mut events = store.subscribe(&[q()]);
+        let alice = UserId::parse("alice").unwrap();
+        for queue in [&other, &q()] {
+            store.admit(queue, &open(1), &[]).await.unwrap();
+            let out = store
+                .enter(queue, &alice, &closed(), &EntryToken::generate())
+                .await
+                .unwrap();
+            let entry = out.snapshot.entry.unwrap();
+            assert!(store.leave(queue, &alice, entry).await.unwrap());
+        }
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), events.next())
+            .await
+            .unwrap();
+        match first {
+            Some(StoreEvent::Queue {
+                queue,
+                event: QueueEvent::Left { user, .. },
+            }) => assert_eq!((queue, user.as_str()), (q(), "alice")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A renewed claim holds for the lease asked, not for ever.
+    #[tokio::test]
+    async fn a_renewed_claim_lasts_its_lease() {
+        let store = MemoryStore::new();
+        let alice = UserId::parse("alice").unwrap();
+        let token = EntryToken::generate();
+        store.enter(&q(), &alice, &open(1), &token).await.unwrap();
+        let ClaimOutcome::Claimed { claim_id } = store
+            .claim(&q(), &alice, token.as_str(), 1_000)
+            .await
+            .unwrap()
+        else {
+            panic!("no claim");
+        };
+        let before = now_ms();
+        assert!(
+            store
+                .renew_claim(&q(), &alice, &claim_id, 90_000)
+                .await
+                .unwrap()
+        );
+        let after = now_ms();
+        let queues = store.queues.lock().unwrap();
+        let record = &queues[&q()].tokens["alice"];
+        let until = record.claim.as_ref().unwrap().1;
+        assert!(
+            (before + 90_000..=after + 90_000).contains(&until),
+            "{until}"
+        );
+        assert_eq!(record.expires_at, until, "the token lives as long");
+    }
+}
