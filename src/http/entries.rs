@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, now_ms, ticket_ended};
 use super::identity::Joiner;
+use super::openapi::TicketParams;
 use super::wire::QueueStatus;
 use crate::app::AppState;
 use crate::queue::{EntryToken, QueueName};
@@ -127,14 +128,7 @@ async fn enter(
     path = "/api/queues/{queue}/position",
     tag = "queue",
     operation_id = "position",
-    params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
-        ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
-        ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
-        ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
-        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
-            description = "Optional; when sent, it must be the ticket's user."),
-    ),
+    params(TicketParams),
     responses(
         (status = 200, description = "The buyer's state.", body = QueueStatus),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
@@ -166,14 +160,7 @@ async fn position(
     path = "/api/queues/{queue}/entries/me",
     tag = "queue",
     operation_id = "leave",
-    params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
-        ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
-        ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
-        ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
-        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
-            description = "Optional; when sent, it must be the ticket's user."),
-    ),
+    params(TicketParams),
     responses(
         (status = 204, description = "Left."),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),

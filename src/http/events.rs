@@ -32,7 +32,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, ErrorBody};
 use super::extract::Member;
 use super::handoff::LeanStream;
-use super::openapi::StreamEvent;
+use super::openapi::{StreamEvent, TicketParams};
 use super::wire;
 use crate::app::AppState;
 use crate::push::{EventId, StreamSession, shed_frame, view_of};
@@ -113,14 +113,7 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
     path = "/api/queues/{queue}/events",
     tag = "queue",
     operation_id = "events",
-    params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
-        ("X-Queue-Ticket" = Option<String>, Header, description = "The ticket a join answered (taken first)."),
-        ("ticket" = Option<String>, Query, description = "The ticket, for clients that cannot set headers (EventSource)."),
-        ("waitroom_ticket" = Option<String>, Cookie, description = "The ticket cookie a join set (taken last)."),
-        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
-            description = "Optional; when sent, it must be the ticket's user."),
-    ),
+    params(TicketParams),
     responses(
         (status = 200, description = "The stream: `waiting`, `ready` and `gone` events (see `StreamEvent`). \
             An instance at its stream cap answers a `retry:` frame alone and closes.",

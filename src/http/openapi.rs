@@ -261,6 +261,81 @@ fn add_links(api: &mut Document) {
     }
 }
 
+/// The parameters of every request that names a place by its ticket
+/// (position, events, leave): the queue, the ticket in its three carriers
+/// (in the order they are taken) and the optional `X-User-Id` check.
+pub struct TicketParams;
+
+impl utoipa::IntoParams for TicketParams {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::Required;
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::schema::SchemaType;
+        let text = |nullable: bool, pattern: Option<&str>| {
+            let kind = if nullable {
+                SchemaType::from_iter([Type::String, Type::Null])
+            } else {
+                SchemaType::new(Type::String)
+            };
+            ObjectBuilder::new()
+                .schema_type(kind)
+                .pattern(pattern)
+                .build()
+        };
+        let param = |name: &str, place: ParameterIn, required: bool, description: &str| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(place)
+                .required(if required {
+                    Required::True
+                } else {
+                    Required::False
+                })
+                .description(Some(description))
+        };
+        vec![
+            param("queue", ParameterIn::Path, true, "The queue's name.")
+                .schema(Some(text(false, Some(r"^[a-z0-9_-]{1,64}$"))))
+                .example(Some("default".into()))
+                .build(),
+            param(
+                "X-Queue-Ticket",
+                ParameterIn::Header,
+                false,
+                "The ticket a join answered (taken first).",
+            )
+            .schema(Some(text(true, None)))
+            .build(),
+            param(
+                "ticket",
+                ParameterIn::Query,
+                false,
+                "The ticket, for clients that cannot set headers (EventSource).",
+            )
+            .schema(Some(text(false, None)))
+            .build(),
+            param(
+                "waitroom_ticket",
+                ParameterIn::Cookie,
+                false,
+                "The ticket cookie a join set (taken last).",
+            )
+            .schema(Some(text(true, None)))
+            .build(),
+            param(
+                "X-User-Id",
+                ParameterIn::Header,
+                false,
+                "Optional; when sent, it must be the ticket's user.",
+            )
+            .schema(Some(text(true, Some(r"^[A-Za-z0-9_.:-]{1,64}$"))))
+            .build(),
+        ]
+    }
+}
+
 /// The whole document: the frame, every route's operation, the links.
 pub fn document() -> Document {
     let (_, mut api) = super::routes().split_for_parts();
