@@ -196,7 +196,7 @@ impl AppState {
         &self.inner.signer
     }
 
-    /// The bearer token of the admin and token APIs.
+    /// The bearer token of the admin API.
     pub fn admin_token(&self) -> &str {
         &self.inner.admin_token
     }
@@ -235,13 +235,11 @@ impl AppState {
         self.inner.orders.as_ref()
     }
 
-    /// The bearer token of the token API.
-    pub fn service_token(&self) -> &str {
-        self.inner
-            .config
-            .service_token
-            .as_deref()
-            .unwrap_or(&self.inner.admin_token)
+    /// The bearer token of the token API: `--service-token`; `None` while
+    /// the token API is off. Never the admin token (a separate scope: an
+    /// order service cannot pause queues or reprice products).
+    pub fn service_token(&self) -> Option<&str> {
+        self.inner.config.service_token.as_deref()
     }
 
     /// The per-instance event hub.

@@ -15,9 +15,17 @@ use crate::queue::{Policy, QueueName};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "waitroom", version, about, args_override_self = true)]
 pub struct Config {
-    /// Address to listen on.
+    /// Address to listen on (buyers: the queue, the page, the demo orders).
     #[arg(long, env = "WAITROOM_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
+
+    /// Address of the operator listener: `/metrics`, `/api/admin/*` and
+    /// `/api/tokens/*` (and the probes). Unset: 127.0.0.1:9090, or a free
+    /// loopback port (logged) when that one is taken, so several instances
+    /// on one host start with the defaults. Set: it must bind, or the
+    /// process does not start.
+    #[arg(long, env = "WAITROOM_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
 
     /// Redis URL (redis://host:port/db). Unset: the embedded in-memory store
     /// (one process only).
@@ -100,13 +108,15 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_KEEP_ALIVE_SECS", default_value_t = 15)]
     pub keep_alive_secs: u64,
 
-    /// Bearer token for the admin and token APIs. Unset: random, printed at
-    /// start.
+    /// Bearer token of the admin API (never accepted by the token API).
+    /// Unset: random, printed once on stderr at start.
     #[arg(long, env = "WAITROOM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
     /// Bearer token order services in other languages use for the token
-    /// API (claim / consume / release). Unset: the admin token.
+    /// API (claim / consume / release); give every instance the same one.
+    /// Unset: the token API is off (its routes answer `404
+    /// token_api_disabled`). Never the admin token.
     #[arg(long, env = "WAITROOM_SERVICE_TOKEN", hide_env_values = true)]
     pub service_token: Option<String>,
 
@@ -115,10 +125,11 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::On)]
     pub orders: OrdersMode,
 
-    /// SQLite file of the demo order service, created and seeded on first
-    /// start.
+    /// The demo order service's database: a SQLite file (created and
+    /// seeded on first start; `:memory:` for none), or a `postgres://` URL
+    /// that every instance shares.
     #[arg(long, env = "WAITROOM_ORDERS_DB", default_value = "waitroom-orders.db")]
-    pub orders_db: PathBuf,
+    pub orders_db: String,
 
     /// Who a request is for: `visitor` (a signed cookie waitroom mints;
     /// `X-User-Id` ignored), `header` (`X-User-Id` from a trusted gateway
@@ -150,6 +161,10 @@ pub struct Config {
 }
 
 pub use crate::identity::Mode as IdentityMode;
+
+/// Where the operator listener goes when `--admin-addr` is unset.
+pub const DEFAULT_ADMIN_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9090);
 
 /// The longest ticket life accepted: a leaked ticket stays usable no
 /// longer than this, even while its place lasts.
@@ -207,6 +222,14 @@ impl Config {
             && t.len() < 16
         {
             return bad("--service-token must be at least 16 characters");
+        }
+        if let (Some(service), Some(admin)) = (&self.service_token, &self.admin_token)
+            && service == admin
+        {
+            return bad("--service-token must differ from --admin-token (separate scopes)");
+        }
+        if self.admin_addr.is_some_and(|a| a == self.addr) {
+            return bad("--admin-addr must differ from --addr");
         }
         if self.max_streams == Some(0) {
             return bad("--max-streams must be at least 1");

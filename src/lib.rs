@@ -45,26 +45,81 @@ use tokio_util::task::TaskTracker;
 pub use app::{AppState, StartError};
 pub use config::Config;
 
-/// Serves `config` on `listener` until `shutdown` fires, then stops every
+/// The two listeners of an instance: buyers on `public` (`--addr`),
+/// operators on `admin` (`--admin-addr`: metrics, the admin API, the token
+/// API), so the operator surfaces need not be reachable where buyers are.
+pub struct Listeners {
+    pub public: TcpListener,
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `--addr` and `--admin-addr` as configured (see
+    /// [`bind_admin`]).
+    pub async fn bind(config: &Config) -> Result<Self, StartError> {
+        let public = TcpListener::bind(config.addr).await?;
+        let admin = bind_admin(config.admin_addr).await?;
+        Ok(Self { public, admin })
+    }
+}
+
+/// Binds the operator listener. An address that was set must bind (an
+/// error otherwise: an operator who chose a port wants that port). Unset,
+/// it is [`config::DEFAULT_ADMIN_ADDR`], and when another process (a second
+/// instance on the same host) holds that, a free loopback port: the
+/// instance still starts, with a warning and the address in the log.
+pub async fn bind_admin(addr: Option<std::net::SocketAddr>) -> Result<TcpListener, StartError> {
+    if let Some(addr) = addr {
+        return TcpListener::bind(addr).await.map_err(|e| {
+            StartError::Io(std::io::Error::new(
+                e.kind(),
+                format!("--admin-addr {addr}: {e}"),
+            ))
+        });
+    }
+    match TcpListener::bind(config::DEFAULT_ADMIN_ADDR).await {
+        Ok(listener) => Ok(listener),
+        Err(e) => {
+            let fallback = std::net::SocketAddr::new(config::DEFAULT_ADMIN_ADDR.ip(), 0);
+            let listener = TcpListener::bind(fallback).await?;
+            tracing::warn!(
+                default = %config::DEFAULT_ADMIN_ADDR,
+                error = %e,
+                admin_addr = %listener.local_addr()?,
+                "the default operator address is taken; serving operators on a free loopback port instead (set --admin-addr to choose)"
+            );
+            Ok(listener)
+        }
+    }
+}
+
+/// Serves `config` on `listeners` until `shutdown` fires, then stops every
 /// background task before returning.
 pub async fn run(
     config: Config,
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: CancellationToken,
 ) -> Result<(), StartError> {
     telemetry::install_metrics();
     let state = AppState::new(config, shutdown.clone()).await?;
     if state.config().admin_token.is_none() {
-        println!(
+        // Never through the log macros, whatever RUST_LOG says: written
+        // once, to stderr beside the log, and only when it was made up
+        // here. A configured token is never written anywhere.
+        eprintln!(
             "admin token (set --admin-token to choose one): {}",
             state.admin_token()
         );
     }
-    serve(state, listener).await
+    serve(state, listeners).await
 }
 
-/// Serves an already built state; see [`run`].
-pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartError> {
+/// Serves an already built state on both listeners; see [`run`].
+pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartError> {
+    let Listeners {
+        public: listener,
+        admin,
+    } = listeners;
     let shutdown = state.shutdown().clone();
     let state_gate = state.gate().clone();
     // The whole shutdown fits in `--drain-secs` + 5 s from the signal: the
@@ -80,7 +135,16 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartEr
     let tasks = TaskTracker::new();
     state.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
-    let served = server::serve(state, listener).await;
+    tracing::info!(addr = %admin.local_addr()?, "operator listener (metrics, admin and token APIs)");
+    let operators = tokio::spawn(server::serve(
+        state.clone(),
+        admin,
+        http::admin_router(state.clone()),
+        server::ADMIN_MAX_CONNECTIONS,
+    ));
+    let max_connections = state.max_connections();
+    let router = http::router(state.clone());
+    let served = server::serve(state, listener, router, max_connections).await;
     shutdown.cancel();
     let stop_by = stop_by
         .await
@@ -95,7 +159,12 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), StartEr
     if tokio::time::timeout_at(stop_by, stopped).await.is_err() {
         tracing::warn!("background tasks still running at the end of the shutdown window");
     }
-    Ok(served?)
+    // The operator listener stops on the same token, within the same window.
+    let operators = operators
+        .await
+        .map_err(|e| std::io::Error::other(format!("operator listener: {e}")))?;
+    served?;
+    Ok(operators?)
 }
 
 /// What the shutdown window adds to `--drain-secs`: in-flight requests

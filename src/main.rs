@@ -11,10 +11,10 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     telemetry::init_tracing();
     raise_open_file_limit();
-    let listener = tokio::net::TcpListener::bind(config.addr).await?;
+    let listeners = waitroom::Listeners::bind(&config).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    waitroom::run(config, listener, shutdown).await?;
+    waitroom::run(config, listeners, shutdown).await?;
     Ok(())
 }
 

@@ -179,9 +179,16 @@ async fn set_paused(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ProductBody {
+    /// Shown to buyers: 1-200 characters of printable text (no control or
+    /// direction-override characters).
     name: String,
+    /// A configured queue: its entry tokens buy the product.
     queue: String,
+    /// 0-1,000,000,000.
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
     price_cents: i64,
+    /// 0-1,000,000,000.
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
     stock: i64,
     /// The most one order may buy (1-1,000,000,000); absent keeps the
     /// current cap (a new product gets the default).
@@ -191,13 +198,83 @@ struct ProductBody {
 /// The largest `maxPerOrder` accepted (the order API's own quantity cap).
 const MAX_PER_ORDER_LIMIT: i64 = 1_000_000_000;
 
+/// The largest stock accepted: far beyond any sale, far below where a sum
+/// of stock could overflow.
+const MAX_STOCK: i64 = 1_000_000_000;
+
+/// The largest price accepted, in cents (10 million in the currency's
+/// units): a typo of a few digits is refused, not sold.
+const MAX_PRICE_CENTS: i64 = 1_000_000_000;
+
+/// The longest product id and name, in characters (not bytes).
+const MAX_ID_CHARS: usize = 64;
+const MAX_NAME_CHARS: usize = 200;
+
+/// Checks a product before anything is written: `400 invalid_product`,
+/// naming the field. The id lands in URLs and logs, so it is a plain
+/// token (`A-Z a-z 0-9 _ . -`); the name is shown to buyers, so it is
+/// printable text: no control characters (NUL, newlines, escapes) and no
+/// bidirectional overrides or isolates, which make a page show text other
+/// than what is stored.
+fn check_product(id: &str, body: &ProductBody) -> Result<(), ApiError> {
+    let bad = |message: String| Err(ApiError::bad_request("invalid_product", message));
+    let id_chars = id.chars().count();
+    if !(1..=MAX_ID_CHARS).contains(&id_chars)
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    {
+        return bad(format!(
+            "id: 1-{MAX_ID_CHARS} of A-Z a-z 0-9 _ . - (no slashes, spaces or control characters)"
+        ));
+    }
+    let name_chars = body.name.chars().count();
+    if !(1..=MAX_NAME_CHARS).contains(&name_chars) || body.name.trim().is_empty() {
+        return bad(format!("name: 1-{MAX_NAME_CHARS} characters, not blank"));
+    }
+    if let Some(c) = body.name.chars().find(|&c| !printable(c)) {
+        return bad(format!(
+            "name: printable text only (U+{:04X} is a control or direction-override character)",
+            u32::from(c)
+        ));
+    }
+    if !(0..=MAX_PRICE_CENTS).contains(&body.price_cents) {
+        return bad(format!("priceCents: 0-{MAX_PRICE_CENTS}"));
+    }
+    if !(0..=MAX_STOCK).contains(&body.stock) {
+        return bad(format!("stock: 0-{MAX_STOCK}"));
+    }
+    if body
+        .max_per_order
+        .is_some_and(|m| !(1..=MAX_PER_ORDER_LIMIT).contains(&m))
+    {
+        return bad(format!("maxPerOrder: 1-{MAX_PER_ORDER_LIMIT}"));
+    }
+    Ok(())
+}
+
+/// Text a buyer's page can show as it is stored: no control characters
+/// (C0, DEL, C1: NUL, newlines, terminal escapes), no bidirectional
+/// embeddings, overrides, isolates or marks, no line or paragraph
+/// separators, no byte-order mark.
+fn printable(c: char) -> bool {
+    !c.is_control()
+        && !matches!(
+            c,
+            '\u{200E}' | '\u{200F}' | '\u{061C}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}' | '\u{2029}' | '\u{FEFF}'
+        )
+}
+
 /// Adds, restocks or caps a demo product.
 #[utoipa::path(
     put,
     path = "/api/admin/products/{id}",
     tag = "admin",
     security(("admin" = [])),
-    params(("id" = String, Path, description = "The product's id (1-64 characters).")),
+    params(("id" = String, Path, pattern = r"^[A-Za-z0-9_.-]{1,64}$", description = "The product's id (1-64 of `A-Z a-z 0-9 _ . -`).")),
     request_body = ProductBody,
     responses(
         (status = 200, description = "The product as stored.", body = Product),
@@ -206,7 +283,7 @@ const MAX_PER_ORDER_LIMIT: i64 = 1_000_000_000;
         (status = 404, description = "`orders_disabled`.", body = ErrorBody),
         (status = 408, description = "`request_timeout`.", body = ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = ErrorBody),
-        (status = 503, description = "`server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`database_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )
 )]
 async fn put_product(
@@ -225,23 +302,7 @@ async fn put_product(
             "the product's queue is not configured",
         ));
     }
-    if id.is_empty()
-        || id.len() > 64
-        || body.name.is_empty()
-        || body.price_cents < 0
-        || body.stock < 0
-        || body
-            .max_per_order
-            .is_some_and(|m| !(1..=MAX_PER_ORDER_LIMIT).contains(&m))
-    {
-        return Err(ApiError::bad_request(
-            "invalid_product",
-            format!(
-                "id (1-64 chars), name, priceCents >= 0 and stock >= 0 are required; \
-                 maxPerOrder, if given, is 1-{MAX_PER_ORDER_LIMIT}"
-            ),
-        ));
-    }
+    check_product(&id, &body)?;
     let update = ProductUpdate {
         id,
         name: body.name,
@@ -254,5 +315,70 @@ async fn put_product(
         .upsert_product(&update)
         .await
         .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(ApiError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(name: &str, price_cents: i64, stock: i64, max: Option<i64>) -> ProductBody {
+        ProductBody {
+            name: name.to_owned(),
+            queue: "default".to_owned(),
+            price_cents,
+            stock,
+            max_per_order: max,
+        }
+    }
+
+    /// The message names the field that is wrong.
+    fn refused(id: &str, b: &ProductBody) -> String {
+        match check_product(id, b) {
+            Err(ApiError::BadRequest { code, message }) => {
+                assert_eq!(code, "invalid_product");
+                message
+            }
+            other => panic!("{id:?} accepted or other error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn products_are_plain_ids_printable_names_and_sane_numbers() {
+        let ok = body("Limited sneaker — édition 限定", 12_900, 1000, Some(10));
+        check_product("demo-sneaker_2.v1", &ok).unwrap();
+        check_product(&"x".repeat(64), &ok).unwrap();
+        check_product("p", &body(&"é".repeat(200), 0, 0, None)).unwrap();
+        for id in ["", "a/b", "a\nb", "a b", "a\0b", "ünï", &"x".repeat(65), "..%2F"] {
+            assert!(refused(id, &ok).starts_with("id:"), "{id:?}");
+        }
+        for name in [
+            "",
+            "   ",
+            "nul\0byte",
+            "new\nline",
+            "esc\u{1b}[31m",
+            "del\u{7f}",
+            "c1\u{85}",
+            "rtl \u{202E}gnp.exe",
+            "isolate \u{2066}x\u{2069}",
+            "mark \u{200F}",
+            "bom\u{FEFF}",
+            &"n".repeat(201),
+            &"é".repeat(201),
+        ] {
+            assert!(
+                refused("p", &body(name, 1, 1, None)).starts_with("name:"),
+                "{name:?}"
+            );
+        }
+        assert!(refused("p", &body("n", -1, 1, None)).starts_with("priceCents:"));
+        assert!(refused("p", &body("n", i64::MAX, 1, None)).starts_with("priceCents:"));
+        assert!(refused("p", &body("n", 1, -1, None)).starts_with("stock:"));
+        assert!(refused("p", &body("n", 1, i64::MAX, None)).starts_with("stock:"));
+        assert!(refused("p", &body("n", 1, 1, Some(0))).starts_with("maxPerOrder:"));
+        assert!(refused("p", &body("n", 1, 1, Some(i64::MAX))).starts_with("maxPerOrder:"));
+        check_product("p", &body("n", MAX_PRICE_CENTS, MAX_STOCK, Some(MAX_PER_ORDER_LIMIT)))
+            .unwrap();
+    }
 }

@@ -1,5 +1,12 @@
 //! Bearer-token authentication of the admin API and the token API.
 //!
+//! Two scopes, two tokens: the admin token (`--admin-token`, or made up
+//! and printed at start) opens the admin API only; the service token
+//! (`--service-token`, the same on every instance) opens the token API
+//! only. An order service holding its token cannot pause queues or
+//! reprice products, and an admin token made up per instance can never be
+//! what an order service was given.
+//!
 //! [`AdminAuth`] and [`ServiceAuth`] are extractors each handler of those
 //! APIs takes as its first argument: axum runs extractors in order, so the
 //! bearer is checked before the path or the body is looked at, and an
@@ -43,14 +50,22 @@ impl FromRequestParts<AppState> for AdminAuth {
     }
 }
 
-/// The caller presented the service token (`401` otherwise). First
-/// argument of every token API handler.
+/// The caller presented the service token (`401` otherwise; the admin
+/// token is refused like any other). First argument of every token API
+/// handler. Without `--service-token` the token API is off: `404
+/// token_api_disabled`, whatever is presented.
 pub struct ServiceAuth;
 
 impl FromRequestParts<AppState> for ServiceAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        require_bearer(&parts.headers, state.service_token()).map(|()| ServiceAuth)
+        let expected = state.service_token().ok_or_else(|| {
+            ApiError::not_found(
+                "token_api_disabled",
+                "the token API is off: start every instance with the same --service-token",
+            )
+        })?;
+        require_bearer(&parts.headers, expected).map(|()| ServiceAuth)
     }
 }

@@ -49,9 +49,19 @@ pub enum ApiError {
     /// `503`: the store is unreachable; the request was refused (fail-closed).
     #[error("store unavailable")]
     Unavailable(#[from] StoreError),
+    /// `503 database_unavailable`: the demo order service's database failed
+    /// or cannot be reached; nothing was sold or changed (fail-closed).
+    #[error("order database unavailable: {0}")]
+    DatabaseUnavailable(String),
     /// `500`: a bug or an unexpected failure; logged, never detailed.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::DatabaseUnavailable(e.to_string())
+    }
 }
 
 impl ApiError {
@@ -125,6 +135,11 @@ impl ApiError {
                 "store_unavailable",
                 "the waiting room is briefly unavailable; please retry".into(),
             ),
+            Self::DatabaseUnavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the order service is briefly unavailable; please retry".into(),
+            ),
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -149,12 +164,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
             Self::Unavailable(e) => tracing::warn!(error = %e, "store unavailable"),
+            Self::DatabaseUnavailable(e) => tracing::warn!(error = %e, "order database unavailable"),
             Self::Internal(e) => tracing::error!(error = %e, "internal error"),
             _ => {}
         }
         let (status, code, message) = self.parts();
         let retry_after = match &self {
-            Self::Unavailable(_) => Some(2),
+            Self::Unavailable(_) | Self::DatabaseUnavailable(_) => Some(2),
             Self::ServerBusy => Some(1),
             Self::TooManyRequests {
                 retry_after_secs, ..

@@ -10,12 +10,16 @@ use utoipa_axum::routes;
 use super::error::{ApiError, ErrorBody};
 use crate::app::AppState;
 
-/// `/healthz`, `/readyz`, `/metrics`.
-pub fn router() -> OpenApiRouter<AppState> {
+/// `/healthz`, `/readyz` (on both listeners).
+pub fn probes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(readyz))
-        .routes(routes!(metrics))
+}
+
+/// `/metrics` (on the operator listener only).
+pub fn metrics_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(metrics))
 }
 
 /// A probe's answer.

@@ -16,7 +16,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -75,7 +75,7 @@ fn orders(state: &AppState) -> Result<&OrderStore, ApiError> {
         (status = 408, description = "`request_timeout`.", body = ErrorBody),
         (status = 409, description = "`token_in_use` (another order holds it), `out_of_stock` (the token is kept).", body = ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = ErrorBody),
-        (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`, `database_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )
 )]
 async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Response, ApiError> {
@@ -138,7 +138,7 @@ async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlace
     let product = store
         .product(&request.product_id)
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(ApiError::from)?
         .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
     if product.queue != pass.queue().as_str() {
         return Err(ApiError::unauthorized(
@@ -176,7 +176,7 @@ async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlace
             ApiError::not_found("unknown_product", "no such product").into()
         }
         OrderError::TokenAlreadyUsed => NotPlaced::AlreadyUsed,
-        OrderError::Database(e) => ApiError::Internal(e.to_string()).into(),
+        OrderError::Database(e) => ApiError::from(e).into(),
     })
 }
 
@@ -199,6 +199,39 @@ async fn confirm(store: &OrderStore, order_id: &str, consumed: Result<bool, Stor
     }
 }
 
+/// An order as `GET /api/orders/{id}` answers it: whole to its own buyer;
+/// without the buyer (`userId`) to a request that names nobody (header
+/// mode only, see [`order`]).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+enum OrderView {
+    Own(Order),
+    ById(OrderById),
+}
+
+/// An order read by its id alone: what was bought, never who bought it.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct OrderById {
+    order_id: String,
+    product_id: String,
+    quantity: i64,
+    created_at: String,
+    status: &'static str,
+}
+
+impl From<Order> for OrderById {
+    fn from(o: Order) -> Self {
+        Self {
+            order_id: o.order_id,
+            product_id: o.product_id,
+            quantity: o.quantity,
+            created_at: o.created_at,
+            status: o.status,
+        }
+    }
+}
+
 /// An order, to its own buyer (anyone else gets `404`).
 #[utoipa::path(
     get,
@@ -210,35 +243,31 @@ async fn confirm(store: &OrderStore, order_id: &str, consumed: Result<bool, Stor
         ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$", description = "The buyer."),
     ),
     responses(
-        (status = 200, description = "The order.", body = Order),
+        (status = 200, description = "The order; without `userId` when read by its id alone (header mode, no `X-User-Id`).", body = OrderView),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
         (status = 404, description = "`unknown_order`, `orders_disabled`.", body = ErrorBody),
-        (status = 503, description = "`server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`database_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )
 )]
 async fn order(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Order>, ApiError> {
+) -> Result<Json<OrderView>, ApiError> {
     let identity = state.identity();
     let asker = identity.presented(&headers)?;
     // Behind a gateway a request naming nobody may read by the id (128
-    // random bits); a visitor or a signed-in buyer sees only their own.
+    // random bits, known only to whoever placed the order), but learns only
+    // what was bought, never the buyer: the gateway is trusted to set
+    // `X-User-Id` on every request it passes, so such a request is the
+    // gateway's own (a status page, a support tool), not a buyer's. A
+    // visitor or a signed-in buyer sees only their own orders.
     let anonymous_ok = identity.anonymous_reads();
-    let order = orders(&state)?
-        .order(&id)
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    match order {
+    let order = orders(&state)?.order(&id).await.map_err(ApiError::from)?;
+    match (order, asker) {
         // Another user's order is answered exactly like a missing one.
-        Some(o)
-            if asker
-                .as_ref()
-                .map_or(anonymous_ok, |u| u.as_str() == o.user_id) =>
-        {
-            Ok(Json(o))
-        }
+        (Some(o), Some(asker)) if asker.as_str() == o.user_id => Ok(Json(OrderView::Own(o))),
+        (Some(o), None) if anonymous_ok => Ok(Json(OrderView::ById(o.into()))),
         _ => Err(ApiError::not_found("unknown_order", "no such order")),
     }
 }
@@ -251,7 +280,7 @@ async fn order(
     responses(
         (status = 200, description = "Every product, with its stock.", body = Vec<Product>),
         (status = 404, description = "`orders_disabled`.", body = ErrorBody),
-        (status = 503, description = "`server_busy` (`Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`database_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )
 )]
 async fn products(State(state): State<AppState>) -> Result<Json<Vec<Product>>, ApiError> {
@@ -259,5 +288,5 @@ async fn products(State(state): State<AppState>) -> Result<Json<Vec<Product>>, A
         .products()
         .await
         .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(ApiError::from)
 }

@@ -1,5 +1,14 @@
 //! The demo order service's data: products and orders in a real SQL
-//! database (embedded SQLite) with real transactions.
+//! database with real transactions: an embedded SQLite file for one
+//! instance, or a PostgreSQL server that every instance shares (one stock
+//! and one order table, so two instances never show two stocks, and an
+//! order placed through one is found through any).
+//!
+//! Both run the same statements through sqlx's `Any` driver: `$n`
+//! placeholders, `ON CONFLICT`, `RETURNING` and partial indexes mean the
+//! same to both engines, so no statement is written twice. What differs is
+//! in [`Backend`]: opening, the upgrade of SQLite files made by older
+//! versions, and the advisory lock around PostgreSQL's schema creation.
 //!
 //! Stock is decremented inside the order's transaction by a guarded
 //! `UPDATE … WHERE stock >= ? AND max_per_order >= ?`, so it never goes
@@ -17,7 +26,6 @@
 
 pub mod reconcile;
 
-use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +33,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AnyPool, ConnectOptions, Executor, Row};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 
@@ -39,6 +48,11 @@ pub const DEMO_PRODUCT: &str = "demo-sneaker";
 /// A product's `max_per_order` unless set: the waiting-room page's own cap.
 pub const DEFAULT_MAX_PER_ORDER: i64 = 10;
 
+/// How long a request waits for a database connection before it is
+/// refused (`503`): a database that is down must not hold buyers for the
+/// pool's default 30 s.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The columns [`product_of`] reads, for `concat!` into queries (sqlx takes
 /// only static SQL).
 macro_rules! product_columns {
@@ -46,7 +60,6 @@ macro_rules! product_columns {
         "id, name, queue, price_cents, stock, max_per_order"
     };
 }
-
 /// A product on sale.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -101,15 +114,41 @@ pub enum OrderError {
     /// `401`: this entry token was already used for an order.
     #[error("this entry token was already used")]
     TokenAlreadyUsed,
-    /// `500`: the database failed.
+    /// `503`: the database failed or cannot be reached; nothing was sold.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+/// Which database engine holds the orders. The statements are the same
+/// for both (`$n` placeholders, `ON CONFLICT`, `RETURNING`, partial
+/// indexes: each engine reads them alike); only opening, the schema's
+/// upgrades of old SQLite files and the schema lock differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An embedded SQLite file (or memory): one instance's own database.
+    Sqlite,
+    /// A PostgreSQL server every instance shares: one stock, one order
+    /// table, whichever instance takes the order.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend `--orders-db` names: a `postgres://` (or
+    /// `postgresql://`) URL, anything else a SQLite path.
+    pub fn of(db: &str) -> Self {
+        if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            Self::Postgres
+        } else {
+            Self::Sqlite
+        }
+    }
 }
 
 /// The order database.
 #[derive(Clone)]
 pub struct OrderStore {
-    pool: SqlitePool,
+    pool: AnyPool,
+    backend: Backend,
     /// Rung when an order's token delete failed, so the reconciler retries
     /// it soon rather than at its next sweep.
     doorbell: Arc<Notify>,
@@ -129,15 +168,15 @@ const SCHEMA: &[&str] = &[
         id TEXT PRIMARY KEY,
         name TEXT NOT NULL,
         queue TEXT NOT NULL,
-        price_cents INTEGER NOT NULL CHECK (price_cents >= 0),
-        stock INTEGER NOT NULL CHECK (stock >= 0),
-        max_per_order INTEGER NOT NULL DEFAULT 10 CHECK (max_per_order > 0)
+        price_cents BIGINT NOT NULL CHECK (price_cents >= 0),
+        stock BIGINT NOT NULL CHECK (stock >= 0),
+        max_per_order BIGINT NOT NULL DEFAULT 10 CHECK (max_per_order > 0)
     )",
     "CREATE TABLE IF NOT EXISTS orders (
         id TEXT PRIMARY KEY,
         user_id TEXT NOT NULL,
         product_id TEXT NOT NULL REFERENCES products(id),
-        quantity INTEGER NOT NULL CHECK (quantity > 0),
+        quantity BIGINT NOT NULL CHECK (quantity > 0),
         created_at TEXT NOT NULL,
         token_sha256 TEXT NOT NULL UNIQUE,
         claim_queue TEXT,
@@ -168,68 +207,125 @@ const ORDER_COLUMNS: &[(&str, &str)] = &[
 const UNCONFIRMED_INDEX: &str = "CREATE INDEX IF NOT EXISTS orders_unconfirmed
     ON orders(created_at) WHERE consume_confirmed = 0";
 
+/// The lock two instances starting at once on one PostgreSQL database
+/// take around the schema, so their `CREATE … IF NOT EXISTS` cannot race.
+const SCHEMA_LOCK: &str = "SELECT 1 FROM pg_advisory_xact_lock(7290143061)";
+
 impl OrderStore {
-    /// Opens (creating and seeding on first start) the database at `path`;
-    /// `:memory:` keeps it in memory. The demo product is sold in `queue`.
-    pub async fn open(path: &Path, queue: &str) -> Result<Self, sqlx::Error> {
-        let in_memory = path.as_os_str() == ":memory:";
-        let options = if in_memory {
-            SqliteConnectOptions::from_str("sqlite::memory:")?
-        } else {
-            SqliteConnectOptions::new()
-                .filename(path)
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
+    /// Opens the database `db` names (see [`Backend::of`]), creating the
+    /// schema and the demo product (sold in `queue`) if they are missing.
+    /// A SQLite file is created on first start; `:memory:` keeps it in
+    /// memory. A PostgreSQL database must exist; every instance pointed at
+    /// it shares its products and orders.
+    pub async fn open(db: &str, queue: &str) -> Result<Self, sqlx::Error> {
+        sqlx::any::install_default_drivers();
+        let backend = Backend::of(db);
+        let pool = match backend {
+            Backend::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(8)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_with(AnyConnectOptions::from_str(db)?)
+                    .await?
+            }
+            Backend::Sqlite => {
+                let in_memory = db == ":memory:";
+                let url = if in_memory {
+                    "sqlite::memory:".to_owned()
+                } else {
+                    SqliteConnectOptions::new()
+                        .filename(db)
+                        .create_if_missing(true)
+                        .to_url_lossy()
+                        .to_string()
+                };
+                // One writer at a time is SQLite's model; a few connections
+                // let reads proceed beside it. An in-memory database is per
+                // connection.
+                AnyPoolOptions::new()
+                    .max_connections(if in_memory { 1 } else { 4 })
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .after_connect(move |conn, _| {
+                        Box::pin(async move {
+                            if !in_memory {
+                                conn.execute("PRAGMA journal_mode = WAL").await?;
+                            }
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_with(AnyConnectOptions::from_str(&url)?)
+                    .await?
+            }
+        };
+        let store = Self {
+            pool,
+            backend,
+            doorbell: Arc::new(Notify::new()),
+        };
+        store.prepare(queue).await?;
+        Ok(store)
+    }
+
+    /// Which engine this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Creates what is missing: tables, columns added since an old SQLite
+    /// file was made, the reconciler's index, the demo product. One
+    /// transaction, so a half-made schema is never left behind.
+    async fn prepare(&self, queue: &str) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query(SCHEMA_LOCK).execute(&mut *tx).await?;
         }
-        .foreign_keys(true)
-        .busy_timeout(Duration::from_secs(10));
-        // One writer at a time is SQLite's model; a few connections let
-        // reads proceed beside it. An in-memory database is per connection.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(if in_memory { 1 } else { 4 })
-            .connect_with(options)
-            .await?;
         for statement in SCHEMA {
-            sqlx::query(*statement).execute(&pool).await?;
+            sqlx::query(*statement).execute(&mut *tx).await?;
         }
-        // Databases created before the per-order cap get it, defaulted.
-        let has_cap =
-            sqlx::query("SELECT 1 FROM pragma_table_info('products') WHERE name = 'max_per_order'")
-                .fetch_optional(&pool)
-                .await?
-                .is_some();
-        if !has_cap {
-            sqlx::query(
-                "ALTER TABLE products ADD COLUMN max_per_order INTEGER NOT NULL DEFAULT 10
-                 CHECK (max_per_order > 0)",
+        // Only SQLite files can predate these columns: PostgreSQL support
+        // came after them.
+        if self.backend == Backend::Sqlite {
+            // Databases created before the per-order cap get it, defaulted.
+            let has_cap = sqlx::query(
+                "SELECT 1 FROM pragma_table_info('products') WHERE name = 'max_per_order'",
             )
-            .execute(&pool)
-            .await?;
-        }
-        // Databases created before the consume record get its columns.
-        for (column, add) in ORDER_COLUMNS {
-            let present = sqlx::query("SELECT 1 FROM pragma_table_info('orders') WHERE name = ?")
-                .bind(column)
-                .fetch_optional(&pool)
-                .await?
-                .is_some();
-            if !present {
-                sqlx::query(*add).execute(&pool).await?;
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+            if !has_cap {
+                sqlx::query(
+                    "ALTER TABLE products ADD COLUMN max_per_order INTEGER NOT NULL DEFAULT 10
+                     CHECK (max_per_order > 0)",
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+            // Databases created before the consume record get its columns.
+            for (column, add) in ORDER_COLUMNS {
+                let present =
+                    sqlx::query("SELECT 1 FROM pragma_table_info('orders') WHERE name = $1")
+                        .bind(*column)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .is_some();
+                if !present {
+                    sqlx::query(*add).execute(&mut *tx).await?;
+                }
             }
         }
-        sqlx::query(UNCONFIRMED_INDEX).execute(&pool).await?;
+        sqlx::query(UNCONFIRMED_INDEX).execute(&mut *tx).await?;
         sqlx::query(
-            "INSERT OR IGNORE INTO products (id, name, queue, price_cents, stock)
-             VALUES (?, 'Limited sneaker drop', ?, 12900, 1000)",
+            "INSERT INTO products (id, name, queue, price_cents, stock)
+             VALUES ($1, 'Limited sneaker drop', $2, 12900, 1000)
+             ON CONFLICT (id) DO NOTHING",
         )
         .bind(DEMO_PRODUCT)
         .bind(queue)
-        .execute(&pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(Self {
-            pool,
-            doorbell: Arc::new(Notify::new()),
-        })
+        tx.commit().await
     }
 
     /// Every product.
@@ -249,7 +345,7 @@ impl OrderStore {
         let row = sqlx::query(concat!(
             "SELECT ",
             product_columns!(),
-            " FROM products WHERE id = ?"
+            " FROM products WHERE id = $1"
         ))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -262,10 +358,10 @@ impl OrderStore {
     pub async fn upsert_product(&self, update: &ProductUpdate) -> Result<Product, sqlx::Error> {
         let row = sqlx::query(concat!(
             "INSERT INTO products (id, name, queue, price_cents, stock, max_per_order)
-             VALUES (?1, ?2, ?3, ?4, ?5, COALESCE(?6, ?7))
-             ON CONFLICT(id) DO UPDATE SET name = excluded.name, queue = excluded.queue,
+             VALUES ($1, $2, $3, $4, $5, COALESCE($6, $7))
+             ON CONFLICT (id) DO UPDATE SET name = excluded.name, queue = excluded.queue,
                price_cents = excluded.price_cents, stock = excluded.stock,
-               max_per_order = COALESCE(?6, products.max_per_order)
+               max_per_order = COALESCE($6, products.max_per_order)
              RETURNING ",
             product_columns!()
         ))
@@ -296,15 +392,15 @@ impl OrderStore {
         let user = consume.user.as_str();
         let mut tx = self.pool.begin().await?;
         let taken = sqlx::query(
-            "UPDATE products SET stock = stock - ?1
-             WHERE id = ?2 AND stock >= ?1 AND max_per_order >= ?1",
+            "UPDATE products SET stock = stock - $1
+             WHERE id = $2 AND stock >= $1 AND max_per_order >= $1",
         )
         .bind(quantity)
         .bind(product_id)
         .execute(&mut *tx)
         .await?;
         if taken.rows_affected() == 0 {
-            let row = sqlx::query("SELECT stock, max_per_order FROM products WHERE id = ?")
+            let row = sqlx::query("SELECT stock, max_per_order FROM products WHERE id = $1")
                 .bind(product_id)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -331,7 +427,7 @@ impl OrderStore {
         let inserted = sqlx::query(
             "INSERT INTO orders (id, user_id, product_id, quantity, created_at, token_sha256,
                claim_queue, claim_id, consume_confirmed)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0)",
         )
         .bind(&order.order_id)
         .bind(&order.user_id)
@@ -358,7 +454,7 @@ impl OrderStore {
     /// One order.
     pub async fn order(&self, id: &str) -> Result<Option<Order>, sqlx::Error> {
         let row = sqlx::query(
-            "SELECT id, user_id, product_id, quantity, created_at FROM orders WHERE id = ?",
+            "SELECT id, user_id, product_id, quantity, created_at FROM orders WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -379,7 +475,7 @@ impl OrderStore {
     /// Marks `order_id`'s token delete as done. True if it was pending.
     pub async fn confirm_consume(&self, order_id: &str) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(
-            "UPDATE orders SET consume_confirmed = 1 WHERE id = ? AND consume_confirmed = 0",
+            "UPDATE orders SET consume_confirmed = 1 WHERE id = $1 AND consume_confirmed = 0",
         )
         .bind(order_id)
         .execute(&self.pool)
@@ -392,9 +488,9 @@ impl OrderStore {
     pub async fn unconfirmed(&self, limit: u32) -> Result<Vec<Unconfirmed>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT id, user_id, claim_queue, claim_id FROM orders
-             WHERE consume_confirmed = 0 ORDER BY created_at, id LIMIT ?",
+             WHERE consume_confirmed = 0 ORDER BY created_at, id LIMIT $1",
         )
-        .bind(limit)
+        .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -442,7 +538,7 @@ impl OrderStore {
 
     /// How many orders exist for `product_id`.
     pub async fn order_count(&self, product_id: &str) -> Result<i64, sqlx::Error> {
-        sqlx::query("SELECT COUNT(*) AS n FROM orders WHERE product_id = ?")
+        sqlx::query("SELECT COUNT(*) AS n FROM orders WHERE product_id = $1")
             .bind(product_id)
             .fetch_one(&self.pool)
             .await?
@@ -450,7 +546,7 @@ impl OrderStore {
     }
 }
 
-fn product_of(r: &sqlx::sqlite::SqliteRow) -> Result<Product, sqlx::Error> {
+fn product_of(r: &AnyRow) -> Result<Product, sqlx::Error> {
     Ok(Product {
         id: r.try_get("id")?,
         name: r.try_get("name")?,
@@ -480,7 +576,7 @@ mod tests {
     use super::*;
 
     async fn store() -> OrderStore {
-        OrderStore::open(Path::new(":memory:"), "default")
+        OrderStore::open(":memory:", "default")
             .await
             .unwrap()
     }
@@ -646,7 +742,7 @@ mod tests {
         let options = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true);
-        let pool = SqlitePoolOptions::new()
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .connect_with(options)
             .await
             .unwrap();
@@ -671,7 +767,7 @@ mod tests {
              '2026-01-01T00:00:00Z', 'k-old')",
         ])
         .await;
-        let s = OrderStore::open(&path, "default").await.unwrap();
+        let s = OrderStore::open(path.to_str().unwrap(), "default").await.unwrap();
         // The old order has nothing left to delete; a new one records its own.
         assert!(s.unconfirmed(10).await.unwrap().is_empty());
         assert_eq!(s.order("ord_old").await.unwrap().unwrap().user_id, "a");
@@ -684,7 +780,7 @@ mod tests {
         assert_eq!(due[0].order_id, o.order_id);
         drop(s);
         // Opening again changes nothing.
-        let s = OrderStore::open(&path, "default").await.unwrap();
+        let s = OrderStore::open(path.to_str().unwrap(), "default").await.unwrap();
         assert_eq!(s.unconfirmed_count().await.unwrap(), 1);
         drop(s);
         let _ = std::fs::remove_dir_all(&dir);
@@ -698,7 +794,7 @@ mod tests {
             "INSERT INTO products VALUES ('old', 'Old', 'default', 100, 5)",
         ])
         .await;
-        let s = OrderStore::open(&path, "default").await.unwrap();
+        let s = OrderStore::open(path.to_str().unwrap(), "default").await.unwrap();
         let old = s.product("old").await.unwrap().unwrap();
         assert_eq!((old.stock, old.max_per_order), (5, DEFAULT_MAX_PER_ORDER));
         drop(s);

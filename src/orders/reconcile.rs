@@ -115,7 +115,6 @@ pub async fn round(orders: &OrderStore, gate: &Gate) -> Round {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
     use std::sync::Arc;
 
     use super::*;
@@ -173,7 +172,7 @@ mod tests {
             Duration::from_secs(60),
             CancellationToken::new(),
         );
-        let orders = OrderStore::open(Path::new(":memory:"), "default")
+        let orders = OrderStore::open(":memory:", "default")
             .await
             .unwrap();
         (store, gate, orders)

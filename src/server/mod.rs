@@ -71,18 +71,30 @@ const TURN_AWAY_AT_ONCE: usize = 64;
 /// How long a turned-away client has to read its answer.
 const TURN_AWAY_LINGER: Duration = Duration::from_secs(1);
 
-/// Serves `listener` until the state's shutdown fires and every connection
-/// has finished (streams close within the drain window; anything still
-/// open `drain + 5 s` after shutdown is dropped).
-pub async fn serve(state: AppState, listener: TcpListener) -> std::io::Result<()> {
-    let router = crate::http::router(state.clone());
+/// Connections the operator listener holds at once: scrapers and
+/// operators, a handful; its own cap, so buyers filling the public one
+/// never lock operators out.
+pub const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// Serves `router` on `listener`, at most `max_connections` connections at
+/// once, until the state's shutdown fires and every connection has
+/// finished (streams close within the drain window; anything still open
+/// `drain + 5 s` after shutdown is dropped). The public listener serves
+/// [`crate::http::router`], the operator listener
+/// [`crate::http::admin_router`]; both the same way.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    router: axum::Router,
+    max_connections: usize,
+) -> std::io::Result<()> {
     let app = tower::ServiceBuilder::new()
         .layer(RequestBodyDeadlineLayer::new(state.config().body_timeout()))
         .service(router.clone());
     let shutdown = state.shutdown().clone();
     let graceful = GracefulShutdown::new();
     let connections = TaskTracker::new();
-    let open = Arc::new(Semaphore::new(state.max_connections()));
+    let open = Arc::new(Semaphore::new(max_connections));
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
     loop {
         let (socket, _) = tokio::select! {

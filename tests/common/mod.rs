@@ -232,9 +232,12 @@ pub fn config(args: &[&str]) -> Config {
     Config::from_args(all).expect("valid test arguments")
 }
 
-/// One running instance on 127.0.0.1:0.
+/// One running instance on 127.0.0.1:0, its operator listener on another
+/// port 0.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The operator listener: `/metrics`, `/api/admin/*`, `/api/tokens/*`.
+    pub admin_addr: SocketAddr,
     pub state: AppState,
     pub client: reqwest::Client,
     shutdown: CancellationToken,
@@ -252,13 +255,20 @@ impl TestApp {
             .expect("valid config and order database");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_addr = admin.local_addr().unwrap();
         let tasks = TaskTracker::new();
         let serving = state.clone();
         tasks.spawn(async move {
-            waitroom::serve(serving, listener).await.expect("serve");
+            let listeners = waitroom::Listeners {
+                public: listener,
+                admin,
+            };
+            waitroom::serve(serving, listeners).await.expect("serve");
         });
         Self {
             addr,
+            admin_addr,
             state,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
@@ -303,6 +313,11 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// `path` on the operator listener.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin_addr, path)
     }
 
     /// `POST /api/queues/{queue}/entries` as `user`: (status, body).
@@ -508,6 +523,9 @@ impl SseStream {
 /// no other process can take the port between choosing and binding it.
 pub struct BinApp {
     pub port: u16,
+    /// The operator listener's port (`--admin-addr 127.0.0.1:0`, read from
+    /// the log like the public one).
+    pub admin_port: u16,
     child: Child,
     /// The last lines the server logged (stderr), for failure messages.
     pub log: Arc<std::sync::Mutex<Vec<String>>>,
@@ -520,6 +538,7 @@ impl BinApp {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_waitroom"));
         cmd.arg("--addr")
             .arg("127.0.0.1:0")
+            .args(["--admin-addr", "127.0.0.1:0"])
             .arg("--orders-db")
             .arg(&db)
             // The tests speak for a gateway; `args` may say otherwise.
@@ -541,14 +560,21 @@ impl BinApp {
             use std::io::BufRead;
             for line in std::io::BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if line.contains("waitroom listening")
-                    && let Some(port) = line
-                        .split_whitespace()
+                let port = || {
+                    line.split_whitespace()
                         .find_map(|w| w.strip_prefix("addr="))
                         .and_then(|a| a.rsplit_once(':'))
                         .and_then(|(_, p)| p.parse::<u16>().ok())
+                };
+                if line.contains("waitroom listening")
+                    && let Some(port) = port()
                 {
-                    let _ = found.send(port);
+                    let _ = found.send((false, port));
+                }
+                if line.contains("operator listener")
+                    && let Some(port) = port()
+                {
+                    let _ = found.send((true, port));
                 }
                 let mut kept = keep.lock().unwrap();
                 kept.push(line);
@@ -557,17 +583,30 @@ impl BinApp {
                 }
             }
         });
-        let port =
-            tokio::task::spawn_blocking(move || address.recv_timeout(Duration::from_secs(20)))
-                .await
-                .unwrap()
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "the binary did not log its address: {:?}",
-                        log.lock().unwrap()
-                    )
-                });
-        let me = Self { port, child, log };
+        let ports = tokio::task::spawn_blocking(move || {
+            let mut ports = (None, None);
+            while let (None, _) | (_, None) = ports {
+                match address.recv_timeout(Duration::from_secs(20))? {
+                    (false, p) => ports.0 = Some(p),
+                    (true, p) => ports.1 = Some(p),
+                }
+            }
+            Ok::<_, std::sync::mpsc::RecvTimeoutError>((ports.0.unwrap(), ports.1.unwrap()))
+        })
+        .await
+        .unwrap();
+        let (port, admin_port) = ports.unwrap_or_else(|_| {
+            panic!(
+                "the binary did not log its addresses: {:?}",
+                log.lock().unwrap()
+            )
+        });
+        let me = Self {
+            port,
+            admin_port,
+            child,
+            log,
+        };
         let client = reqwest::Client::new();
         eventually(
             Duration::from_secs(20),
@@ -590,6 +629,11 @@ impl BinApp {
         format!("http://127.0.0.1:{}{}", self.port, path)
     }
 
+    /// `path` on the operator listener.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.admin_port, path)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -608,7 +652,7 @@ impl BinApp {
 
     /// One unlabelled metric's value from `/metrics` (0 if absent).
     pub async fn metric(&self, name: &str) -> f64 {
-        let text = reqwest::get(self.url("/metrics"))
+        let text = reqwest::get(self.admin_url("/metrics"))
             .await
             .unwrap()
             .text()
