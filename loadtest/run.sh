@@ -137,7 +137,8 @@ REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 log "redis-server pid $REDIS_PID on port $REDIS_PORT"
 
 # start_server NAME [extra flags…]: a fresh waitroom with its own prefix
-# and orders DB; sets SERVER_PID, SERVER_ADDR, PREFIX.
+# and orders DB; sets SERVER_PID, SERVER_ADDR, ADMIN_ADDR (its operator
+# listener: metrics and the admin API), PREFIX.
 start_server() {
   local name=$1
   shift
@@ -146,8 +147,9 @@ start_server() {
   local port
   port=$(free_port)
   SERVER_ADDR=127.0.0.1:$port
+  ADMIN_ADDR=127.0.0.1:$(free_port)
   PREFIX=wr-$name-$RUN
-  "$SERVER_BIN" --addr "$SERVER_ADDR" --redis-url "$REDIS_URL" --key-prefix "$PREFIX" \
+  "$SERVER_BIN" --addr "$SERVER_ADDR" --admin-addr "$ADMIN_ADDR" --redis-url "$REDIS_URL" --key-prefix "$PREFIX" \
     --orders-db "$TMP/$name-orders.db" --admin-token "$ADMIN_TOKEN" \
     --ticket-secret "$TICKET_SECRET" --drain-secs 1 --identity header "$@" >"$TMP/$name-server.log" 2>&1 &
   SERVER_PID=$!
@@ -156,7 +158,7 @@ start_server() {
     sleep 0.1
   done
   curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null
-  log "waitroom '$name' pid $SERVER_PID on $SERVER_ADDR ($*)"
+  log "waitroom '$name' pid $SERVER_PID on $SERVER_ADDR, operators on $ADMIN_ADDR ($*)"
 }
 
 # --- a. enter path ------------------------------------------------------
@@ -205,7 +207,7 @@ crowd() {
   "$GEN" crowd --mode "$mode" --addr "$SERVER_ADDR" --users "$users" --source-ips "$SOURCE_IPS" \
     --redis-url "$REDIS_URL" --key-prefix "$PREFIX" --server-pid "$SERVER_PID" \
     --plug "$BATCH" --settle-secs "$settle" --steady-secs "$STEADY_SECS" \
-    --stock "$STOCK" --admin-token "$ADMIN_TOKEN" --duration-secs "$duration" --workers "$WORKERS" \
+    --stock "$STOCK" --admin-token "$ADMIN_TOKEN" --admin-addr "$ADMIN_ADDR" --duration-secs "$duration" --workers "$WORKERS" \
     --out "$out"
 }
 SERVER_FLAGS=(--admission-batch "$BATCH" --admission-interval-ms 1000 --max-active "$BATCH" --token-ttl-secs 600)
@@ -241,7 +243,7 @@ if [[ -z "${SKIP_LEAVES:-}" ]] && ((LEAVES_DURATION < $(left) - POLL_NEED)); the
     --token-ttl-secs 600 --abandon-after-secs 0
   log "b2. leaves: $LEAVE_USERS streams, $LEAVE_RATE leaves/s for $LEAVE_SECS s after $QUIET_SECS s quiet (limit ${LEAVES_DURATION}s)"
   "$GEN" crowd --mode sse --addr "$SERVER_ADDR" --users "$LEAVE_USERS" --source-ips "$SOURCE_IPS" \
-    --redis-url "$REDIS_URL" --key-prefix "$PREFIX" --server-pid "$SERVER_PID" --no-orders \
+    --redis-url "$REDIS_URL" --key-prefix "$PREFIX" --server-pid "$SERVER_PID" --no-orders --admin-addr "$ADMIN_ADDR" \
     --settle-secs 5 --steady-secs 5 --open-timeout-secs 90 \
     --churn-rate "$LEAVE_RATE" --churn-secs "$LEAVE_SECS" --quiet-secs "$QUIET_SECS" \
     --duration-secs "$LEAVES_DURATION" --workers "$WORKERS" --out "$RESULTS_DIR/leaves.json"

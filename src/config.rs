@@ -228,7 +228,8 @@ impl Config {
         {
             return bad("--service-token must differ from --admin-token (separate scopes)");
         }
-        if self.admin_addr.is_some_and(|a| a == self.addr) {
+        // Port 0 on both is fine: each gets a port of its own.
+        if self.admin_addr.is_some_and(|a| a == self.addr && a.port() != 0) {
             return bad("--admin-addr must differ from --addr");
         }
         if self.max_streams == Some(0) {
@@ -477,6 +478,23 @@ mod tests {
                 .is_err()
         );
         assert!(parse(&["--identity", "nobody"]).is_err());
+        let same = "same-token-for-both-scopes";
+        assert!(
+            parse(&["--admin-token", same, "--service-token", same])
+                .unwrap()
+                .is_err(),
+            "one token for both scopes"
+        );
+        assert!(
+            parse(&["--addr", "127.0.0.1:7000", "--admin-addr", "127.0.0.1:7000"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+                .unwrap()
+                .is_ok()
+        );
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

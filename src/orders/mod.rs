@@ -48,10 +48,15 @@ pub const DEMO_PRODUCT: &str = "demo-sneaker";
 /// A product's `max_per_order` unless set: the waiting-room page's own cap.
 pub const DEFAULT_MAX_PER_ORDER: i64 = 10;
 
-/// How long a request waits for a database connection before it is
-/// refused (`503`): a database that is down must not hold buyers for the
-/// pool's default 30 s.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a request waits for a PostgreSQL connection before it is
+/// refused (`503`): a server that is down must not hold buyers for the
+/// pool's default 30 s, while a burst of orders queueing for the pool's
+/// connections must still get through.
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The same for SQLite, where waiting for the connection is queueing
+/// behind the one writer, never an outage.
+const SQLITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The columns [`product_of`] reads, for `concat!` into queries (sqlx takes
 /// only static SQL).
@@ -224,7 +229,7 @@ impl OrderStore {
             Backend::Postgres => {
                 AnyPoolOptions::new()
                     .max_connections(8)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .acquire_timeout(PG_ACQUIRE_TIMEOUT)
                     .connect_with(AnyConnectOptions::from_str(db)?)
                     .await?
             }
@@ -244,7 +249,7 @@ impl OrderStore {
                 // connection.
                 AnyPoolOptions::new()
                     .max_connections(if in_memory { 1 } else { 4 })
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .acquire_timeout(SQLITE_ACQUIRE_TIMEOUT)
                     .after_connect(move |conn, _| {
                         Box::pin(async move {
                             if !in_memory {

@@ -17,7 +17,7 @@ const SECS: Duration = Duration::from_secs(1);
 async fn repeat_joins_at_store(app: &TestApp, queue: &str) -> f64 {
     let text = app
         .client
-        .get(app.url("/metrics"))
+        .get(app.admin_url("/metrics"))
         .send()
         .await
         .unwrap()

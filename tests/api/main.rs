@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admin_listener;
 mod failures;
 mod gone;
 mod identity;
@@ -13,6 +14,7 @@ mod limits;
 mod metrics;
 mod order_gate;
 mod orders;
+mod orders_pg;
 mod queue;
 mod reach;
 mod shutdown;

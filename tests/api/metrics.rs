@@ -38,7 +38,7 @@ fn value(all: &HashMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f64
 
 async fn scrape(app: &BinApp, client: &reqwest::Client) -> HashMap<String, f64> {
     let text = client
-        .get(app.url("/metrics"))
+        .get(app.admin_url("/metrics"))
         .send()
         .await
         .unwrap()

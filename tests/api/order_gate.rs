@@ -28,6 +28,7 @@ use waitroom::queue::QueueName;
 use crate::common::{TestApp, eventually, ready};
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
+const SERVICE: &str = "service-token-for-tests-0123";
 const PRODUCT: &str = "demo-sneaker";
 /// The claim lease of the order services built here.
 const LEASE: Duration = Duration::from_secs(2);
@@ -44,6 +45,8 @@ async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {
         "100",
         "--admin-token",
         ADMIN,
+        "--service-token",
+        SERVICE,
     ];
     args.extend_from_slice(extra);
     match kind {
@@ -374,8 +377,8 @@ async fn the_idempotency_key_is_the_tokens_sha256() {
 
         let r = app
             .client
-            .post(app.url("/api/tokens/claim"))
-            .bearer_auth(ADMIN)
+            .post(app.admin_url("/api/tokens/claim"))
+            .bearer_auth(SERVICE)
             .json(&json!({"userId": "keyed", "token": token}))
             .send()
             .await
@@ -401,7 +404,7 @@ async fn products(app: &TestApp) -> Value {
 async fn put_product(app: &TestApp, body: Value) -> (u16, Value) {
     let r = app
         .client
-        .put(app.url(&format!("/api/admin/products/{PRODUCT}")))
+        .put(app.admin_url(&format!("/api/admin/products/{PRODUCT}")))
         .bearer_auth(ADMIN)
         .json(&body)
         .send()
@@ -504,11 +507,7 @@ async fn one_order_buys_at_most_max_per_order() {
 /// bearer before it looks at the path or the body.
 #[tokio::test]
 async fn admin_and_token_routes_check_auth_before_anything_else() {
-    let app = app_of(
-        "memory",
-        &["--service-token", "service-token-for-tests-0123"],
-    )
-    .await;
+    let app = app_of("memory", &[]).await;
     let routes: [(&str, &str, Option<&str>); 7] = [
         ("GET", "/api/admin/queues", None),
         (
@@ -525,7 +524,7 @@ async fn admin_and_token_routes_check_auth_before_anything_else() {
     let send = |method: &str, path: &str, body: Option<&str>, bearer: Option<&str>| {
         let mut req = app
             .client
-            .request(method.parse().unwrap(), app.url(path))
+            .request(method.parse().unwrap(), app.admin_url(path))
             .header("content-type", "application/json");
         if let Some(b) = body {
             req = req.body(b.to_owned());
@@ -538,7 +537,7 @@ async fn admin_and_token_routes_check_auth_before_anything_else() {
     for (method, path, body) in routes {
         // The other API's token is as wrong as none.
         let other = if path.starts_with("/api/admin") {
-            "service-token-for-tests-0123"
+            SERVICE
         } else {
             ADMIN
         };
@@ -567,7 +566,7 @@ async fn admin_and_token_routes_check_auth_before_anything_else() {
         "POST",
         "/api/tokens/claim",
         Some("{not json"),
-        Some("service-token-for-tests-0123"),
+        Some(SERVICE),
     )
     .await
     .unwrap();

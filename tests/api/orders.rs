@@ -16,6 +16,7 @@ use waitroom::store::redis::RedisStore;
 use crate::common::{RedisProcess, TestApp, config, eventually, ready};
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
+const SERVICE: &str = "service-token-for-tests-0123";
 const PRODUCT: &str = "demo-sneaker";
 
 /// Fast admission so buyers become READY quickly.
@@ -27,6 +28,8 @@ fn fast(extra: &[&'static str]) -> Vec<&'static str> {
         "100",
         "--admin-token",
         ADMIN,
+        "--service-token",
+        SERVICE,
     ];
     v.extend_from_slice(extra);
     v
@@ -73,7 +76,7 @@ async fn orders_made(app: &TestApp) -> i64 {
 async fn set_stock(app: &TestApp, stock: i64) {
     let r = app
         .client
-        .put(app.url(&format!("/api/admin/products/{PRODUCT}")))
+        .put(app.admin_url(&format!("/api/admin/products/{PRODUCT}")))
         .bearer_auth(ADMIN)
         .json(&json!({ "name": "Limited sneaker drop", "queue": "default", "priceCents": 12900, "stock": stock }))
         .send()
@@ -82,13 +85,16 @@ async fn set_stock(app: &TestApp, stock: i64) {
     assert_eq!(r.status(), 200);
 }
 
-fn both() -> [&'static str; 2] {
-    ["memory", "redis"]
+/// The stores and order databases every order test runs on: memory and
+/// Redis with SQLite, Redis with PostgreSQL.
+fn both() -> [&'static str; 3] {
+    ["memory", "redis", "postgres"]
 }
 
 async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {
     match kind {
         "memory" => TestApp::memory(&fast(extra)).await,
+        "postgres" => TestApp::redis_postgres("orders", &fast(extra)).await,
         _ => TestApp::redis("orders", &fast(extra)).await,
     }
 }
@@ -232,6 +238,22 @@ async fn out_of_stock_rolls_back_and_keeps_the_token() {
             .await
             .unwrap();
         assert_eq!(mine.status(), 200);
+        let mine: Value = mine.json().await.unwrap();
+        assert_eq!(mine["userId"], "greedy", "{kind}");
+        // Read by the id alone (header mode, no X-User-Id): what was
+        // bought, never who bought it.
+        let anonymous = app
+            .client
+            .get(app.url(&format!("/api/orders/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(anonymous.status(), 200, "{kind}");
+        let anonymous: Value = anonymous.json().await.unwrap();
+        assert_eq!(anonymous["orderId"], id, "{kind}");
+        assert_eq!(anonymous["quantity"], 2, "{kind}");
+        assert!(anonymous.get("userId").is_none(), "{kind}: {anonymous}");
+        assert!(!anonymous.to_string().contains("greedy"), "{kind}: {anonymous}");
         let theirs = app
             .client
             .get(app.url(&format!("/api/orders/{id}")))
@@ -282,8 +304,8 @@ async fn a_claim_whose_order_service_died_lapses_back_to_ready() {
     // An order service in another language claims, then dies.
     let claim = |body: Value| {
         app.client
-            .post(app.url("/api/tokens/claim"))
-            .bearer_auth(ADMIN)
+            .post(app.admin_url("/api/tokens/claim"))
+            .bearer_auth(SERVICE)
             .json(&body)
             .send()
     };
@@ -304,8 +326,8 @@ async fn a_claim_whose_order_service_died_lapses_back_to_ready() {
     // The dead service's late consume no longer holds anything.
     let late = app
         .client
-        .post(app.url("/api/tokens/consume"))
-        .bearer_auth(ADMIN)
+        .post(app.admin_url("/api/tokens/consume"))
+        .bearer_auth(SERVICE)
         .json(&json!({"userId": "crashy", "queue": "default", "claimId": claimed["claimId"]}))
         .send()
         .await
@@ -319,9 +341,9 @@ async fn token_api_for_other_languages() {
     let app = app_of("memory", &[]).await;
     let token = ready(&app, "polyglot").await;
     let call = |path: &'static str, body: Value, auth: bool| {
-        let mut req = app.client.post(app.url(path)).json(&body);
+        let mut req = app.client.post(app.admin_url(path)).json(&body);
         if auth {
-            req = req.bearer_auth(ADMIN);
+            req = req.bearer_auth(SERVICE);
         }
         req.send()
     };

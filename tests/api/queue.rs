@@ -301,7 +301,7 @@ async fn health_readiness_and_metrics() {
     app.enter("default", "m1").await;
     let metrics = app
         .client
-        .get(app.url("/metrics"))
+        .get(app.admin_url("/metrics"))
         .send()
         .await
         .unwrap()
@@ -337,7 +337,7 @@ async fn admin_api_shows_counts_and_requires_its_token() {
     .await;
     app.enter("default", "first").await; // fast track: active
     app.enter("default", "second").await; // waits
-    let url = app.url("/api/admin/queues");
+    let url = app.admin_url("/api/admin/queues");
     assert_eq!(app.client.get(&url).send().await.unwrap().status(), 401);
     assert_eq!(
         app.client
@@ -370,7 +370,7 @@ async fn admin_api_shows_counts_and_requires_its_token() {
 
     // Hold admission: a newcomer to an empty line no longer skips it.
     let post = |path: &str, auth: bool| {
-        let mut r = app.client.post(app.url(path));
+        let mut r = app.client.post(app.admin_url(path));
         if auth {
             r = r.bearer_auth(admin);
         }
@@ -438,7 +438,12 @@ async fn holding_admission_stops_the_fast_track() {
         admin,
     ];
     for app in both(&args).await {
-        let admin_post = |path: &str| app.client.post(app.url(path)).bearer_auth(admin).send();
+        let admin_post = |path: &str| {
+            app.client
+                .post(app.admin_url(path))
+                .bearer_auth(admin)
+                .send()
+        };
         let held: Value = admin_post("/api/admin/queues/default/pause")
             .await
             .unwrap()

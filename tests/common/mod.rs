@@ -21,6 +21,68 @@ pub fn redis_url() -> String {
     std::env::var("WAITROOM_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// The shared PostgreSQL (trust auth on the loopback; `scripts/test`
+/// makes sure it answers and exports this variable).
+pub fn postgres_url() -> String {
+    std::env::var("WAITROOM_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A PostgreSQL database of the test's own on the shared server, created
+/// empty and dropped (`WITH (FORCE)`, whatever still holds it) on drop, so
+/// no test sees another's products or orders.
+pub struct PgDatabase {
+    pub name: String,
+    pub url: String,
+}
+
+impl PgDatabase {
+    pub async fn create(tag: &str) -> Self {
+        use sqlx::Connection;
+        let name = format!("waitroom_{tag}_{:016x}", rand::random::<u64>());
+        let mut admin = sqlx::PgConnection::connect(&postgres_url())
+            .await
+            .expect("the shared PostgreSQL on 127.0.0.1:5432 must answer (scripts/test starts one)");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .execute(&mut admin)
+            .await
+            .expect("create the test's database");
+        let _ = admin.close().await;
+        let base = postgres_url();
+        let server = base.rsplit_once('/').map_or(base.as_str(), |(server, _)| server);
+        let url = format!("{server}/{name}");
+        Self { name, url }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: the drop gets a runtime of
+        // its own on a thread of its own.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                use sqlx::Connection;
+                let mut admin = sqlx::PgConnection::connect(&postgres_url()).await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                )))
+                .execute(&mut admin)
+                .await?;
+                admin.close().await
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop test database {}: {dropped:?}", self.name);
+        }
+    }
+}
+
 /// A key prefix no other test uses.
 pub fn unique_prefix(tag: &str) -> String {
     format!("t-{tag}-{:016x}", rand::random::<u64>())
@@ -242,6 +304,9 @@ pub struct TestApp {
     pub client: reqwest::Client,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    /// The order database of the test's own, when it is PostgreSQL:
+    /// dropped after the instance stops.
+    pg: Option<PgDatabase>,
 }
 
 impl TestApp {
@@ -276,7 +341,25 @@ impl TestApp {
                 .unwrap(),
             shutdown,
             tasks,
+            pg: None,
         }
+    }
+
+    /// Starts an instance on the shared Redis with a fresh prefix and its
+    /// demo orders in a fresh PostgreSQL database of the test's own, flags
+    /// as on the command line.
+    pub async fn redis_postgres(tag: &str, args: &[&str]) -> Self {
+        let db = PgDatabase::create(tag).await;
+        let mut app = Self::redis_with(
+            tag,
+            Config {
+                orders_db: db.url.clone(),
+                ..config(args)
+            },
+        )
+        .await;
+        app.pg = Some(db);
+        app
     }
 
     /// Starts an instance of `config` on a fresh in-memory store.
@@ -376,6 +459,8 @@ impl TestApp {
         tokio::time::timeout(Duration::from_secs(15), self.tasks.wait())
             .await
             .expect("instance stops within 15 s");
+        drop(self.state);
+        drop(self.pg);
     }
 }
 

@@ -242,8 +242,10 @@ pub async fn listen_passes(
     }))
 }
 
-/// `waitroom_streams_open` from /metrics.
-pub async fn streams_open(addr: SocketAddr) -> Option<f64> {
+/// `waitroom_streams_open` from /metrics on the server's operator
+/// listener (`None` without one).
+pub async fn streams_open(admin_addr: Option<SocketAddr>) -> Option<f64> {
+    let addr = admin_addr?;
     let mut c = Conn::connect(std::net::Ipv4Addr::new(127, 0, 0, 1), addr, 4096)
         .await
         .ok()?;

@@ -104,9 +104,14 @@ pub struct CrowdArgs {
     /// Product to order (default: the first product of --queue).
     #[arg(long)]
     pub product: Option<String>,
-    /// Set the product's stock before the run (needs --admin-token).
+    /// Set the product's stock before the run (needs --admin-token and
+    /// --admin-addr).
     #[arg(long)]
     pub stock: Option<i64>,
+    /// The server's operator listener (its --admin-addr): the admin API
+    /// (--stock) and /metrics. Unset: no restock, no metrics figures.
+    #[arg(long)]
+    pub admin_addr: Option<String>,
     #[arg(long)]
     pub admin_token: Option<String>,
     /// On 409 out_of_stock keep the token (default: leave the queue, which
@@ -152,6 +157,12 @@ fn parse_shard(s: &str) -> anyhow::Result<(usize, usize)> {
 pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
     let nofile = server::raise_nofile();
     let addr: SocketAddr = a.addr.parse().context("--addr")?;
+    let admin_addr: Option<SocketAddr> = a
+        .admin_addr
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("--admin-addr")?;
     ensure_loopback(&addr)?;
     let ips = SourceIps::parse(&a.source_ips)?;
     anyhow::ensure!(a.users > 0, "--users must be positive");
@@ -203,7 +214,8 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
                 .admin_token
                 .as_deref()
                 .context("--stock needs --admin-token")?;
-            set_stock(addr, &p, s, admin).await?;
+            let admin_addr = admin_addr.context("--stock needs --admin-addr")?;
+            set_stock(admin_addr, &p, s, admin).await?;
         }
         let id = p["id"].as_str().unwrap_or_default().to_string();
         initial_stock = stock_of(addr, &id).await;
@@ -263,7 +275,7 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
         .collect();
     let before = probe.snap(t0, &progress).await;
     // The gauge is absent until the first stream opens.
-    let streams_before = server::streams_open(addr).await.or(Some(0.0));
+    let streams_before = server::streams_open(admin_addr).await.or(Some(0.0));
 
     // The timeline.
     let timeline = Arc::new(Mutex::new(Vec::<Sample>::new()));
@@ -419,7 +431,7 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
     tokio::time::sleep_until(settle_until).await;
     if Instant::now() + Duration::from_secs(a.steady_secs) < users_deadline {
         let s_a = probe.snap(t0, &progress).await;
-        let metrics_open = server::streams_open(addr).await;
+        let metrics_open = server::streams_open(admin_addr).await;
         tokio::time::sleep(Duration::from_secs(a.steady_secs)).await;
         let s_b = probe.snap(t0, &progress).await;
         let waiting = (s_a.progress[2] + s_b.progress[2]) as f64 / 2.0;
@@ -486,7 +498,7 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
             "quiet_from_ms": quiet_from, "quiet_to_ms": churn_from,
             "churn_from_ms": churn_from, "churn_to_ms": churn_to,
             "leaves": stats,
-            "streams_open_at_churn_end": server::streams_open(addr).await,
+            "streams_open_at_churn_end": server::streams_open(admin_addr).await,
         });
     }
 

@@ -1,0 +1,412 @@
+//! Operator surfaces apart from buyers: `/metrics`, the admin API and the
+//! token API on their own listener (`--admin-addr`), answering `404` on the
+//! public port; the admin and service tokens as separate scopes; the
+//! generated admin token written once to stderr, a configured one never.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{TestApp, clean_env, die_with_the_test, ready};
+
+const ADMIN: &str = "admin-token-for-listener-tests-0123";
+const SERVICE: &str = "service-token-for-listener-tests-01";
+
+/// The operator paths, as (method, path, body).
+const OPERATOR_ROUTES: [(&str, &str, Option<&str>); 8] = [
+    ("GET", "/metrics", None),
+    ("GET", "/api/admin/queues", None),
+    ("POST", "/api/admin/queues/default/pause", None),
+    ("POST", "/api/admin/queues/default/resume", None),
+    ("PUT", "/api/admin/products/demo-sneaker", Some("{}")),
+    ("POST", "/api/tokens/claim", Some("{}")),
+    ("POST", "/api/tokens/consume", Some("{}")),
+    ("POST", "/api/tokens/release", Some("{}")),
+];
+
+async fn send(
+    app: &TestApp,
+    url: String,
+    method: &str,
+    body: Option<&str>,
+    bearer: Option<&str>,
+) -> (u16, Value) {
+    let mut req = app
+        .client
+        .request(method.parse().unwrap(), url)
+        .header("content-type", "application/json");
+    if let Some(b) = body {
+        req = req.body(b.to_owned());
+    }
+    if let Some(t) = bearer {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The public port knows nothing of the operator paths, with or without
+/// the right bearer: the same JSON `404` as any unknown path. The
+/// operator port serves them, and none of the buyers' paths.
+#[tokio::test]
+async fn operator_paths_live_only_on_the_operator_listener() {
+    let app = TestApp::memory(&["--admin-token", ADMIN, "--service-token", SERVICE]).await;
+    assert_ne!(app.addr.port(), app.admin_addr.port());
+    for (method, path, body) in OPERATOR_ROUTES {
+        for bearer in [None, Some(ADMIN), Some(SERVICE)] {
+            let (status, json) = send(&app, app.url(path), method, body, bearer).await;
+            assert_eq!(
+                (status, json["error"].as_str()),
+                (404, Some("not_found")),
+                "public {method} {path} with {bearer:?}"
+            );
+        }
+        // Without a bearer the operator listener asks for one.
+        let (status, json) = send(&app, app.admin_url(path), method, body, None).await;
+        let expected = if path == "/metrics" { 200 } else { 401 };
+        assert_eq!(status, expected, "operator {method} {path}: {json}");
+    }
+    let metrics = app
+        .client
+        .get(app.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("text/plain")),
+    );
+    // Admin API works on the operator listener with the admin token.
+    let (status, overview) = send(
+        &app,
+        app.admin_url("/api/admin/queues"),
+        "GET",
+        None,
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(overview["queues"][0]["queue"], "default");
+    // Buyers' paths are not served to operators.
+    for (method, path) in [
+        ("POST", "/api/queues/default/entries"),
+        ("GET", "/api/products"),
+        ("GET", "/"),
+        ("GET", "/index.html"),
+        ("GET", "/api/openapi.json"),
+    ] {
+        let (status, json) = send(&app, app.admin_url(path), method, None, None).await;
+        assert_eq!(
+            (status, json["error"].as_str()),
+            (404, Some("not_found")),
+            "operator {method} {path}"
+        );
+    }
+    // Both answer the probes.
+    assert_eq!(app.get_status("/healthz").await, 200);
+    let r = app
+        .client
+        .get(app.admin_url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let admin = app.admin_addr;
+    app.stop().await;
+    // The operator listener shuts down with the instance.
+    assert!(
+        tokio::net::TcpStream::connect(admin).await.is_err(),
+        "the operator port is closed after shutdown"
+    );
+}
+
+/// The admin token never opens the token API and the service token never
+/// opens the admin API; without `--service-token` the token API is off
+/// (`404 token_api_disabled`, whatever bearer), and the queue cannot be
+/// paused by an order service.
+#[tokio::test]
+async fn admin_and_service_tokens_are_separate_scopes() {
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--service-token",
+        SERVICE,
+        "--admission-interval-ms",
+        "100",
+    ])
+    .await;
+    let token = ready(&app, "scoped").await;
+    let claim = json!({"userId": "scoped", "token": token}).to_string();
+    let (status, json) = send(
+        &app,
+        app.admin_url("/api/tokens/claim"),
+        "POST",
+        Some(&claim),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(
+        (status, json["error"].as_str()),
+        (401, Some("unauthorized")),
+        "the admin token on the token API"
+    );
+    for (method, path, body) in OPERATOR_ROUTES
+        .iter()
+        .filter(|r| r.1.starts_with("/api/admin"))
+    {
+        let (status, _) = send(&app, app.admin_url(path), method, *body, Some(SERVICE)).await;
+        assert_eq!(status, 401, "the service token on {method} {path}");
+    }
+    let (_, overview) = send(
+        &app,
+        app.admin_url("/api/admin/queues"),
+        "GET",
+        None,
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(overview["queues"][0]["paused"], false, "nothing was paused");
+    // The right token in the right place still works.
+    let (status, granted) = send(
+        &app,
+        app.admin_url("/api/tokens/claim"),
+        "POST",
+        Some(&claim),
+        Some(SERVICE),
+    )
+    .await;
+    assert_eq!(status, 200, "{granted}");
+    app.stop().await;
+
+    // No --service-token: the token API is off, even to the admin token.
+    let off = TestApp::memory(&["--admin-token", ADMIN]).await;
+    for (method, path, body) in OPERATOR_ROUTES
+        .iter()
+        .filter(|r| r.1.starts_with("/api/tokens"))
+    {
+        for bearer in [None, Some(ADMIN), Some("anything-at-all-0123456789")] {
+            let (status, json) = send(&off, off.admin_url(path), method, *body, bearer).await;
+            assert_eq!(
+                (status, json["error"].as_str()),
+                (404, Some("token_api_disabled")),
+                "{method} {path} with {bearer:?}"
+            );
+        }
+    }
+    off.stop().await;
+}
+
+/// The same token for both scopes is refused at start.
+#[tokio::test]
+async fn one_token_for_both_scopes_is_refused() {
+    let config = crate::common::config(&["--admin-token", ADMIN, "--service-token", ADMIN]);
+    let state = waitroom::AppState::with_store(
+        config,
+        crate::common::store("memory", "scopes").await,
+        None,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await;
+    let error = state.err().expect("refused").to_string();
+    assert!(error.contains("--service-token"), "{error}");
+}
+
+/// The binary with `args` (no `--addr` beyond port 0), its whole stdout
+/// and stderr kept.
+struct Bin {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Bin {
+    fn spawn(args: &[&str]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_waitroom"));
+        cmd.args(["--addr", "127.0.0.1:0", "--orders-db", ":memory:"])
+            .args(args)
+            .env("RUST_LOG", "warn,waitroom=info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        clean_env(&mut cmd);
+        die_with_the_test(&mut cmd);
+        let mut child = cmd.spawn().expect("spawn waitroom");
+        let keep = |stream: Box<dyn std::io::Read + Send>| {
+            let lines = Arc::new(Mutex::new(Vec::new()));
+            let kept = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    kept.lock().unwrap().push(line);
+                }
+            });
+            lines
+        };
+        let stdout = keep(Box::new(child.stdout.take().unwrap()));
+        let stderr = keep(Box::new(child.stderr.take().unwrap()));
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The `addr=` of the first stderr line containing `what`, once logged.
+    async fn logged_addr(&mut self, what: &str) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(addr) = self.stderr.lock().unwrap().iter().find_map(|l| {
+                l.contains(what)
+                    .then(|| {
+                        l.split_whitespace()
+                            .find_map(|w| w.strip_prefix("addr="))
+                            .map(str::to_owned)
+                    })
+                    .flatten()
+            }) {
+                return Ok(addr);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited {status}: {:?}", self.stderr()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("not logged: {:?}", self.stderr()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn stdout(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Bin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// With `--admin-addr` unset an instance takes 127.0.0.1:9090, or, when
+/// that is taken (here: by the test itself, or by anything else), a free
+/// loopback port that it logs; so two instances on one host start with the
+/// defaults. An address that was set and cannot be bound stops the start.
+#[tokio::test]
+async fn the_default_operator_port_never_stops_a_second_instance() {
+    // Hold the default port if nothing else does, so the fallback is what
+    // this test sees whoever else runs on the machine.
+    let _held = std::net::TcpListener::bind("127.0.0.1:9090");
+    let mut first = Bin::spawn(&[]);
+    let mut second = Bin::spawn(&[]);
+    let client = reqwest::Client::new();
+    let mut operator_ports = Vec::new();
+    for bin in [&mut first, &mut second] {
+        let public = bin.logged_addr("waitroom listening").await.unwrap();
+        let admin = bin.logged_addr("operator listener").await.unwrap();
+        assert!(admin.starts_with("127.0.0.1:"), "loopback: {admin}");
+        assert_ne!(admin, "127.0.0.1:9090");
+        assert!(
+            bin.stderr()
+                .iter()
+                .any(|l| l.contains("default operator address is taken")),
+            "the fallback is logged: {:?}",
+            bin.stderr()
+        );
+        let metrics = client
+            .get(format!("http://{admin}/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(metrics.status(), 200);
+        let public_metrics = client
+            .get(format!("http://{public}/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(public_metrics.status(), 404);
+        operator_ports.push(admin);
+    }
+    assert_ne!(operator_ports[0], operator_ports[1]);
+
+    // An explicit address that is taken is an error at start.
+    let taken = operator_ports[0].clone();
+    let mut refused = Bin::spawn(&["--admin-addr", &taken]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = refused.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running: {:?}", refused.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success());
+    // The readers may still be draining the pipe.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = refused.stderr().join("\n");
+    assert!(log.contains(&format!("--admin-addr {taken}")), "{log}");
+}
+
+/// A generated admin token is written once, to stderr, and works; a
+/// configured one is written nowhere; stdout stays empty either way.
+#[tokio::test]
+async fn the_admin_token_is_printed_only_when_generated() {
+    let mut generated = Bin::spawn(&["--admin-addr", "127.0.0.1:0"]);
+    let admin = generated.logged_addr("operator listener").await.unwrap();
+    let printed: Vec<String> = generated
+        .stderr()
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("admin token (set --admin-token to choose one): ")
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(printed.len(), 1, "once: {:?}", generated.stderr());
+    let token = &printed[0];
+    assert!(token.len() >= 32, "{token}");
+    assert!(generated.stdout().is_empty(), "{:?}", generated.stdout());
+    let client = reqwest::Client::new();
+    let r = client
+        .get(format!("http://{admin}/api/admin/queues"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the printed token is the admin token");
+    drop(generated);
+
+    let configured = "configured-admin-token-never-printed";
+    let mut quiet = Bin::spawn(&[
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--admin-token",
+        configured,
+        "--service-token",
+        "configured-service-token-never-print",
+    ]);
+    let admin = quiet.logged_addr("operator listener").await.unwrap();
+    let r = client
+        .get(format!("http://{admin}/api/admin/queues"))
+        .bearer_auth(configured)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let all: Vec<String> = quiet.stderr().into_iter().chain(quiet.stdout()).collect();
+    assert!(
+        all.iter()
+            .all(|l| !l.contains("admin token") && !l.contains("never-print")),
+        "{all:?}"
+    );
+    assert!(quiet.stdout().is_empty());
+}
