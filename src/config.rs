@@ -229,7 +229,10 @@ impl Config {
             return bad("--service-token must differ from --admin-token (separate scopes)");
         }
         // Port 0 on both is fine: each gets a port of its own.
-        if self.admin_addr.is_some_and(|a| a == self.addr && a.port() != 0) {
+        if self
+            .admin_addr
+            .is_some_and(|a| a == self.addr && a.port() != 0)
+        {
             return bad("--admin-addr must differ from --addr");
         }
         if self.max_streams == Some(0) {

@@ -349,7 +349,16 @@ mod tests {
         check_product("demo-sneaker_2.v1", &ok).unwrap();
         check_product(&"x".repeat(64), &ok).unwrap();
         check_product("p", &body(&"é".repeat(200), 0, 0, None)).unwrap();
-        for id in ["", "a/b", "a\nb", "a b", "a\0b", "ünï", &"x".repeat(65), "..%2F"] {
+        for id in [
+            "",
+            "a/b",
+            "a\nb",
+            "a b",
+            "a\0b",
+            "ünï",
+            &"x".repeat(65),
+            "..%2F",
+        ] {
             assert!(refused(id, &ok).starts_with("id:"), "{id:?}");
         }
         for name in [
@@ -378,7 +387,10 @@ mod tests {
         assert!(refused("p", &body("n", 1, i64::MAX, None)).starts_with("stock:"));
         assert!(refused("p", &body("n", 1, 1, Some(0))).starts_with("maxPerOrder:"));
         assert!(refused("p", &body("n", 1, 1, Some(i64::MAX))).starts_with("maxPerOrder:"));
-        check_product("p", &body("n", MAX_PRICE_CENTS, MAX_STOCK, Some(MAX_PER_ORDER_LIMIT)))
-            .unwrap();
+        check_product(
+            "p",
+            &body("n", MAX_PRICE_CENTS, MAX_STOCK, Some(MAX_PER_ORDER_LIMIT)),
+        )
+        .unwrap();
     }
 }

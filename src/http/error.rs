@@ -164,7 +164,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
             Self::Unavailable(e) => tracing::warn!(error = %e, "store unavailable"),
-            Self::DatabaseUnavailable(e) => tracing::warn!(error = %e, "order database unavailable"),
+            Self::DatabaseUnavailable(e) => {
+                tracing::warn!(error = %e, "order database unavailable")
+            }
             Self::Internal(e) => tracing::error!(error = %e, "internal error"),
             _ => {}
         }

@@ -581,9 +581,7 @@ mod tests {
     use super::*;
 
     async fn store() -> OrderStore {
-        OrderStore::open(":memory:", "default")
-            .await
-            .unwrap()
+        OrderStore::open(":memory:", "default").await.unwrap()
     }
 
     fn pending(user: &str) -> PendingConsume {
@@ -772,7 +770,9 @@ mod tests {
              '2026-01-01T00:00:00Z', 'k-old')",
         ])
         .await;
-        let s = OrderStore::open(path.to_str().unwrap(), "default").await.unwrap();
+        let s = OrderStore::open(path.to_str().unwrap(), "default")
+            .await
+            .unwrap();
         // The old order has nothing left to delete; a new one records its own.
         assert!(s.unconfirmed(10).await.unwrap().is_empty());
         assert_eq!(s.order("ord_old").await.unwrap().unwrap().user_id, "a");
@@ -785,7 +785,9 @@ mod tests {
         assert_eq!(due[0].order_id, o.order_id);
         drop(s);
         // Opening again changes nothing.
-        let s = OrderStore::open(path.to_str().unwrap(), "default").await.unwrap();
+        let s = OrderStore::open(path.to_str().unwrap(), "default")
+            .await
+            .unwrap();
         assert_eq!(s.unconfirmed_count().await.unwrap(), 1);
         drop(s);
         let _ = std::fs::remove_dir_all(&dir);
@@ -799,7 +801,9 @@ mod tests {
             "INSERT INTO products VALUES ('old', 'Old', 'default', 100, 5)",
         ])
         .await;
-        let s = OrderStore::open(path.to_str().unwrap(), "default").await.unwrap();
+        let s = OrderStore::open(path.to_str().unwrap(), "default")
+            .await
+            .unwrap();
         let old = s.product("old").await.unwrap().unwrap();
         assert_eq!((old.stock, old.max_per_order), (5, DEFAULT_MAX_PER_ORDER));
         drop(s);

@@ -172,9 +172,7 @@ mod tests {
             Duration::from_secs(60),
             CancellationToken::new(),
         );
-        let orders = OrderStore::open(":memory:", "default")
-            .await
-            .unwrap();
+        let orders = OrderStore::open(":memory:", "default").await.unwrap();
         (store, gate, orders)
     }
 

@@ -347,7 +347,11 @@ async fn the_default_operator_port_never_stops_a_second_instance() {
         if let Some(status) = refused.child.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "still running: {:?}", refused.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "still running: {:?}",
+            refused.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(!status.success());
@@ -409,4 +413,93 @@ async fn the_admin_token_is_printed_only_when_generated() {
         "{all:?}"
     );
     assert!(quiet.stdout().is_empty());
+}
+
+/// Product input an operator (or a leaked admin token) sends is checked
+/// field by field before anything is written: `400 invalid_product` naming
+/// the field, and the products as they were.
+#[tokio::test]
+async fn bad_product_input_is_refused_and_changes_nothing() {
+    let app = TestApp::memory(&["--admin-token", ADMIN]).await;
+    let products = || async {
+        app.client
+            .get(app.url("/api/products"))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let before = products().await;
+    let good = json!({"name": "Sneaker", "queue": "default", "priceCents": 100, "stock": 5});
+    let with = |field: &str, value: Value| {
+        let mut body = good.clone();
+        body[field] = value;
+        body
+    };
+    let long_id = "x".repeat(65);
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("demo-sneaker", with("name", json!("nul\u{0}byte")), "name:"),
+        ("demo-sneaker", with("name", json!("two\nlines")), "name:"),
+        (
+            "demo-sneaker",
+            with("name", json!("evil \u{202E}gpj.exe")),
+            "name:",
+        ),
+        (
+            "demo-sneaker",
+            with("name", json!("n".repeat(16 * 1024 / 2))),
+            "name:",
+        ),
+        ("demo-sneaker", with("name", json!("  ")), "name:"),
+        (
+            "demo-sneaker",
+            with("priceCents", json!(i64::MAX)),
+            "priceCents:",
+        ),
+        ("demo-sneaker", with("priceCents", json!(-1)), "priceCents:"),
+        ("demo-sneaker", with("stock", json!(i64::MAX)), "stock:"),
+        (
+            "demo-sneaker",
+            with("maxPerOrder", json!(0)),
+            "maxPerOrder:",
+        ),
+        ("a%2Fb", good.clone(), "id:"),
+        ("a%0Ab", good.clone(), "id:"),
+        ("a%00b", good.clone(), "id:"),
+        ("caf%C3%A9", good.clone(), "id:"),
+        (&long_id, good.clone(), "id:"),
+    ];
+    for (id, body, field) in &cases {
+        let r = app
+            .client
+            .put(app.admin_url(&format!("/api/admin/products/{id}")))
+            .bearer_auth(ADMIN)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let json: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, json["error"].as_str()),
+            (400, Some("invalid_product")),
+            "{id} {body}"
+        );
+        let message = json["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{id}: {message}");
+    }
+    assert_eq!(products().await, before, "nothing was written");
+    // The same body, valid, is taken.
+    let r = app
+        .client
+        .put(app.admin_url("/api/admin/products/demo-sneaker"))
+        .bearer_auth(ADMIN)
+        .json(&good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    app.stop().await;
 }

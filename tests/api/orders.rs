@@ -253,7 +253,10 @@ async fn out_of_stock_rolls_back_and_keeps_the_token() {
         assert_eq!(anonymous["orderId"], id, "{kind}");
         assert_eq!(anonymous["quantity"], 2, "{kind}");
         assert!(anonymous.get("userId").is_none(), "{kind}: {anonymous}");
-        assert!(!anonymous.to_string().contains("greedy"), "{kind}: {anonymous}");
+        assert!(
+            !anonymous.to_string().contains("greedy"),
+            "{kind}: {anonymous}"
+        );
         let theirs = app
             .client
             .get(app.url(&format!("/api/orders/{id}")))

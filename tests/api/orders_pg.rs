@@ -97,7 +97,11 @@ async fn two_instances_sell_exactly_the_stock_between_them() {
     assert_eq!(stock_seen_by(&a).await, 1000, "seeded once");
     assert_eq!(stock_seen_by(&b).await, 1000, "the same stock");
     set_stock(&a, 20).await;
-    assert_eq!(stock_seen_by(&b).await, 20, "a restock on one is seen by both");
+    assert_eq!(
+        stock_seen_by(&b).await,
+        20,
+        "a restock on one is seen by both"
+    );
 
     let mut buyers = Vec::new();
     for i in 0..40 {
@@ -124,7 +128,12 @@ async fn two_instances_sell_exactly_the_stock_between_them() {
     assert_eq!(stock_seen_by(&a).await, 0);
     assert_eq!(stock_seen_by(&b).await, 0);
     assert_eq!(
-        a.state.orders().unwrap().order_count(PRODUCT).await.unwrap(),
+        a.state
+            .orders()
+            .unwrap()
+            .order_count(PRODUCT)
+            .await
+            .unwrap(),
         20
     );
 

@@ -40,16 +40,18 @@ impl PgDatabase {
     pub async fn create(tag: &str) -> Self {
         use sqlx::Connection;
         let name = format!("waitroom_{tag}_{:016x}", rand::random::<u64>());
-        let mut admin = sqlx::PgConnection::connect(&postgres_url())
-            .await
-            .expect("the shared PostgreSQL on 127.0.0.1:5432 must answer (scripts/test starts one)");
+        let mut admin = sqlx::PgConnection::connect(&postgres_url()).await.expect(
+            "the shared PostgreSQL on 127.0.0.1:5432 must answer (scripts/test starts one)",
+        );
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
             .execute(&mut admin)
             .await
             .expect("create the test's database");
         let _ = admin.close().await;
         let base = postgres_url();
-        let server = base.rsplit_once('/').map_or(base.as_str(), |(server, _)| server);
+        let server = base
+            .rsplit_once('/')
+            .map_or(base.as_str(), |(server, _)| server);
         let url = format!("{server}/{name}");
         Self { name, url }
     }
