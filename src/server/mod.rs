@@ -1,6 +1,13 @@
 //! The connections the API is served on: the accept loop, and the two
 //! paths an event stream can take.
 //!
+//! **Two listeners, one loop.** [`serve`] runs for the public listener
+//! (buyers: `crate::http::router`) and for the operator listener (metrics,
+//! the admin and token APIs: `crate::http::admin_router`), each with its
+//! own connection cap, the same limits and the same shutdown token. A
+//! router without the events route never hands a connection to the lean
+//! writer, so the operator listener is plain hyper.
+//!
 //! **Why two paths.** Waiting is the long part of a waiting room: most open
 //! connections are idle event streams. Served through hyper, each keeps a
 //! read buffer, a write buffer and hyper's connection state: about 34 KiB
