@@ -433,7 +433,11 @@ mod tests {
         assert_eq!(c.ticket_ttl_secs, 86_400);
         assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
         assert_eq!(c.body_timeout(), Duration::from_secs(10));
-        assert_eq!(c.idle_timeout(), Duration::from_secs(75), "longer than 60 s proxies");
+        assert_eq!(
+            c.idle_timeout(),
+            Duration::from_secs(75),
+            "longer than 60 s proxies"
+        );
         assert!(!c.ticket_in_query, "tickets stay out of access logs");
         assert_eq!(
             c.identity,
@@ -529,15 +533,25 @@ mod tests {
         for good in ["", "/shop", "/a/b-c_d.e~"] {
             assert!(parse(&["--base-path", good]).unwrap().is_ok(), "{good}");
         }
-        for bad in ["shop", "/shop/", "/", "/a//b", "/a/../b", "/a b", "/a;b", "/%2e"] {
+        for bad in [
+            "shop", "/shop/", "/", "/a//b", "/a/../b", "/a b", "/a;b", "/%2e",
+        ] {
             assert!(parse(&["--base-path", bad]).unwrap().is_err(), "{bad}");
         }
         assert!(
-            parse(&["--allowed-origins", "https://shop.example,http://localhost:3000"])
-                .unwrap()
-                .is_ok()
+            parse(&[
+                "--allowed-origins",
+                "https://shop.example,http://localhost:3000"
+            ])
+            .unwrap()
+            .is_ok()
         );
-        for bad in ["shop.example", "https://shop.example/", "ftp://x", "https://"] {
+        for bad in [
+            "shop.example",
+            "https://shop.example/",
+            "ftp://x",
+            "https://",
+        ] {
             assert!(
                 parse(&["--allowed-origins", bad]).unwrap().is_err(),
                 "{bad}"

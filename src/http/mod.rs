@@ -21,7 +21,10 @@ mod tokens;
 pub mod wire;
 
 use axum::Router;
-use axum::response::Redirect;
+use axum::extract::Request;
+use axum::http::Uri;
+use axum::response::{IntoResponse, Redirect, Response};
+use tower::ServiceExt;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -50,33 +53,56 @@ fn routes() -> OpenApiRouter<AppState> {
 /// the base is a JSON `404`).
 pub fn router(state: AppState) -> Router {
     let (documented, _) = routes().split_for_parts();
-    let service = documented
+    let service: Router = documented
         .merge(page::router())
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             origin::refuse_cross_origin,
         ))
-        .layer(axum::middleware::from_fn(headers::refuse_repeated_identity));
+        .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(axum::middleware::from_fn(security::add_headers))
+        .with_state(state.clone());
     let base = state.config().base_path.clone();
     let app = if base.is_empty() {
         service
     } else {
-        let to = format!("{base}/");
         Router::new()
-            .nest(&base, service)
-            .route(
-                &base,
-                axum::routing::get(move || async move { Redirect::permanent(&to) }),
-            )
-            .fallback(|| async { ApiError::not_found("not_found", "no such resource") })
+            .fallback_service(tower::service_fn(move |request: Request| {
+                below_base(base.clone(), service.clone(), request)
+            }))
+            .layer(axum::middleware::from_fn(security::add_headers))
     };
-    app.layer(axum::middleware::from_fn_with_state(
-        base,
-        security::add_headers,
-    ))
-    .layer(crate::telemetry::trace_layer())
-    .with_state(state)
+    app.layer(crate::telemetry::trace_layer())
+}
+
+/// Serves `request` through `service` with `base` taken off its path:
+/// `<base>` redirects to `<base>/`, a path outside `base` is `404`.
+/// (Rewriting the path before routing, rather than nesting, lets the
+/// page's fallback answer `<base>/` as it answers `/`.)
+async fn below_base(
+    base: String,
+    service: Router,
+    mut request: Request,
+) -> Result<Response, std::convert::Infallible> {
+    let path = request.uri().path();
+    let query = request
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    if path == base {
+        return Ok(Redirect::permanent(&format!("{base}/{query}")).into_response());
+    }
+    let inner = path
+        .strip_prefix(base.as_str())
+        .filter(|rest| rest.starts_with('/'))
+        .and_then(|rest| format!("{rest}{query}").parse::<Uri>().ok());
+    let Some(inner) = inner else {
+        return Ok(ApiError::not_found("not_found", "no such resource").into_response());
+    };
+    *request.uri_mut() = inner;
+    service.oneshot(request).await
 }
 
 /// A known path with a method it does not take: the JSON error shape (axum

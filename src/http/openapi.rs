@@ -30,8 +30,8 @@ use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::error::ErrorBody;
-use crate::app::AppState;
 use super::wire::{GoneEvent, QueueStatus, ReadyEvent};
+use crate::app::AppState;
 
 /// The document's frame: what no handler states.
 #[derive(OpenApi)]

@@ -157,7 +157,14 @@ mod tests {
             parse_origin("http://127.0.0.1:8080"),
             Some(("http".into(), "127.0.0.1:8080".into()))
         );
-        for bad in ["null", "shop.example", "ftp://x", "https://", "https://a/b", "https://u@a"] {
+        for bad in [
+            "null",
+            "shop.example",
+            "ftp://x",
+            "https://",
+            "https://a/b",
+            "https://u@a",
+        ] {
             assert_eq!(parse_origin(bad), None, "{bad}");
         }
     }
@@ -171,7 +178,10 @@ mod tests {
             &headers(&[host, ("sec-fetch-site", "same-origin")]),
             &allowed
         ));
-        assert!(same_origin(&headers(&[host, ("sec-fetch-site", "none")]), &allowed));
+        assert!(same_origin(
+            &headers(&[host, ("sec-fetch-site", "none")]),
+            &allowed
+        ));
         assert!(same_origin(
             &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
             &allowed
@@ -188,7 +198,10 @@ mod tests {
             &headers(&[host, ("origin", "http://127.0.0.1:9090")]),
             &allowed
         ));
-        assert!(!same_origin(&headers(&[host, ("origin", "null")]), &allowed));
+        assert!(!same_origin(
+            &headers(&[host, ("origin", "null")]),
+            &allowed
+        ));
         assert!(
             !same_origin(
                 &headers(&[
@@ -226,18 +239,34 @@ mod tests {
             ]),
             &allowed
         ));
-        assert!(!same_origin(
-            &headers(&[host, ("sec-fetch-site", "cross-site")]),
-            &allowed
-        ), "cross-site without an Origin");
+        assert!(
+            !same_origin(
+                &headers(&[host, ("sec-fetch-site", "cross-site")]),
+                &allowed
+            ),
+            "cross-site without an Origin"
+        );
     }
 
     #[test]
     fn guards_the_buyer_endpoints_only() {
-        for p in ["/api/queues/default/events", "/api/queues/x/entries", "/api/orders", "/api/orders/o1"] {
+        for p in [
+            "/api/queues/default/events",
+            "/api/queues/x/entries",
+            "/api/orders",
+            "/api/orders/o1",
+        ] {
             assert!(guarded(p), "{p}");
         }
-        for p in ["/", "/app.js", "/api/products", "/api/admin/queues", "/api/tokens/claim", "/healthz", "/api/ordersx"] {
+        for p in [
+            "/",
+            "/app.js",
+            "/api/products",
+            "/api/admin/queues",
+            "/api/tokens/claim",
+            "/healthz",
+            "/api/ordersx",
+        ] {
             assert!(!guarded(p), "{p}");
         }
     }

@@ -15,7 +15,7 @@
 //! hyper's own answers to requests it cannot parse (`431`, `400`) carry no
 //! headers of ours; they carry no body either.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -54,14 +54,10 @@ pub fn apply(headers: &mut HeaderMap, api: bool) {
     }
 }
 
-/// Middleware: [`apply`] to every answer; paths under `<base>/api/` are
-/// API answers (`base`: `--base-path`).
-pub async fn add_headers(State(base): State<String>, request: Request, next: Next) -> Response {
-    let api = request
-        .uri()
-        .path()
-        .strip_prefix(base.as_str())
-        .is_some_and(|rest| rest.starts_with("/api/"));
+/// Middleware: [`apply`] to every answer; paths under `/api/` (below the
+/// base path, which is off the path by then) are API answers.
+pub async fn add_headers(request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
     let mut response = next.run(request).await;
     apply(response.headers_mut(), api);
     response
@@ -88,9 +84,11 @@ mod tests {
         asset.insert(header::SET_COOKIE, HeaderValue::from_static("a=b"));
         apply(&mut asset, false);
         assert_eq!(asset[header::CACHE_CONTROL], "no-cache, no-store");
-        assert!(asset[header::CONTENT_SECURITY_POLICY]
-            .to_str()
-            .unwrap()
-            .contains("frame-ancestors 'none'"));
+        assert!(
+            asset[header::CONTENT_SECURITY_POLICY]
+                .to_str()
+                .unwrap()
+                .contains("frame-ancestors 'none'")
+        );
     }
 }

@@ -20,4 +20,5 @@ mod sse;
 mod store_bound;
 mod tickets;
 mod transport;
+mod web;
 mod wire;
