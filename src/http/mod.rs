@@ -49,8 +49,8 @@ fn routes() -> OpenApiRouter<AppState> {
 
 /// Every route of the service, below `--base-path` when one is set (the
 /// proxy forwards the prefix unchanged; `<base>` itself redirects to
-/// `<base>/`, where the page's relative URLs resolve, and anything outside
-/// the base is a JSON `404`).
+/// `<base>/`, where the page's relative URLs resolve; outside the base only
+/// the probes and metrics answer, anything else is a JSON `404`).
 pub fn router(state: AppState) -> Router {
     let (documented, _) = routes().split_for_parts();
     let service: Router = documented
@@ -91,6 +91,11 @@ async fn below_base(
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
+    // Probes and metrics are asked of each instance directly, not through
+    // the proxy's prefix: they answer at the root too.
+    if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+        return service.oneshot(request).await;
+    }
     if path == base {
         return Ok(Redirect::permanent(&format!("{base}/{query}")).into_response());
     }
