@@ -470,13 +470,14 @@ async fn a_base_path_serves_page_cookies_stream_and_document_below_it() {
         raw(a, &get("/shop/app.js", a, ""), false, "").await.status,
         200
     );
-    // Outside the base: nothing.
+    // Outside the base: nothing but the probes (asked of each instance).
+    assert_eq!(raw(a, &get("/healthz", a, ""), false, "").await.status, 200);
     for outside in [
         "/",
         "/app.js",
         "/api/queues/default/position",
         "/shopx/",
-        "/healthz",
+        "/api/openapi.json",
     ] {
         let r = raw(a, &get(outside, a, ""), false, "").await;
         assert_eq!(r.status, 404, "{outside}");
