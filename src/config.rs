@@ -158,6 +158,31 @@ pub struct Config {
     /// `Authorization: Bearer` header carries one.
     #[arg(long, env = "WAITROOM_IDENTITY_COOKIE")]
     pub identity_cookie: Option<String>,
+
+    /// Seconds an idle keep-alive connection stays open. Keep it longer
+    /// than the keep-alive of whatever stands in front (nginx `keepalive_timeout`
+    /// upstream and AWS ALB idle timeout: 60 s), so the proxy always closes
+    /// first and never reuses a connection this side is closing.
+    #[arg(long, env = "WAITROOM_IDLE_TIMEOUT_SECS", default_value_t = 75)]
+    pub idle_timeout_secs: u64,
+
+    /// The path prefix the service is reached under (`/shop`), forwarded
+    /// unchanged by the proxy; empty: the root. Routes, cookie paths and
+    /// the API document's server follow it.
+    #[arg(long, env = "WAITROOM_BASE_PATH", default_value = "")]
+    pub base_path: String,
+
+    /// Origins (`https://shop.example`) besides the request's own `Host`
+    /// whose pages may call the buyer endpoints with the browser's
+    /// credentials (comma-separated). Behind a proxy that rewrites `Host`,
+    /// name the public origin here.
+    #[arg(long, env = "WAITROOM_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Also accept the queue ticket as `?ticket=` (off by default: a query
+    /// string lands in every proxy's access log, and with it the ticket).
+    #[arg(long, env = "WAITROOM_TICKET_IN_QUERY", default_value_t = false)]
+    pub ticket_in_query: bool,
 }
 
 pub use crate::identity::Mode as IdentityMode;
@@ -247,6 +272,17 @@ impl Config {
             return bad("--max-connections must be at least --max-streams");
         }
         self.check_identity()?;
+        if !(1..=3600).contains(&self.idle_timeout_secs) {
+            return bad("--idle-timeout-secs must be 1-3600");
+        }
+        self.check_base_path()?;
+        for origin in &self.allowed_origins {
+            if crate::http::origin::parse_origin(origin.trim()).is_none() {
+                return Err(ConfigError(format!(
+                    "--allowed-origins: {origin:?} is not an origin like https://shop.example"
+                )));
+            }
+        }
         if let Some(secs) = self.body_timeout_secs
             && (secs == 0 || secs >= self.claim_lease_secs)
         {
@@ -255,6 +291,38 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// `--base-path`: empty, or `/` and segments of `A-Z a-z 0-9 - _ . ~`
+    /// without a trailing `/` (so it can be put in a cookie `Path` and in
+    /// front of a route as it is).
+    fn check_base_path(&self) -> Result<(), ConfigError> {
+        let p = &self.base_path;
+        if p.is_empty() {
+            return Ok(());
+        }
+        let ok = p.starts_with('/')
+            && !p.ends_with('/')
+            && p[1..].split('/').all(|seg| {
+                !seg.is_empty()
+                    && seg != "."
+                    && seg != ".."
+                    && seg
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b))
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(ConfigError(format!(
+                "--base-path {p:?}: empty, or like /shop (segments of A-Z a-z 0-9 - _ . ~, no trailing /)"
+            )))
+        }
+    }
+
+    /// How long an idle keep-alive connection stays open.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
     }
 
     /// Signed mode needs exactly one key; the signed-mode flags anywhere
@@ -393,6 +461,12 @@ mod tests {
         assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
         assert_eq!(c.body_timeout(), Duration::from_secs(10));
         assert_eq!(
+            c.idle_timeout(),
+            Duration::from_secs(75),
+            "longer than 60 s proxies"
+        );
+        assert!(!c.ticket_in_query, "tickets stay out of access logs");
+        assert_eq!(
             c.identity,
             IdentityMode::Visitor,
             "anonymous visitors by default"
@@ -498,6 +572,35 @@ mod tests {
                 .unwrap()
                 .is_ok()
         );
+        assert!(parse(&["--idle-timeout-secs", "0"]).unwrap().is_err());
+        assert!(parse(&["--idle-timeout-secs", "1"]).unwrap().is_ok());
+        for good in ["", "/shop", "/a/b-c_d.e~"] {
+            assert!(parse(&["--base-path", good]).unwrap().is_ok(), "{good}");
+        }
+        for bad in [
+            "shop", "/shop/", "/", "/a//b", "/a/../b", "/a b", "/a;b", "/%2e",
+        ] {
+            assert!(parse(&["--base-path", bad]).unwrap().is_err(), "{bad}");
+        }
+        assert!(
+            parse(&[
+                "--allowed-origins",
+                "https://shop.example,http://localhost:3000"
+            ])
+            .unwrap()
+            .is_ok()
+        );
+        for bad in [
+            "shop.example",
+            "https://shop.example/",
+            "ftp://x",
+            "https://",
+        ] {
+            assert!(
+                parse(&["--allowed-origins", bad]).unwrap().is_err(),
+                "{bad}"
+            );
+        }
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

@@ -65,8 +65,12 @@ document.documentElement.dataset.queue = queue;
 storage.remove('localStorage', 'waitroom.userId');
 const tabGroup = 'this-browser';
 
+// The ticket travels in its HttpOnly cookie only: the page never keeps it
+// where a script could read it later. (Earlier versions kept it in
+// sessionStorage: drop what they left.)
+storage.remove('sessionStorage', `waitroom.ticket.${queue}`);
+
 const keys = {
-  ticket: `waitroom.ticket.${queue}`,
   start: `waitroom.start.${queue}`,
   order: `waitroom.order.${queue}`,
 };
@@ -88,6 +92,8 @@ const app = {
   productsLoading: false,
   selectedId: null,
   ordering: false,
+  /** An ending learnt while an order was in flight (its token was just used): shown only if the order fails. */
+  goneWhileOrdering: null,
 };
 
 // --- view plumbing ---------------------------------------------------------
@@ -95,6 +101,7 @@ const app = {
 function setView(name, { focus = false } = {}) {
   if (app.view === name) return false;
   app.view = name;
+  if (name !== 'waiting' && name !== 'ready') showElsewhere(false);
   for (const v of VIEWS) el(`view-${v}`).hidden = v !== name;
   document.body.dataset.state = name;
   el('main').setAttribute('aria-busy', String(name === 'joining'));
@@ -149,7 +156,6 @@ async function join({ quiet = false } = {}) {
   }
   app.joining = false;
   app.joinFailures = 0;
-  if (status && typeof status.ticket === 'string') storage.set('sessionStorage', keys.ticket, status.ticket);
   if (!status || (status.status !== 'WAITING' && status.status !== 'READY')) {
     showGone('not_entered');
     return;
@@ -214,12 +220,16 @@ function startFeed(status) {
     api,
     bus,
     pollingIntervalSeconds: status.pollingIntervalSeconds,
-    getTicket: () => storage.get('sessionStorage', keys.ticket),
+    // The cookie carries the ticket.
+    getTicket: () => null,
     onUpdate: (update) => {
       if (app.feed === feed) applyUpdate(update);
     },
     onMode: (mode, info) => {
       if (app.feed === feed) setMode(mode, info);
+    },
+    onYield: (yielded) => {
+      if (app.feed === feed) showElsewhere(yielded);
     },
     onAuthLost: () => {
       if (app.feed !== feed) return;
@@ -255,6 +265,18 @@ function applyUpdate(update) {
 }
 
 // --- waiting ---------------------------------------------------------------
+
+/**
+ * Another window (or device) of this buyer took the live stream: the place
+ * stands and this page keeps polling it; say so, and offer to take the
+ * updates back here.
+ */
+function showElsewhere(yielded) {
+  const box = el('elsewhere');
+  if (box.hidden === !yielded) return;
+  box.hidden = !yielded;
+  if (yielded) announce('Live updates moved to another window. Your place is kept; this page still checks it.');
+}
 
 const MODE_TEXT = {
   connecting: 'Connecting…',
@@ -339,7 +361,7 @@ async function leaveQueue() {
   el('leave-no').disabled = true;
   el('leave-error').hidden = true;
   try {
-    await api.leave(queue, storage.get('sessionStorage', keys.ticket));
+    await api.leave(queue, null);
   } catch (err) {
     // 401/404: there was no place to give up, which is what was asked.
     if (err.status !== 401 && err.status !== 404) {
@@ -603,9 +625,17 @@ async function placeOrder(event) {
     storage.setJSON('localStorage', keys.order, record);
     bus.post('order', { tabGroup, record });
     app.ordering = false;
+    app.goneWhileOrdering = null;
     showConfirmed(record);
   } catch (err) {
     app.ordering = false;
+    const gone = app.goneWhileOrdering;
+    app.goneWhileOrdering = null;
+    if (gone) {
+      // The token was used (perhaps by this very order, its answer lost).
+      showGone(gone);
+      return;
+    }
     updateOrderButton();
     orderFailed(err, product, quantity);
   }
@@ -687,6 +717,14 @@ function showConfirmed(record) {
 }
 
 function showGone(reason) {
+  // An order is on its way: its token being used ends the place, and the
+  // order's answer (its confirmation) is moments away. Showing the ending
+  // now would flash it (and announce it) before the confirmation.
+  if (app.ordering && (reason === 'consumed' || reason === 'not_entered')) {
+    app.goneWhileOrdering = reason;
+    app.feed?.stop();
+    return;
+  }
   const wasReady = app.view === 'ready';
   app.feed?.stop();
   app.ready = null;
@@ -757,6 +795,10 @@ function boot() {
   }
 
   el('leave').addEventListener('click', openLeaveConfirm);
+  el('take-back').addEventListener('click', () => {
+    showElsewhere(false);
+    app.feed?.takeBack();
+  });
   el('leave-no').addEventListener('click', () => closeLeaveConfirm({ focus: true }));
   el('leave-yes').addEventListener('click', leaveQueue);
   el('rejoin').addEventListener('click', joinAgain);

@@ -9,6 +9,13 @@
 // an event (the same object with the same names, see README "The API"):
 // status WAITING or READY, or NOT_ENTERED with the `reason` a `gone` event
 // gives.
+//
+// `gone: replaced` is not an ending: the place stands, another stream of the
+// same buyer (another browser, device or a window that lost its leadership)
+// took over. The feed then yields: it closes its stream, keeps polling (which
+// keeps the place marked as present, so it is never dropped as abandoned)
+// and does not try the stream again by itself, which would take it back from
+// the other window in turn; `takeBack()` does, when the buyer asks.
 
 import { requestLeadership } from './tabs.js';
 
@@ -42,6 +49,7 @@ export class StatusFeed {
    * @param {(update, info) => void} o.onUpdate   info.viaOtherTab tells whether another tab holds the stream
    * @param {(mode, info) => void} o.onMode       'connecting' | 'live' | 'reconnecting' | 'polling'
    * @param {() => void} o.onAuthLost             the ticket was refused: join again for a fresh one
+   * @param {(yielded: boolean) => void} [o.onYield] the stream was taken over elsewhere (true) or taken back (false)
    * @param {number} [o.pollingIntervalSeconds]
    */
   constructor(o) {
@@ -58,6 +66,7 @@ export class StatusFeed {
     this.lastPollAt = 0;
     this.streamRetryMs = STREAM_RETRY_MIN_MS;
     this.retryTimer = null;
+    this.yielded = false;
     this.silenceTimer = null;
     this.unsubscribe = [];
     this.cancelLeadership = null;
@@ -110,6 +119,26 @@ export class StatusFeed {
     const end = this.endLeadership;
     this.endLeadership = null;
     end?.();
+  }
+
+  /** Take the stream back after it was replaced elsewhere (the buyer asked). */
+  takeBack() {
+    if (!this.running || !this.yielded) return;
+    this.yielded = false;
+    this.onYield?.(false);
+    if (this.leading) this.#openStream();
+  }
+
+  /** The stream was replaced: poll on (presence), without the stream. */
+  #yield() {
+    this.yielded = true;
+    this.#closeStream();
+    clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.polling = true;
+    this.#setMode('polling');
+    this.#pollSoon(jitter(this.pollSeconds * 1000));
+    this.onYield?.(true);
   }
 
   /** The server said how often to poll (from a QueueStatus). */
@@ -185,6 +214,10 @@ export class StatusFeed {
       if (!data || typeof data !== 'object') return;
       errorsInARow = 0;
       clearTimeout(this.silenceTimer);
+      if (event.type === 'gone' && data.reason === 'replaced') {
+        this.#yield();
+        return;
+      }
       if (this.polling) this.#stopPolling();
       this.streamRetryMs = STREAM_RETRY_MIN_MS;
       this.#setMode('live');
@@ -244,6 +277,7 @@ export class StatusFeed {
 
   #retryStreamSoon(delayMs) {
     clearTimeout(this.retryTimer);
+    if (this.yielded) return;
     const delay = delayMs ?? jitter(this.streamRetryMs);
     if (delayMs === undefined) this.streamRetryMs = Math.min(this.streamRetryMs * 2, STREAM_RETRY_MAX_MS);
     this.retryTimer = setTimeout(() => {

@@ -108,7 +108,13 @@ async fn enter(
         StatusCode::OK
     };
     let mut response = (code, Json(body)).into_response();
-    let cookie = ticket_cookie(&queue, ticket, ttl_secs, secure_request(&headers));
+    let cookie = ticket_cookie(
+        &state.config().base_path,
+        &queue,
+        ticket,
+        ttl_secs,
+        secure_request(&headers),
+    );
     if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
         response.headers_mut().insert("set-cookie", value);
     }
@@ -184,7 +190,13 @@ async fn leave(
         return Err(ticket_ended());
     }
     state.limits().note_left(&member.queue, &member.user);
-    let mut expired = ticket_cookie(&member.queue, String::new(), 0, secure_request(&headers));
+    let mut expired = ticket_cookie(
+        &state.config().base_path,
+        &member.queue,
+        String::new(),
+        0,
+        secure_request(&headers),
+    );
     expired.make_removal();
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Ok(value) = HeaderValue::from_str(&expired.to_string()) {
@@ -194,15 +206,18 @@ async fn leave(
 }
 
 /// The ticket cookie, scoped to its queue so joining a second queue does
-/// not overwrite the first, kept as long as the ticket is accepted.
+/// not overwrite the first, kept as long as the ticket is accepted. Its
+/// path is below `base_path` (`--base-path`), where the browser sees the
+/// queue's routes.
 fn ticket_cookie(
+    base_path: &str,
     queue: &QueueName,
     ticket: String,
     max_age_secs: u64,
     secure: bool,
 ) -> Cookie<'static> {
     Cookie::build((TICKET_COOKIE, ticket))
-        .path(format!("/api/queues/{queue}"))
+        .path(format!("{base_path}/api/queues/{queue}"))
         .http_only(true)
         .same_site(SameSite::Strict)
         .secure(secure)

@@ -21,6 +21,11 @@ pub enum ApiError {
     /// `401`: a missing, forged or foreign ticket or token.
     #[error("{message}")]
     Unauthorized { code: &'static str, message: String },
+    /// `403 cross_origin`: a browser request from another origin (a page on
+    /// another site, or a sibling origin of the same site) to an endpoint
+    /// that acts on the buyer's cookies; nothing was changed.
+    #[error("cross-origin request refused")]
+    CrossOrigin,
     /// `404`: no such queue, product or order.
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
@@ -103,6 +108,11 @@ impl ApiError {
             Self::Unauthorized { code, message } => {
                 (StatusCode::UNAUTHORIZED, code, message.clone())
             }
+            Self::CrossOrigin => (
+                StatusCode::FORBIDDEN,
+                "cross_origin",
+                "requests from another origin may not act for the buyer".into(),
+            ),
             Self::NotFound { code, message } => (StatusCode::NOT_FOUND, code, message.clone()),
             Self::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,

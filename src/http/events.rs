@@ -101,7 +101,7 @@ pub async fn open_stream(
 /// The headers of every stream answer.
 pub const STREAM_HEADERS: [(&str, &str); 3] = [
     ("content-type", "text/event-stream"),
-    ("cache-control", "no-cache"),
+    ("cache-control", "no-cache, no-store"),
     ("x-accel-buffering", "no"),
 ];
 

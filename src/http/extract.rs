@@ -40,8 +40,8 @@ fn unknown_queue() -> ApiError {
     ApiError::not_found("unknown_queue", "no such queue")
 }
 
-/// The raw ticket of a request: `X-Queue-Ticket`, then `?ticket=`, then the
-/// cookie. Never logged.
+/// The raw ticket of a request: `X-Queue-Ticket`, then `?ticket=` (`query`
+/// is `None` unless `--ticket-in-query`), then the cookie. Never logged.
 pub fn raw_ticket<'a>(
     header: Option<&'a str>,
     query: Option<&str>,
@@ -102,7 +102,7 @@ impl Member {
         let raw = ticket.ok_or_else(|| {
             ApiError::unauthorized(
                 "missing_ticket",
-                "send the queue ticket (cookie, X-Queue-Ticket or ?ticket=)",
+                "send the queue ticket (the cookie a join set, or X-Queue-Ticket)",
             )
         })?;
         let ticket = state
@@ -166,7 +166,7 @@ impl FromRequestParts<AppState> for Member {
                 .headers
                 .get("x-queue-ticket")
                 .and_then(|v| v.to_str().ok()),
-            parts.uri.query(),
+            parts.uri.query().filter(|_| state.config().ticket_in_query),
             parts
                 .headers
                 .get_all("cookie")

@@ -14,11 +14,17 @@ mod identity;
 pub mod limit;
 mod openapi;
 mod orders;
+pub mod origin;
 mod page;
+pub mod security;
 mod tokens;
 pub mod wire;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::http::Uri;
+use axum::response::{IntoResponse, Redirect, Response};
+use tower::ServiceExt;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -63,27 +69,81 @@ fn operator_only() -> OpenApiRouter<AppState> {
 }
 
 /// What the public listener (`--addr`) serves: the buyers' routes and the
-/// page. Operator paths are not there: `404 not_found`, like any unknown
-/// path, so the public port tells nothing about them.
+/// page, below `--base-path` when one is set (the proxy forwards the prefix
+/// unchanged; `<base>` itself redirects to `<base>/`, where the page's
+/// relative URLs resolve; outside the base only the probes answer, anything
+/// else is a JSON `404`). Operator paths are not there: `404 not_found`,
+/// like any unknown path, so the public port tells nothing about them.
 pub fn router(state: AppState) -> Router {
     let (documented, _) = public_routes().split_for_parts();
-    finish(documented.merge(page::router()), state)
+    let service: Router = documented
+        .merge(page::router())
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::refuse_cross_origin,
+        ))
+        .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(axum::middleware::from_fn(security::add_headers))
+        .with_state(state.clone());
+    let base = state.config().base_path.clone();
+    let app = if base.is_empty() {
+        service
+    } else {
+        Router::new()
+            .fallback_service(tower::service_fn(move |request: Request| {
+                below_base(base.clone(), service.clone(), request)
+            }))
+            .layer(axum::middleware::from_fn(security::add_headers))
+    };
+    app.layer(crate::telemetry::trace_layer())
 }
 
 /// What the operator listener (`--admin-addr`) serves; any other path is
-/// `404 not_found`.
+/// `404 not_found`. No base path: operators reach each instance directly.
 pub fn admin_router(state: AppState) -> Router {
     let (documented, _) = operator_routes().split_for_parts();
-    finish(documented.fallback(not_found), state)
-}
-
-/// The layers both listeners share.
-fn finish(routes: Router<AppState>, state: AppState) -> Router {
-    routes
+    documented
+        .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(axum::middleware::from_fn(security::add_headers))
         .layer(crate::telemetry::trace_layer())
         .with_state(state)
+}
+
+/// Serves `request` through `service` with `base` taken off its path:
+/// `<base>` redirects to `<base>/`, a path outside `base` is `404`.
+/// (Rewriting the path before routing, rather than nesting, lets the
+/// page's fallback answer `<base>/` as it answers `/`.)
+async fn below_base(
+    base: String,
+    service: Router,
+    mut request: Request,
+) -> Result<Response, std::convert::Infallible> {
+    let path = request.uri().path();
+    let query = request
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    // Probes are asked of each instance directly, not through the proxy's
+    // prefix: they answer at the root too.
+    if matches!(path, "/healthz" | "/readyz") {
+        return service.oneshot(request).await;
+    }
+    if path == base {
+        return Ok(Redirect::permanent(&format!("{base}/{query}")).into_response());
+    }
+    let inner = path
+        .strip_prefix(base.as_str())
+        .filter(|rest| rest.starts_with('/'))
+        .and_then(|rest| format!("{rest}{query}").parse::<Uri>().ok());
+    let Some(inner) = inner else {
+        return Ok(ApiError::not_found("not_found", "no such resource").into_response());
+    };
+    *request.uri_mut() = inner;
+    service.oneshot(request).await
 }
 
 /// A path the operator listener does not serve.

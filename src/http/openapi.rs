@@ -19,6 +19,7 @@
 
 use std::sync::LazyLock;
 
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use bytes::Bytes;
@@ -30,6 +31,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::error::ErrorBody;
 use super::wire::{GoneEvent, QueueStatus, ReadyEvent};
+use crate::app::AppState;
 
 /// The document's frame: what no handler states.
 #[derive(OpenApi)]
@@ -312,7 +314,7 @@ impl utoipa::IntoParams for TicketParams {
                 "ticket",
                 ParameterIn::Query,
                 false,
-                "The ticket, for clients that cannot set headers (EventSource).",
+                "The ticket, only with `--ticket-in-query` (off by default: a query string lands in access logs); ignored otherwise. Browsers send the cookie.",
             )
             .schema(Some(text(false, None)))
             .build(),
@@ -357,11 +359,18 @@ static DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| {
     responses((status = 200, description = "The OpenAPI 3.1 document of this API.",
         content_type = "application/json", body = Object))
 )]
-pub async fn openapi_json() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.clone(),
-    )
+pub async fn openapi_json(State(state): State<AppState>) -> impl IntoResponse {
+    let base = &state.config().base_path;
+    let body = if base.is_empty() {
+        DOCUMENT.clone()
+    } else {
+        // Under a base path every route is below it: say so in `servers`.
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&DOCUMENT).expect("the document is JSON");
+        doc["servers"] = serde_json::json!([{ "url": base }]);
+        Bytes::from(serde_json::to_vec(&doc).expect("the document serializes"))
+    };
+    ([(header::CONTENT_TYPE, "application/json")], body)
 }
 
 #[cfg(test)]

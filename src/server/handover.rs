@@ -58,6 +58,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, Response};
@@ -66,6 +67,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 use tower::ServiceExt;
 
 use super::lean::stream_request;
@@ -105,9 +107,26 @@ pub struct HandedOver {
     pub request: Request<Body>,
 }
 
+/// How long a connection may stay idle, and how long a request head may
+/// take once its first byte is in.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Between requests (every earlier one answered), before the next
+    /// head's first byte: the connection closes cleanly after this.
+    pub idle: Duration,
+    /// From a head's first byte to its last: the connection is dropped
+    /// after this (a client trickling a head holds a connection for free).
+    pub head: Duration,
+}
+
 /// The IO hyper serves a connection through.
 pub struct HandoverIo {
     socket: Option<TcpStream>,
+    /// The event-stream route a handed-over request must be for.
+    route: Arc<matchit::Router<()>>,
+    timeouts: Timeouts,
+    /// Armed while the connection waits idle, or while a head is partial.
+    deadline: Option<(Waiting, Pin<Box<Sleep>>)>,
     shared: Arc<Shared>,
     framer: Framer,
     /// Request heads the framer has seen complete.
@@ -119,16 +138,66 @@ pub struct HandoverIo {
     taken: Option<Request<Body>>,
 }
 
+/// What [`HandoverIo`]'s deadline is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waiting {
+    Idle,
+    Head,
+}
+
 impl HandoverIo {
-    pub fn new(socket: TcpStream, shared: Arc<Shared>) -> Self {
+    pub fn new(
+        socket: TcpStream,
+        shared: Arc<Shared>,
+        route: Arc<matchit::Router<()>>,
+        timeouts: Timeouts,
+    ) -> Self {
         Self {
             socket: Some(socket),
+            route,
+            timeouts,
+            deadline: None,
             shared,
             framer: Framer::default(),
             heads: 0,
             unflushed: false,
             taken: None,
         }
+    }
+
+    /// What a read now waits for: idle (every head answered, none begun),
+    /// the rest of a head, or neither (a body, a response being written,
+    /// or framing lost: then hyper's own header timeout is the bound).
+    fn waiting(&self) -> Option<Waiting> {
+        if self.shared.tainted.load(Ordering::Relaxed) {
+            return None;
+        }
+        match &self.framer {
+            Framer::Head(partial) if !partial.is_empty() => Some(Waiting::Head),
+            Framer::Head(_) if self.heads == self.shared.finished.load(Ordering::Relaxed) => {
+                Some(Waiting::Idle)
+            }
+            _ => None,
+        }
+    }
+
+    /// Arms, keeps or disarms the deadline for what a read now waits for;
+    /// `Some` when it has passed.
+    fn deadline_passed(&mut self, cx: &mut Context<'_>) -> Option<Waiting> {
+        let waiting = self.waiting();
+        match (&mut self.deadline, waiting) {
+            (_, None) => self.deadline = None,
+            (Some((armed, _)), Some(w)) if *armed == w => {}
+            (_, Some(w)) => {
+                let after = match w {
+                    Waiting::Idle => self.timeouts.idle,
+                    Waiting::Head => self.timeouts.head,
+                };
+                self.deadline = Some((w, Box::pin(tokio::time::sleep(after))));
+            }
+        }
+        let (armed, sleep) = self.deadline.as_mut()?;
+        sleep.as_mut().poll(cx).is_ready().then_some(*armed)
     }
 
     /// Whether the next read may be handed over (see the module doc).
@@ -160,6 +229,18 @@ impl AsyncRead for HandoverIo {
             return Poll::Ready(Ok(())); // handed over: end-of-file for hyper
         }
         let candidate = this.at_boundary();
+        match this.deadline_passed(cx) {
+            // hyper closes an idle connection that reads end-of-file
+            // quietly, as if the client had closed it.
+            Some(Waiting::Idle) => return Poll::Ready(Ok(())),
+            Some(Waiting::Head) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the request head did not arrive in time",
+                )));
+            }
+            None => {}
+        }
         let Some(socket) = this.socket.as_mut() else {
             return Poll::Ready(Ok(()));
         };
@@ -169,7 +250,11 @@ impl AsyncRead for HandoverIo {
         if fresh.is_empty() {
             return Poll::Ready(Ok(())); // the peer's end-of-file
         }
-        if candidate && let Some(request) = stream_request(fresh) {
+        // Bytes came: the idle wait is over (a head's deadline runs on).
+        if matches!(this.deadline, Some((Waiting::Idle, _))) {
+            this.deadline = None;
+        }
+        if candidate && let Some(request) = stream_request(fresh, &this.route) {
             buf.set_filled(before);
             this.taken = Some(request);
             return Poll::Ready(Ok(()));

@@ -11,7 +11,6 @@
 //! with a `Content-Length`. Nothing of the request or the router outlives
 //! that first answer: a stream keeps its socket and its session, no more.
 
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -34,18 +33,21 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest non-stream answer written here (error JSON, a shed frame).
 const MAX_PLAIN_BODY: usize = 64 * 1024;
 
-/// The event-stream route, matched by axum's own matcher on the raw path,
-/// as the router matches it.
-static STREAM_ROUTE: LazyLock<matchit::Router<()>> = LazyLock::new(|| {
+/// The event-stream route below `base_path` (`--base-path`, validated to
+/// need no escaping), matched by axum's own matcher on the raw path, as
+/// the router matches it.
+pub fn stream_route(base_path: &str) -> matchit::Router<()> {
     let mut route = matchit::Router::new();
-    route.insert(EVENTS_PATH, ()).expect("a valid route");
     route
-});
+        .insert(format!("{base_path}{EVENTS_PATH}"), ())
+        .expect("a valid route");
+    route
+}
 
 /// `bytes` as a request for the lean writer: exactly one complete,
-/// bodyless HTTP/1.1 `GET` head for the event-stream route, which hyper
-/// would accept as it is; `None` for anything else (hyper serves it).
-pub fn stream_request(bytes: &[u8]) -> Option<Request<Body>> {
+/// bodyless HTTP/1.1 `GET` head for the event-stream route `route`, which
+/// hyper would accept as it is; `None` for anything else (hyper serves it).
+pub fn stream_request(bytes: &[u8], route: &matchit::Router<()>) -> Option<Request<Body>> {
     if bytes.len() > MAX_HEAD {
         return None;
     }
@@ -59,7 +61,7 @@ pub fn stream_request(bytes: &[u8]) -> Option<Request<Body>> {
     }
     // hyper parses the target the same way (`Uri::from_maybe_shared`).
     let uri: Uri = head.path?.parse().ok()?;
-    STREAM_ROUTE.at(uri.path()).ok()?;
+    route.at(uri.path()).ok()?;
     let mut request = Request::new(Body::empty());
     *request.method_mut() = Method::GET;
     *request.version_mut() = Version::HTTP_11;
@@ -201,6 +203,8 @@ mod tests {
 
     #[test]
     fn takes_only_one_complete_bodyless_stream_get() {
+        let route = stream_route("");
+        let stream_request = |bytes: &[u8]| super::stream_request(bytes, &route);
         let ok = stream_request(
             b"GET /api/queues/def%61ult/events?ticket=abc HTTP/1.1\r\nHost: x\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",
         )
@@ -229,6 +233,25 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(refused)
             );
+        }
+    }
+
+    #[test]
+    fn the_stream_route_follows_the_base_path() {
+        let route = stream_route("/shop");
+        assert!(
+            stream_request(
+                b"GET /shop/api/queues/default/events HTTP/1.1\r\n\r\n",
+                &route
+            )
+            .is_some()
+        );
+        for refused in [
+            &b"GET /api/queues/default/events HTTP/1.1\r\n\r\n"[..],
+            b"GET /shopx/api/queues/default/events HTTP/1.1\r\n\r\n",
+            b"GET /shop/shop/api/queues/default/events HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(stream_request(refused, &route).is_none());
         }
     }
 

@@ -42,8 +42,15 @@
 //! `handover.rs` — are hyper-path only: a lean request has no body.
 //!
 //! **Limits.** Heads are capped at [`handover::MAX_HEAD`] (`431`, from
-//! hyper), must arrive within [`HEAD_TIMEOUT`] (which also closes idle
-//! keep-alive connections), and bodies within the body timeout (`408`).
+//! hyper), must arrive within [`HEAD_TIMEOUT`] of their first byte, and
+//! bodies within the body timeout (`408`). A keep-alive connection idle
+//! (every request answered, no byte of the next) for `--idle-timeout-secs`
+//! is closed; the default, 75 s, is longer than the upstream keep-alive of
+//! common proxies and load balancers (nginx, AWS ALB: 60 s), so the proxy
+//! always closes first and never sends a request on a connection this side
+//! is closing (which it would answer `502`). Both deadlines are kept by
+//! `handover.rs`'s IO, which frames the request bytes; where it lost the
+//! framing, hyper's header timeout (idle + head) bounds the wait.
 //! At most `--max-connections` connections, streams included, are open at
 //! once; one over the cap is answered `503 server_busy` with `Retry-After`
 //! and closed.
@@ -65,10 +72,11 @@ use tower_http::timeout::RequestBodyDeadlineLayer;
 
 use crate::app::AppState;
 use crate::http::ApiError;
-use handover::{HandoverIo, Shared, Tracked};
+use handover::{HandoverIo, Shared, Timeouts, Tracked};
 
-/// How long a client may take to send its request head (and so how long
-/// an idle keep-alive connection stays open).
+/// How long a client may take to send a request head, from its first
+/// byte. (How long an idle keep-alive connection stays open is
+/// `--idle-timeout-secs`.)
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections over the cap being answered at once; more are closed
@@ -103,6 +111,14 @@ pub async fn serve(
     let connections = TaskTracker::new();
     let open = Arc::new(Semaphore::new(max_connections));
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
+    let route = Arc::new(lean::stream_route(&state.config().base_path));
+    let timeouts = Timeouts {
+        idle: state.config().idle_timeout(),
+        head: HEAD_TIMEOUT,
+    };
+    // hyper's own bound, for connections whose framing the IO lost: an
+    // idle wait and a head after it.
+    let backstop = timeouts.idle + timeouts.head;
     loop {
         let (socket, _) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -126,13 +142,14 @@ pub async fn serve(
         let router = router.clone();
         let app = app.clone();
         let watcher = graceful.watcher();
+        let route = route.clone();
         connections.spawn(async move {
             let _permit = permit;
             let shared = Arc::new(Shared::default());
-            let io = HandoverIo::new(socket, shared.clone());
+            let io = HandoverIo::new(socket, shared.clone(), route, timeouts);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
+                .header_read_timeout(backstop)
                 .max_header_size(handover::MAX_HEAD)
                 .serve_connection(TokioIo::new(io), Tracked::new(app, shared.clone()));
             // Boxed, so a lean stream's task does not keep hyper's size.
@@ -162,7 +179,9 @@ pub async fn serve(
 /// (closing with its request unread would reset the connection and could
 /// destroy the answer on the way).
 async fn turn_away(mut socket: TcpStream, _slot: OwnedSemaphorePermit) {
-    let answer = lean::plain_response(ApiError::ServerBusy.into_response()).await;
+    let mut busy = ApiError::ServerBusy.into_response();
+    crate::http::security::apply(busy.headers_mut(), true);
+    let answer = lean::plain_response(busy).await;
     let _ = tokio::time::timeout(TURN_AWAY_LINGER, async {
         socket.write_all(&answer).await?;
         socket.shutdown().await?;

@@ -22,4 +22,5 @@ mod sse;
 mod store_bound;
 mod tickets;
 mod transport;
+mod web;
 mod wire;

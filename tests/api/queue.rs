@@ -88,7 +88,10 @@ async fn ticket_cookie_is_scoped_and_accepted() {
         .send()
         .await
         .unwrap();
-    assert_eq!(by_query.status(), 200);
+    // `?ticket=` is ignored unless `--ticket-in-query` (access logs).
+    assert_eq!(by_query.status(), 401);
+    let body: serde_json::Value = by_query.json().await.unwrap();
+    assert_eq!(body["error"], "missing_ticket");
     // A ticket for "shoes" is foreign to "default".
     let (code, body) = app.position("default", ticket).await;
     assert_eq!(code, 401);

@@ -50,7 +50,7 @@ async fn waiting_at_once_then_rank_falls_then_ready_with_the_position_token() {
                 .unwrap()
                 .starts_with("text/event-stream")
         );
-        assert_eq!(s.headers["cache-control"], "no-cache");
+        assert_eq!(s.headers["cache-control"], "no-cache, no-store");
         assert_eq!(s.headers["x-accel-buffering"], "no");
         assert!(s.headers.get("content-encoding").is_none());
 
@@ -547,24 +547,28 @@ async fn streams_on_reused_connections_behave_the_same() {
     assert!(text.contains("event: waiting"));
 
     // Errors on the lean path are the same JSON errors.
-    let raw = |path: &str| {
+    let raw = |path: &str, ticket: &str| {
         let path = path.to_owned();
+        let ticket = ticket.to_owned();
         let addr = app.addr;
         async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
+            s.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nX-Queue-Ticket: {ticket}\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
             let mut out = String::new();
             s.read_to_string(&mut out).await.unwrap();
             out
         }
     };
-    let unknown = raw("/api/queues/nope/events?ticket=x").await;
+    let unknown = raw("/api/queues/nope/events", "x").await;
     assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
     assert!(unknown.contains("\"error\":\"unknown_queue\""));
-    let forged = raw("/api/queues/default/events?ticket=forged.x").await;
+    let forged = raw("/api/queues/default/events", "forged.x").await;
     assert!(forged.starts_with("HTTP/1.1 401"), "{forged}");
     assert!(forged.contains("invalid_ticket"));
     app.stop().await;

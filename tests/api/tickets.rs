@@ -417,6 +417,9 @@ async fn no_ticket_or_token_reaches_the_logs() {
             "header",
         ])
         .args(["--admission-interval-ms", "200", "--admission-batch", "1"])
+        // Opted in, so a ticket travels in the query too and must still
+        // stay out of the log.
+        .arg("--ticket-in-query")
         .env("RUST_LOG", "trace")
         .stdout(out.try_clone().unwrap())
         .stderr(out)

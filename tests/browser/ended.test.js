@@ -29,8 +29,9 @@ test('a place that ended elsewhere shows as ended, with no silent rejoin', { tim
   await waitForState(page, 'waiting', 10_000);
   await page.waitForSelector('body[data-state="waiting"] #conn[data-mode="polling"]', { timeout: 20_000 });
 
-  const ticket = await page.evaluate(() => sessionStorage.getItem('waitroom.ticket.default'));
-  assert.ok(ticket, 'the page keeps its ticket');
+  // The ticket lives in its HttpOnly cookie only.
+  const ticket = (await context.cookies()).find((c) => c.name === 'waitroom_ticket')?.value;
+  assert.ok(ticket, 'the browser keeps the ticket cookie');
   const joins = [];
   page.on('request', (req) => {
     if (req.method() === 'POST' && /\/entries$/.test(new URL(req.url()).pathname)) joins.push(req.url());

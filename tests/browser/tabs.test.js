@@ -77,8 +77,9 @@ test('two tabs of one buyer open a single event stream and both show the positio
   assertNoConsoleErrors(firstConsole, secondConsole);
 });
 
-test('when another device takes over the place, the page says so and can continue here', { timeout: 60_000 }, async (t) => {
-  const { server, browser } = await setup(t);
+test('when another device takes over the stream, the page keeps the place and can take it back', { timeout: 60_000 }, async (t) => {
+  // Admission held (one slot, taken by the first ahead): everyone waits.
+  const { server, browser } = await setup(t, { serverArgs: ['--admission-interval-ms', '600000'] });
   await prefill(server.base, 15);
 
   // Two browsers (contexts) as the same buyer: the laptop carries the
@@ -90,6 +91,10 @@ test('when another device takes over the place, the page says so and can continu
     devices.push({ context, page, consoleWatch: watchConsole(page) });
   }
   const [phone, laptop] = devices.map((d) => d.page);
+  const phonePolls = [];
+  phone.on('request', (req) => {
+    if (/\/api\/queues\/[^/]+\/position$/.test(new URL(req.url()).pathname)) phonePolls.push(Date.now());
+  });
 
   await phone.goto(`${server.base}/`);
   await phone.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
@@ -99,15 +104,23 @@ test('when another device takes over the place, the page says so and can continu
   await laptop.goto(`${server.base}/`);
   await laptop.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
 
-  // The newer stream wins; the older page explains and offers to continue.
-  await waitForState(phone, 'ended', 10_000);
-  assert.equal(await phone.getAttribute('#view-ended', 'data-reason'), 'replaced');
-  assert.match(await phone.textContent('#rejoin'), /continue here/i);
+  // The newer stream wins; the older page does not go quiet: it keeps its
+  // place on screen, polls it (so the place counts as present) and offers
+  // to take the live updates back.
+  await phone.waitForSelector('#elsewhere:not([hidden])', { timeout: 10_000 });
+  assert.equal(await phone.evaluate(() => document.body.dataset.state), 'waiting');
+  assert.equal(await phone.getAttribute('#conn', 'data-mode'), 'polling');
+  const yieldedAt = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, 4_000));
+  assert.ok(phonePolls.some((at) => at >= yieldedAt), 'the phone keeps polling its place');
+  assert.equal(await phone.evaluate(() => document.body.dataset.state), 'waiting', 'still waiting');
+  assert.equal(await laptop.getAttribute('#conn', 'data-mode'), 'live', 'no ping-pong: the laptop stays live');
 
-  await phone.click('#rejoin');
+  await phone.click('#take-back');
   await phone.waitForSelector('body[data-state="waiting"] #conn[data-mode="live"]', { timeout: 10_000 });
-  await waitForState(laptop, 'ended', 10_000);
-  assert.equal(await laptop.getAttribute('#view-ended', 'data-reason'), 'replaced');
+  assert.equal(await phone.isHidden('#elsewhere'), true);
+  await laptop.waitForSelector('#elsewhere:not([hidden])', { timeout: 10_000 });
+  assert.equal(await laptop.evaluate(() => document.body.dataset.state), 'waiting');
 
   assertNoConsoleErrors(...devices.map((d) => d.consoleWatch));
 });
