@@ -6,7 +6,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
@@ -15,12 +15,12 @@ use utoipa_axum::routes;
 use super::client::Client;
 use super::cookies;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Member, OptionalJson, Queue, now_ms, ticket_ended};
+use super::extract::{Member, OptionalJson, Queue, now_ms, raw_ticket, ticket_ended};
 use super::identity::Joiner;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
 use crate::app::AppState;
-use crate::queue::EntryToken;
+use crate::queue::{EntryToken, QueueName, UserId};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -76,13 +76,20 @@ async fn enter(
     State(state): State<AppState>,
     Queue(queue): Queue,
     joiner: Joiner,
+    headers: HeaderMap,
+    uri: Uri,
     OptionalJson(_body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
     let user = joiner.user;
     let address = joiner.client.key();
     // The limits (limit.rs): refused here while a refusal of the store
-    // lasts, else checked in the store's own join step.
-    state.limits().before_join(&queue, &user, address)?;
+    // lasts, else checked in the store's own join step. A join that shows
+    // this buyer's ticket for this queue is a repeat join, which an
+    // address's limits never refuse: it goes to the store (which checks).
+    let repeat = holds_ticket(&state, &queue, &user, &headers, &uri);
+    state
+        .limits()
+        .before_join(&queue, &user, (!repeat).then_some(address))?;
     let outcome = match state
         .store()
         .enter_limited(
@@ -199,4 +206,26 @@ async fn leave(
         }
     }
     Ok(response)
+}
+
+/// Whether the request carries a valid ticket of `user` for `queue`
+/// (header, query or cookie): the sign of a repeat join. Only a signature
+/// check, no store call; whether the place still lasts is the store's.
+fn holds_ticket(
+    state: &AppState,
+    queue: &QueueName,
+    user: &UserId,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> bool {
+    let raw = raw_ticket(
+        headers.get("x-queue-ticket").and_then(|v| v.to_str().ok()),
+        uri.query(),
+        headers
+            .get_all("cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
+    raw.and_then(|raw| state.signer().verify(&raw, queue, now_ms()).ok())
+        .is_some_and(|ticket| &ticket.user == user)
 }

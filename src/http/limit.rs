@@ -37,8 +37,9 @@
 //! Repeat joins never count against an address: a crowd behind one NAT
 //! address keeps its places whatever its newcomers do. An address refused
 //! for its join rate or its places has its next joins refused here,
-//! before the store, until the wait is over (polls and streams of that
-//! address are never refused for its limits).
+//! before the store, until the wait is over, except a join that shows the
+//! buyer's ticket for the queue (a repeat join: the store decides). Polls
+//! and streams of that address are never refused for its limits.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -149,17 +150,20 @@ impl RequestLimits {
             .map_err(buyer_refused)
     }
 
-    /// Before a join reaches the store: `429` while the buyer or the
-    /// client address is refused here.
+    /// Before a join reaches the store: `429` while the buyer, or the
+    /// client `address` if given, is refused here. (A join known to be a
+    /// repeat one gives no address: an address's limits never refuse it.)
     pub fn before_join(
         &self,
         queue: &QueueName,
         user: &UserId,
-        address: ClientKey,
+        address: Option<ClientKey>,
     ) -> Result<(), ApiError> {
         self.cached(&Subject::Buyer(queue.clone(), user.clone()))
             .map_err(buyer_refused)?;
-        if let Err(wait) = self.cached(&Subject::Address(queue.clone(), address)) {
+        if let Some(address) = address
+            && let Err(wait) = self.cached(&Subject::Address(queue.clone(), address))
+        {
             return Err(address_refused(LimitKind::AddressJoins, wait));
         }
         Ok(())
@@ -310,11 +314,11 @@ mod tests {
         let e = limits.refused(&q, &u, a, limited(LimitKind::Buyer, 1_500));
         assert!(matches!(e, ApiError::TooManyRequests { retry_after_secs: 2, .. }), "{e:?}");
         assert!(limits.before_read(&q, &u).is_err());
-        assert!(limits.before_join(&q, &u, a).is_err());
+        assert!(limits.before_join(&q, &u, Some(a)).is_err());
         assert!(limits.before_read(&q, &other).is_ok(), "per buyer");
-        assert!(limits.before_join(&q, &other, a).is_ok(), "the address is not refused");
+        assert!(limits.before_join(&q, &other, Some(a)).is_ok(), "the address is not refused");
         limits.note_left(&q, &u);
-        assert!(limits.before_join(&q, &u, a).is_ok(), "may be a first join");
+        assert!(limits.before_join(&q, &u, Some(a)).is_ok(), "may be a first join");
     }
 
     #[test]
@@ -324,11 +328,12 @@ mod tests {
         let a = addr("2001:db8::1");
         let e = limits.refused(&q, &u, a, limited(LimitKind::AddressPlaces, 10_000));
         assert!(matches!(e, ApiError::ClientLimited { code: "address_places_limited", .. }));
-        assert!(limits.before_join(&q, &u, addr("2001:db8::ffff")).is_err(), "same /64");
-        assert!(limits.before_join(&q, &u, addr("2001:db8:0:1::1")).is_ok(), "another /64");
+        assert!(limits.before_join(&q, &u, Some(addr("2001:db8::ffff"))).is_err(), "same /64");
+        assert!(limits.before_join(&q, &u, Some(addr("2001:db8:0:1::1"))).is_ok(), "another /64");
         assert!(limits.before_read(&q, &u).is_ok());
+        assert!(limits.before_join(&q, &u, None).is_ok(), "a repeat join goes to the store");
         let other_queue = QueueName::parse("other").unwrap();
-        assert!(limits.before_join(&other_queue, &u, a).is_ok(), "per queue");
+        assert!(limits.before_join(&other_queue, &u, Some(a)).is_ok(), "per queue");
     }
 
     #[test]

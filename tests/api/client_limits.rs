@@ -74,16 +74,20 @@ async fn a_thousand_joins_from_one_address_are_limited_as_configured() {
     let client = client_from("127.0.0.1");
     let mut created = 0;
     let mut refused = 0;
+    let mut first_ticket = None;
     for chunk in (0..1000).collect::<Vec<_>>().chunks(50) {
-        let answers = futures::future::join_all(
-            chunk
-                .iter()
-                .map(|i| join(&app, &client, &format!("many{i:04}"), &[])),
-        )
-        .await;
+        let users: Vec<String> = chunk.iter().map(|i| format!("many{i:04}")).collect();
+        let answers =
+            futures::future::join_all(users.iter().map(|u| join(&app, &client, u, &[]))).await;
         for r in answers {
             match r.status().as_u16() {
-                201 => created += 1,
+                201 => {
+                    created += 1;
+                    let body: Value = r.json().await.unwrap();
+                    if body["ticket"].is_string() && first_ticket.is_none() {
+                        first_ticket = body["ticket"].as_str().map(str::to_owned);
+                    }
+                }
                 429 => {
                     assert_429(r, "address_rate_limited").await;
                     refused += 1;
@@ -99,7 +103,12 @@ async fn a_thousand_joins_from_one_address_are_limited_as_configured() {
     // already in line keep their places (a repeat join is not counted).
     let other = client_from("127.0.0.2");
     assert_eq!(join(&app, &other, "elsewhere", &[]).await.status(), 201);
-    assert_eq!(join(&app, &client, "many0000", &[]).await.status(), 200);
+    let ticket = first_ticket.unwrap();
+    let r = join(&app, &client, "many0000", &[("x-queue-ticket", &ticket)]).await;
+    assert_eq!(r.status(), 200, "a repeat join with its ticket");
+    // Without the ticket this instance cannot tell it from a newcomer.
+    let r = join(&app, &client, "many0000", &[]).await;
+    assert_429(r, "address_rate_limited").await;
     app.stop().await;
 }
 
@@ -122,6 +131,8 @@ async fn places_held_per_address_count_only_live_places() {
     // Polls of the address's buyers and their repeat joins go on.
     let (code, _) = app.position("default", &tickets[1]).await;
     assert_eq!(code, 200);
+    let r = join(&app, &client, "held1", &[("x-queue-ticket", &tickets[1])]).await;
+    assert_eq!(r.status(), 200);
     // Another address is not touched.
     let other = client_from("127.0.0.3");
     assert_eq!(join(&app, &other, "held4", &[]).await.status(), 201);
@@ -223,7 +234,7 @@ async fn forwarded_mode_reads_rfc_7239_only() {
 }
 
 /// Two instances on one store, with `args`.
-async fn two_on_redis(tag: &str, args: &[&str]) -> (TestApp, TestApp) {
+async fn two_on_redis(tag: &str, args: &[&'static str]) -> (TestApp, TestApp) {
     let prefix = unique_prefix(tag);
     let cfg = waitroom::Config {
         key_prefix: prefix.clone(),
@@ -253,16 +264,21 @@ async fn two_instances_on_one_redis_share_every_limit() {
     let client = client_from("127.0.0.1");
     // New places per address: 4 in all, not 4 per instance.
     let mut statuses = Vec::new();
+    let mut ticket = String::new();
     for i in 0..6 {
         let app = if i % 2 == 0 { &a } else { &b };
-        statuses.push(join(app, &client, &format!("s{i}"), &[]).await.status().as_u16());
+        let r = join(app, &client, &format!("s{i}"), &[]).await;
+        statuses.push(r.status().as_u16());
+        if i == 0 {
+            ticket = r.json::<Value>().await.unwrap()["ticket"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
     }
     assert_eq!(statuses, [201, 201, 201, 201, 429, 429]);
 
     // The per-buyer budget: 10 at once in all, not 10 per instance.
-    let r = join(&a, &client, "s0", &[]).await;
-    let body: Value = r.json().await.unwrap();
-    let ticket = body["ticket"].as_str().unwrap().to_owned();
     let mut ok = 0;
     for i in 0..30 {
         let app = if i % 2 == 0 { &a } else { &b };
