@@ -170,7 +170,11 @@ pub struct Config {
     /// New places per client address (IPv6: per /64) per queue and minute,
     /// all instances together: that many at once, then evenly over the
     /// minute. A repeat join is never counted here. 0: off.
-    #[arg(long, env = "WAITROOM_JOINS_PER_ADDRESS_PER_MINUTE", default_value_t = 600)]
+    #[arg(
+        long,
+        env = "WAITROOM_JOINS_PER_ADDRESS_PER_MINUTE",
+        default_value_t = 600
+    )]
     pub joins_per_address_per_minute: u32,
 
     /// Places one client address (IPv6: one /64) may hold at once per
@@ -180,7 +184,11 @@ pub struct Config {
 
     /// New visitor ids minted per client address (IPv6: per /64) per
     /// minute (visitor mode), all instances together. 0: off.
-    #[arg(long, env = "WAITROOM_VISITORS_PER_ADDRESS_PER_MINUTE", default_value_t = 600)]
+    #[arg(
+        long,
+        env = "WAITROOM_VISITORS_PER_ADDRESS_PER_MINUTE",
+        default_value_t = 600
+    )]
     pub visitors_per_address_per_minute: u32,
 
     /// Most open event streams per client address (IPv6: per /64) on this
@@ -360,7 +368,9 @@ impl Config {
                 .parse::<ipnet::IpNet>()
                 .or_else(|_| raw.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
                 .map_err(|_| {
-                    ConfigError(format!("--trusted-proxies: {raw:?} is not a CIDR or an address"))
+                    ConfigError(format!(
+                        "--trusted-proxies: {raw:?} is not a CIDR or an address"
+                    ))
                 })?;
             if net.prefix_len() == 0 {
                 return Err(ConfigError(format!(
@@ -554,12 +564,20 @@ mod tests {
                 .unwrap()
                 .is_ok()
         );
-        assert!(parse(&["--trusted-proxies", "10.0.0.0/33"]).unwrap().is_err());
+        assert!(
+            parse(&["--trusted-proxies", "10.0.0.0/33"])
+                .unwrap()
+                .is_err()
+        );
         assert!(parse(&["--trusted-proxies", "garbage"]).unwrap().is_err());
         assert!(parse(&["--trusted-proxies", "0.0.0.0/0"]).unwrap().is_err());
         assert!(parse(&["--trusted-proxies", "::/0"]).unwrap().is_err());
         assert!(parse(&["--cookie-secure", "sometimes"]).is_err());
-        assert!(parse(&["--client-address-header", "forwarded"]).unwrap().is_ok());
+        assert!(
+            parse(&["--client-address-header", "forwarded"])
+                .unwrap()
+                .is_ok()
+        );
         assert!(parse(&["--joins-per-address-per-minute", "-1"]).is_err());
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);

@@ -11,8 +11,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use waitroom::store::{
-    AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, LimitKind, QueueEvent, Rate,
-    SharedStore, StoreEvent,
+    AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, LimitKind, QueueEvent, Rate, SharedStore,
+    StoreEvent,
 };
 
 fn q() -> QueueName {
@@ -761,10 +761,28 @@ async fn a_read_budget_allows_its_burst_then_refuses(store: SharedStore) {
         burst: 1,
     };
     let c = u("budget-c");
-    assert!(store.status_limited(&q(), &c, false, Some(quick)).await.unwrap().is_ok());
-    assert!(store.status_limited(&q(), &c, false, Some(quick)).await.unwrap().is_err());
+    assert!(
+        store
+            .status_limited(&q(), &c, false, Some(quick))
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    assert!(
+        store
+            .status_limited(&q(), &c, false, Some(quick))
+            .await
+            .unwrap()
+            .is_err()
+    );
     tokio::time::sleep(Duration::from_millis(120)).await;
-    assert!(store.status_limited(&q(), &c, false, Some(quick)).await.unwrap().is_ok());
+    assert!(
+        store
+            .status_limited(&q(), &c, false, Some(quick))
+            .await
+            .unwrap()
+            .is_ok()
+    );
 }
 
 async fn repeat_joins_spend_the_budget_only_past_the_grace(store: SharedStore) {
@@ -792,7 +810,10 @@ async fn repeat_joins_spend_the_budget_only_past_the_grace(store: SharedStore) {
     let refused = join(a.clone(), no_grace.clone()).await.unwrap_err();
     assert_eq!(refused.kind, LimitKind::Buyer);
     // The place is untouched by the refusal.
-    assert_eq!(store.status(&q(), &a, false).await.unwrap().entry, first.snapshot.entry);
+    assert_eq!(
+        store.status(&q(), &a, false).await.unwrap().entry,
+        first.snapshot.entry
+    );
     // Within the grace, repeats are duplicates of the first: not counted.
     let graced = JoinLimits {
         buyer: Some(BuyerBudget {
@@ -808,7 +829,11 @@ async fn repeat_joins_spend_the_budget_only_past_the_grace(store: SharedStore) {
     // The join budget is the read budget: one spent by a read is gone.
     let c = u("repeat-c");
     join(c.clone(), no_grace.clone()).await.unwrap();
-    store.status_limited(&q(), &c, false, Some(only(1))).await.unwrap().unwrap();
+    store
+        .status_limited(&q(), &c, false, Some(only(1)))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(join(c.clone(), no_grace.clone()).await.is_err());
 }
 
@@ -842,7 +867,11 @@ async fn an_address_gets_its_join_rate_and_no_more(store: SharedStore) {
     assert_eq!(refused.kind, LimitKind::AddressJoins);
     assert!(refused.retry_after_ms > 0);
     assert_eq!(
-        store.status(&q(), &u("addr-3"), false).await.unwrap().standing,
+        store
+            .status(&q(), &u("addr-3"), false)
+            .await
+            .unwrap()
+            .standing,
         Standing::NotEntered,
         "a refused join changes nothing"
     );
@@ -871,7 +900,10 @@ async fn places_per_address_count_only_live_places(store: SharedStore) {
     let refused = join("held-c").await.unwrap_err();
     assert_eq!(refused.kind, LimitKind::AddressPlaces);
     assert!(refused.retry_after_ms > 0);
-    assert!(!join("held-a").await.unwrap().created, "a repeat join is fine");
+    assert!(
+        !join("held-a").await.unwrap().created,
+        "a repeat join is fine"
+    );
     // A place that ends frees its slot: the READY one leaves.
     assert!(leave_current(&store, &u("held-a")).await);
     assert!(join("held-c").await.unwrap().created);
@@ -884,7 +916,13 @@ async fn places_per_address_count_only_live_places(store: SharedStore) {
 
 async fn spend_buckets_are_shared_and_separate(store: SharedStore) {
     for _ in 0..2 {
-        assert!(store.spend("visitors:192.0.2.1", only(2)).await.unwrap().is_ok());
+        assert!(
+            store
+                .spend("visitors:192.0.2.1", only(2))
+                .await
+                .unwrap()
+                .is_ok()
+        );
     }
     let refused = store
         .spend("visitors:192.0.2.1", only(2))
@@ -893,9 +931,19 @@ async fn spend_buckets_are_shared_and_separate(store: SharedStore) {
         .unwrap_err();
     assert_eq!(refused.kind, LimitKind::Bucket);
     assert!(refused.retry_after_ms > 0);
-    assert!(store.spend("visitors:192.0.2.2", only(2)).await.unwrap().is_ok());
     assert!(
-        store.spend("visitors:2001:db8::/64", only(2)).await.unwrap().is_ok(),
+        store
+            .spend("visitors:192.0.2.2", only(2))
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    assert!(
+        store
+            .spend("visitors:2001:db8::/64", only(2))
+            .await
+            .unwrap()
+            .is_ok(),
         "IPv6 bucket names"
     );
 }

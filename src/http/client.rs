@@ -72,9 +72,7 @@ impl fmt::Display for ClientKey {
 /// for an IPv4 client) as the IPv4 address it is.
 fn canonical(addr: IpAddr) -> IpAddr {
     match addr {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     }
 }
@@ -215,7 +213,10 @@ fn parse_node(text: &str) -> Option<IpAddr> {
         return Some(canonical(sock.ip()));
     }
     let inner = text.strip_prefix('[')?.strip_suffix(']')?;
-    inner.parse::<Ipv6Addr>().ok().map(|v6| canonical(IpAddr::V6(v6)))
+    inner
+        .parse::<Ipv6Addr>()
+        .ok()
+        .map(|v6| canonical(IpAddr::V6(v6)))
 }
 
 /// The client of a request, as [`TrustedProxies::client`] found it.
@@ -319,7 +320,10 @@ mod tests {
         let h = headers(&[("x-forwarded-for", "10.0.0.9, 10.0.0.8")]);
         assert_eq!(p.client(ip("10.0.0.1"), &h).addr, ip("10.0.0.9"));
         // No header: the proxy itself.
-        assert_eq!(p.client(ip("10.0.0.1"), &HeaderMap::new()).addr, ip("10.0.0.1"));
+        assert_eq!(
+            p.client(ip("10.0.0.1"), &HeaderMap::new()).addr,
+            ip("10.0.0.1")
+        );
     }
 
     #[test]
@@ -344,7 +348,10 @@ mod tests {
         let h = headers(&[("forwarded", "for=203.0.113.7;proto=https")]);
         assert!(f.client(ip("10.0.0.1"), &h).https);
         // In Forwarded mode X-Forwarded-Proto says nothing.
-        let h = headers(&[("forwarded", "for=203.0.113.7"), ("x-forwarded-proto", "https")]);
+        let h = headers(&[
+            ("forwarded", "for=203.0.113.7"),
+            ("x-forwarded-proto", "https"),
+        ]);
         assert!(!f.client(ip("10.0.0.1"), &h).https);
     }
 
@@ -355,8 +362,14 @@ mod tests {
             ("for=192.0.2.60;proto=http;by=203.0.113.43", "192.0.2.60"),
             ("For=\"[2001:db8:cafe::17]:4711\"", "2001:db8:cafe::17"),
             ("for=\"192.0.2.43:8080\", for=10.0.0.3", "192.0.2.43"),
-            ("for=6.6.6.6, for=198.51.100.17;proto=https", "198.51.100.17"),
-            ("for=\"[2001:db8:ffff::1]\", for=10.0.0.3", "2001:db8:ffff::1"),
+            (
+                "for=6.6.6.6, for=198.51.100.17;proto=https",
+                "198.51.100.17",
+            ),
+            (
+                "for=\"[2001:db8:ffff::1]\", for=10.0.0.3",
+                "2001:db8:ffff::1",
+            ),
         ];
         for (value, want) in cases {
             let h = headers(&[("forwarded", value)]);
@@ -370,11 +383,27 @@ mod tests {
     #[test]
     fn unreadable_hops_stop_at_the_last_trusted_one() {
         let p = proxies(&["10.0.0.0/8"], XFF);
-        for garbage in ["unknown", "_hidden", "not an ip", "1.2.3", "[::1", "::1]:80", "999.1.1.1"] {
+        for garbage in [
+            "unknown",
+            "_hidden",
+            "not an ip",
+            "1.2.3",
+            "[::1",
+            "::1]:80",
+            "999.1.1.1",
+        ] {
             let h = headers(&[("x-forwarded-for", &format!("{garbage}, 10.0.0.4"))]);
-            assert_eq!(p.client(ip("10.0.0.1"), &h).addr, ip("10.0.0.4"), "{garbage}");
+            assert_eq!(
+                p.client(ip("10.0.0.1"), &h).addr,
+                ip("10.0.0.4"),
+                "{garbage}"
+            );
             let h = headers(&[("x-forwarded-for", garbage)]);
-            assert_eq!(p.client(ip("10.0.0.1"), &h).addr, ip("10.0.0.1"), "{garbage}");
+            assert_eq!(
+                p.client(ip("10.0.0.1"), &h).addr,
+                ip("10.0.0.1"),
+                "{garbage}"
+            );
         }
         let f = proxies(&["10.0.0.0/8"], FWD);
         let h = headers(&[("forwarded", "for=unknown")]);
@@ -395,7 +424,11 @@ mod tests {
         chain.extend((0..MAX_HOPS + 5).map(|i| format!("10.0.{}.1", i)));
         let h = headers(&[("x-forwarded-for", &chain.join(", "))]);
         let c = p.client(ip("10.0.0.1"), &h);
-        assert!(p.trusts(c.addr), "stops within the trusted chain: {}", c.addr);
+        assert!(
+            p.trusts(c.addr),
+            "stops within the trusted chain: {}",
+            c.addr
+        );
         assert_ne!(c.addr, ip("6.6.6.6"));
     }
 
@@ -409,10 +442,19 @@ mod tests {
             ClientKey::of(ip("2001:db8:1:2::1")),
             ClientKey::of(ip("2001:db8:1:3::1"))
         );
-        assert_eq!(ClientKey::of(ip("2001:db8:1:2::9")).to_string(), "2001:db8:1:2::/64");
-        assert_eq!(ClientKey::of(ip("::ffff:192.0.2.1")), ClientKey::of(ip("192.0.2.1")));
+        assert_eq!(
+            ClientKey::of(ip("2001:db8:1:2::9")).to_string(),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(
+            ClientKey::of(ip("::ffff:192.0.2.1")),
+            ClientKey::of(ip("192.0.2.1"))
+        );
         assert_eq!(ClientKey::of(ip("192.0.2.1")).to_string(), "192.0.2.1");
-        assert_ne!(ClientKey::of(ip("192.0.2.1")), ClientKey::of(ip("192.0.2.2")));
+        assert_ne!(
+            ClientKey::of(ip("192.0.2.1")),
+            ClientKey::of(ip("192.0.2.2"))
+        );
         // A mapped peer is matched against IPv4 CIDRs.
         let p = proxies(&["10.0.0.0/8"], XFF);
         let h = headers(&[("x-forwarded-for", "203.0.113.7")]);

@@ -118,14 +118,20 @@ mod tests {
         assert!(plain.starts_with("waitroom_ticket=t;"), "{plain}");
         assert!(!plain.contains("Secure"));
         let s = ticket(&q, "t".into(), 60, true);
-        assert!(s.starts_with("__Secure-waitroom_ticket=t;") && s.contains("Secure"), "{s}");
+        assert!(
+            s.starts_with("__Secure-waitroom_ticket=t;") && s.contains("Secure"),
+            "{s}"
+        );
         assert!(s.contains("Path=/api/queues/default") && s.contains("SameSite=Strict"));
         let v = visitor("v".into(), true);
         assert!(v.starts_with("__Host-waitroom_visitor=v;"), "{v}");
         assert!(v.contains("Secure") && v.contains("Path=/") && !v.contains("Domain"));
         assert!(v.contains("HttpOnly") && v.contains("SameSite=Lax"));
         let v = visitor("v".into(), false);
-        assert!(v.starts_with("waitroom_visitor=v;") && !v.contains("Secure"), "{v}");
+        assert!(
+            v.starts_with("waitroom_visitor=v;") && !v.contains("Secure"),
+            "{v}"
+        );
         assert_eq!(ticket_removals(&q, false).len(), 1);
         let both = ticket_removals(&q, true);
         assert_eq!(both.len(), 2);

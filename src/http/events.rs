@@ -95,15 +95,17 @@ pub async fn open_stream(
         .register(&member.queue, &member.user, &snapshot, view, before, floor);
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
     let entered_at = wire::entered_at(snapshot.entered_at_ms);
-    Ok(Opening::Stream(Box::new(StreamSession::new(
-        sub,
-        Box::new(move |view| wire::event(view, entered_at.as_deref())),
-        retry,
-        Duration::from_secs(state.config().keep_alive_secs),
-        state.shutdown().clone(),
-        Duration::from_secs(state.config().drain_secs),
-    )
-    .holding(slot))))
+    Ok(Opening::Stream(Box::new(
+        StreamSession::new(
+            sub,
+            Box::new(move |view| wire::event(view, entered_at.as_deref())),
+            retry,
+            Duration::from_secs(state.config().keep_alive_secs),
+            state.shutdown().clone(),
+            Duration::from_secs(state.config().drain_secs),
+        )
+        .holding(slot),
+    )))
 }
 
 /// The headers of every stream answer.

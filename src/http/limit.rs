@@ -312,13 +312,28 @@ mod tests {
         let a = addr("192.0.2.1");
         assert!(limits.before_read(&q, &u).is_ok());
         let e = limits.refused(&q, &u, a, limited(LimitKind::Buyer, 1_500));
-        assert!(matches!(e, ApiError::TooManyRequests { retry_after_secs: 2, .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                ApiError::TooManyRequests {
+                    retry_after_secs: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(limits.before_read(&q, &u).is_err());
         assert!(limits.before_join(&q, &u, Some(a)).is_err());
         assert!(limits.before_read(&q, &other).is_ok(), "per buyer");
-        assert!(limits.before_join(&q, &other, Some(a)).is_ok(), "the address is not refused");
+        assert!(
+            limits.before_join(&q, &other, Some(a)).is_ok(),
+            "the address is not refused"
+        );
         limits.note_left(&q, &u);
-        assert!(limits.before_join(&q, &u, Some(a)).is_ok(), "may be a first join");
+        assert!(
+            limits.before_join(&q, &u, Some(a)).is_ok(),
+            "may be a first join"
+        );
     }
 
     #[test]
@@ -327,13 +342,35 @@ mod tests {
         let (q, u) = key("a");
         let a = addr("2001:db8::1");
         let e = limits.refused(&q, &u, a, limited(LimitKind::AddressPlaces, 10_000));
-        assert!(matches!(e, ApiError::ClientLimited { code: "address_places_limited", .. }));
-        assert!(limits.before_join(&q, &u, Some(addr("2001:db8::ffff"))).is_err(), "same /64");
-        assert!(limits.before_join(&q, &u, Some(addr("2001:db8:0:1::1"))).is_ok(), "another /64");
+        assert!(matches!(
+            e,
+            ApiError::ClientLimited {
+                code: "address_places_limited",
+                ..
+            }
+        ));
+        assert!(
+            limits
+                .before_join(&q, &u, Some(addr("2001:db8::ffff")))
+                .is_err(),
+            "same /64"
+        );
+        assert!(
+            limits
+                .before_join(&q, &u, Some(addr("2001:db8:0:1::1")))
+                .is_ok(),
+            "another /64"
+        );
         assert!(limits.before_read(&q, &u).is_ok());
-        assert!(limits.before_join(&q, &u, None).is_ok(), "a repeat join goes to the store");
+        assert!(
+            limits.before_join(&q, &u, None).is_ok(),
+            "a repeat join goes to the store"
+        );
         let other_queue = QueueName::parse("other").unwrap();
-        assert!(limits.before_join(&other_queue, &u, Some(a)).is_ok(), "per queue");
+        assert!(
+            limits.before_join(&other_queue, &u, Some(a)).is_ok(),
+            "per queue"
+        );
     }
 
     #[test]

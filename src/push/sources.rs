@@ -122,7 +122,13 @@ impl Sources {
             if heaviest == source || heaviest_count <= mine + 1 {
                 return None;
             }
-            let victim = table.sources.get(&heaviest)?.streams.keys().next().copied()?;
+            let victim = table
+                .sources
+                .get(&heaviest)?
+                .streams
+                .keys()
+                .next()
+                .copied()?;
             if let Some(token) = table.remove(heaviest, victim) {
                 token.cancel();
             }
@@ -153,7 +159,9 @@ mod tests {
     #[test]
     fn one_source_is_capped() {
         let s = Arc::new(Sources::default());
-        let a: Vec<_> = (0..3).map(|_| s.admit(ip(1), 100, Some(3)).unwrap()).collect();
+        let a: Vec<_> = (0..3)
+            .map(|_| s.admit(ip(1), 100, Some(3)).unwrap())
+            .collect();
         assert!(s.admit(ip(1), 100, Some(3)).is_none(), "over its cap");
         assert!(s.admit(ip(2), 100, Some(3)).is_some(), "another source");
         drop(a);
@@ -166,11 +174,19 @@ mod tests {
         let s = Arc::new(Sources::default());
         let heavy: Vec<_> = (0..10).map(|_| s.admit(ip(1), 10, None).unwrap()).collect();
         assert_eq!(s.total(), 10);
-        assert!(s.admit(ip(1), 10, None).is_none(), "the heaviest gets no more");
-        let light = s.admit(ip(2), 10, None).expect("a lighter source takes a slot");
+        assert!(
+            s.admit(ip(1), 10, None).is_none(),
+            "the heaviest gets no more"
+        );
+        let light = s
+            .admit(ip(2), 10, None)
+            .expect("a lighter source takes a slot");
         assert!(!light.evicted.is_cancelled());
         let gone = heavy.iter().filter(|h| h.evicted.is_cancelled()).count();
-        assert_eq!(gone, 1, "exactly one of the heaviest's streams is told to go");
+        assert_eq!(
+            gone, 1,
+            "exactly one of the heaviest's streams is told to go"
+        );
         assert_eq!((s.total(), s.count(ip(1)), s.count(ip(2))), (10, 9, 1));
         // Dropping the evicted stream later does not free a second slot.
         drop(heavy);

@@ -318,7 +318,12 @@ impl Store for MemoryStore {
         limits: &JoinLimits,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
         Ok(self.with_queue(queue, |q, now| {
-            let limited = |kind, retry_after_ms| Err(Limited { kind, retry_after_ms });
+            let limited = |kind, retry_after_ms| {
+                Err(Limited {
+                    kind,
+                    retry_after_ms,
+                })
+            };
             if q.tokens.contains_key(user) || q.seq_of.contains_key(user) {
                 if let Some(budget) = limits.buyer {
                     let entered = q.snapshot(user, now).entered_at_ms;

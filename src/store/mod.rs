@@ -239,9 +239,15 @@ pub trait Store: Send + Sync + 'static {
         policy: &Policy,
         fast_track_token: &EntryToken,
     ) -> StoreResult<EnterOutcome> {
-        self.enter_limited(queue, user, policy, fast_track_token, &JoinLimits::default())
-            .await?
-            .map_err(|l| StoreError::Protocol(format!("a join without limits was limited: {l:?}")))
+        self.enter_limited(
+            queue,
+            user,
+            policy,
+            fast_track_token,
+            &JoinLimits::default(),
+        )
+        .await?
+        .map_err(|l| StoreError::Protocol(format!("a join without limits was limited: {l:?}")))
     }
 
     /// [`Store::enter`], checked against `limits` in the same atomic step:
@@ -270,7 +276,9 @@ pub trait Store: Send + Sync + 'static {
     async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {
         self.status_limited(queue, user, touch, None)
             .await?
-            .map_err(|l| StoreError::Protocol(format!("a read without a budget was limited: {l:?}")))
+            .map_err(|l| {
+                StoreError::Protocol(format!("a read without a budget was limited: {l:?}"))
+            })
     }
 
     /// [`Store::status`] after spending one from `user`'s request `budget`

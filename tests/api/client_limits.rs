@@ -170,7 +170,10 @@ async fn a_trusted_proxys_clients_are_counted_apart_and_an_untrusted_header_is_i
     assert_429(r, "address_rate_limited").await;
 
     // IPv6 neighbours in one /64 share a bucket; the next /64 does not.
-    for (i, ip) in ["2001:db8:1:2::1", "[2001:db8:1:2:ffff::9]:4711"].iter().enumerate() {
+    for (i, ip) in ["2001:db8:1:2::1", "[2001:db8:1:2:ffff::9]:4711"]
+        .iter()
+        .enumerate()
+    {
         let r = join(&app, &proxy, &format!("v6a{i}"), &[("x-forwarded-for", ip)]).await;
         assert_eq!(r.status(), 201, "{ip}");
     }
@@ -182,11 +185,24 @@ async fn a_trusted_proxys_clients_are_counted_apart_and_an_untrusted_header_is_i
     // Garbage from the proxy counts as the proxy itself, never as a fresh
     // address each time.
     let mut statuses = Vec::new();
-    for (i, junk) in ["unknown", "not-an-ip", "999.1.1.1", "[::1", "_hidden"].iter().enumerate() {
-        let r = join(&app, &proxy, &format!("junk{i}"), &[("x-forwarded-for", junk)]).await;
+    for (i, junk) in ["unknown", "not-an-ip", "999.1.1.1", "[::1", "_hidden"]
+        .iter()
+        .enumerate()
+    {
+        let r = join(
+            &app,
+            &proxy,
+            &format!("junk{i}"),
+            &[("x-forwarded-for", junk)],
+        )
+        .await;
         statuses.push(r.status().as_u16());
     }
-    assert_eq!(statuses, [201, 201, 429, 429, 429], "one bucket: the proxy's");
+    assert_eq!(
+        statuses,
+        [201, 201, 429, 429, 429],
+        "one bucket: the proxy's"
+    );
 
     // A peer that is not a trusted proxy: its header is ignored, it is
     // counted as itself whatever it claims.
@@ -194,7 +210,13 @@ async fn a_trusted_proxys_clients_are_counted_apart_and_an_untrusted_header_is_i
     let spoofed = ["192.0.2.1", "192.0.2.2", "192.0.2.3"];
     let mut statuses = Vec::new();
     for (i, ip) in spoofed.iter().enumerate() {
-        let r = join(&app, &stranger, &format!("spoof{i}"), &[("x-forwarded-for", ip)]).await;
+        let r = join(
+            &app,
+            &stranger,
+            &format!("spoof{i}"),
+            &[("x-forwarded-for", ip)],
+        )
+        .await;
         statuses.push(r.status().as_u16());
     }
     assert_eq!(statuses, [201, 201, 429]);
@@ -217,7 +239,13 @@ async fn forwarded_mode_reads_rfc_7239_only() {
     .await;
     let proxy = client_from("127.0.0.1");
     let fwd = |v: &'static str| [("forwarded", v)];
-    let r = join(&app, &proxy, "f0", &fwd("for=\"[2001:db8:cafe::17]:4711\";proto=https")).await;
+    let r = join(
+        &app,
+        &proxy,
+        "f0",
+        &fwd("for=\"[2001:db8:cafe::17]:4711\";proto=https"),
+    )
+    .await;
     assert_eq!(r.status(), 201);
     let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(cookie.starts_with("__Secure-waitroom_ticket="), "{cookie}");
@@ -305,14 +333,15 @@ async fn two_instances_on_one_redis_share_every_limit() {
     // New visitors: 2 in all.
     let (a, b) = two_on_redis(
         "shared-visitors",
-        &["--identity", "visitor", "--visitors-per-address-per-minute", "2"],
+        &[
+            "--identity",
+            "visitor",
+            "--visitors-per-address-per-minute",
+            "2",
+        ],
     )
     .await;
-    let anon = |app: &TestApp| {
-        client
-            .post(app.url("/api/queues/default/entries"))
-            .send()
-    };
+    let anon = |app: &TestApp| client.post(app.url("/api/queues/default/entries")).send();
     assert_eq!(anon(&a).await.unwrap().status(), 201);
     assert_eq!(anon(&b).await.unwrap().status(), 201);
     assert_429(anon(&a).await.unwrap(), "visitor_rate_limited").await;
@@ -340,18 +369,33 @@ async fn new_visitors_per_address_are_limited_and_the_page_still_loads() {
     };
     let r = page().await.unwrap();
     assert!(r.status().is_success() && minted(&r));
-    let r = client.post(app.url("/api/queues/default/entries")).send().await.unwrap();
+    let r = client
+        .post(app.url("/api/queues/default/entries"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 201);
     assert!(minted(&r));
     // Over the limit: the page is served without a visitor, the join is
     // refused.
     let r = page().await.unwrap();
-    assert!(r.status().is_success() && !minted(&r), "the page without a cookie");
-    let r = client.post(app.url("/api/queues/default/entries")).send().await.unwrap();
+    assert!(
+        r.status().is_success() && !minted(&r),
+        "the page without a cookie"
+    );
+    let r = client
+        .post(app.url("/api/queues/default/entries"))
+        .send()
+        .await
+        .unwrap();
     assert_429(r, "visitor_rate_limited").await;
     // Another address mints.
     let other = client_from("127.0.0.4");
-    let r = other.post(app.url("/api/queues/default/entries")).send().await.unwrap();
+    let r = other
+        .post(app.url("/api/queues/default/entries"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 201);
     app.stop().await;
 }
@@ -359,7 +403,11 @@ async fn new_visitors_per_address_are_limited_and_the_page_still_loads() {
 #[tokio::test]
 async fn a_dead_redis_is_503_not_an_open_door() {
     let mut redis = RedisProcess::start(false);
-    let store: SharedStore = Arc::new(RedisStore::connect(&redis.url(), "dead-limits").await.unwrap());
+    let store: SharedStore = Arc::new(
+        RedisStore::connect(&redis.url(), "dead-limits")
+            .await
+            .unwrap(),
+    );
     let app = TestApp::spawn_with(
         config(&with_idle(&[
             "--identity",
@@ -375,7 +423,11 @@ async fn a_dead_redis_is_503_not_an_open_door() {
     )
     .await;
     let client = client_from("127.0.0.1");
-    let r = client.post(app.url("/api/queues/default/entries")).send().await.unwrap();
+    let r = client
+        .post(app.url("/api/queues/default/entries"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 201);
     let ticket = r.json::<Value>().await.unwrap()["ticket"]
         .as_str()
@@ -383,9 +435,16 @@ async fn a_dead_redis_is_503_not_an_open_door() {
         .to_owned();
     redis.kill();
     // A new visitor's join, a poll: 503 each, never let through unlimited.
-    let r = client.post(app.url("/api/queues/default/entries")).send().await.unwrap();
+    let r = client
+        .post(app.url("/api/queues/default/entries"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 503);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "store_unavailable");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "store_unavailable"
+    );
     let r = client
         .get(app.url("/api/queues/default/position"))
         .header("x-queue-ticket", &ticket)
@@ -402,7 +461,10 @@ async fn open(
     app: &TestApp,
     client: &reqwest::Client,
     ticket: &str,
-) -> (String, futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>) {
+) -> (
+    String,
+    futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+) {
     let r = client
         .get(app.url("/api/queues/default/events"))
         .header("x-queue-ticket", ticket)
@@ -450,7 +512,10 @@ async fn streams_per_address_are_capped_and_the_heaviest_address_is_shed_first()
     // The address's cap: the fourth is shed (a long retry, no event).
     let t = ticket_of(&app, &heavy, "h3").await;
     let (first, _) = open(&app, &heavy, &t).await;
-    assert!(first.starts_with("retry: ") && !first.contains("event:"), "{first}");
+    assert!(
+        first.starts_with("retry: ") && !first.contains("event:"),
+        "{first}"
+    );
 
     // The instance's cap (4): a second address fills it, a third takes a
     // slot from the heaviest address.
@@ -461,7 +526,10 @@ async fn streams_per_address_are_capped_and_the_heaviest_address_is_shed_first()
     let third = client_from("127.0.0.3");
     let t = ticket_of(&app, &third, "t0").await;
     let (first, _third_stream) = open(&app, &third, &t).await;
-    assert!(first.contains("event:"), "the newcomer is admitted: {first}");
+    assert!(
+        first.contains("event:"),
+        "the newcomer is admitted: {first}"
+    );
     // Exactly one of the heavy address's streams was told to go.
     let mut shed = 0;
     for body in held.iter_mut() {
@@ -508,7 +576,13 @@ async fn secure_cookies_follow_the_flag_and_trusted_proxies() {
         (&[("x-forwarded-proto", "https")], true),
         (&[("x-forwarded-proto", "https, https")], true),
         (&[("x-forwarded-proto", "HTTPS")], true),
-        (&[("x-forwarded-for", "203.0.113.5"), ("x-forwarded-proto", "https")], true),
+        (
+            &[
+                ("x-forwarded-for", "203.0.113.5"),
+                ("x-forwarded-proto", "https"),
+            ],
+            true,
+        ),
         (&[("x-forwarded-proto", "http")], false),
         (&[("forwarded", "for=203.0.113.5;proto=https")], false),
     ];
@@ -549,10 +623,18 @@ async fn a_memory_instance_counts_addresses_like_redis() {
         store,
     )
     .await;
-    for (source, user) in [("127.0.0.11", "m1"), ("127.0.0.12", "m2"), ("127.0.0.13", "m3")] {
+    for (source, user) in [
+        ("127.0.0.11", "m1"),
+        ("127.0.0.12", "m2"),
+        ("127.0.0.13", "m3"),
+    ] {
         let c = client_from(source);
         assert_eq!(join(&app, &c, user, &[]).await.status(), 201, "{source}");
-        assert_429(join(&app, &c, &format!("{user}x"), &[]).await, "address_rate_limited").await;
+        assert_429(
+            join(&app, &c, &format!("{user}x"), &[]).await,
+            "address_rate_limited",
+        )
+        .await;
     }
     app.stop().await;
 }

@@ -229,7 +229,10 @@ async fn visitor_first_join_mints_a_cookie_that_keeps_the_place() {
         .map(|v| v.to_str().unwrap().to_owned())
         .find(|c| c.starts_with("__Host-waitroom_visitor="))
         .expect("a __Host- visitor cookie");
-    assert!(secure.contains("Secure") && secure.contains("Path=/"), "{secure}");
+    assert!(
+        secure.contains("Secure") && secure.contains("Path=/"),
+        "{secure}"
+    );
     app.stop().await;
 }
 

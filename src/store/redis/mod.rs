@@ -20,8 +20,8 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Client, RedisError};
 
 use super::{
-    ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass,
-    QueueEvent, QueueStats, Rate, Store, StoreError, StoreEvent, StoreResult,
+    ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
+    QueueStats, Rate, Store, StoreError, StoreEvent, StoreResult,
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use scripts::Scripts;
