@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config};
-use crate::http::limit::RequestLimits;
+use crate::http::client::{ClientInfo, TrustedProxies};
+use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
 use crate::queue::{self, Policy, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
@@ -54,6 +55,7 @@ struct Inner {
     gate: gate::Gate,
     identity: Identity,
     limits: Arc<RequestLimits>,
+    proxies: TrustedProxies,
     orders: Option<orders::OrderStore>,
     max_streams: usize,
     max_connections: usize,
@@ -136,6 +138,16 @@ impl AppState {
             .into());
         }
         let policy = config.policy();
+        let proxies = TrustedProxies::new(config.proxy_nets()?, config.client_address_header);
+        let limits = RequestLimits::new(
+            PER_SECOND,
+            BURST,
+            AddressPolicy {
+                joins_per_minute: config.joins_per_address_per_minute,
+                places: config.places_per_address,
+                visitors_per_minute: config.visitors_per_address_per_minute,
+            },
+        );
         let gate = gate::Gate::new(
             store.clone(),
             queues.clone(),
@@ -150,7 +162,8 @@ impl AppState {
                 policy,
                 gate,
                 identity,
-                limits: Arc::new(RequestLimits::default()),
+                limits: Arc::new(limits),
+                proxies,
                 orders,
                 queue_set: queues.iter().cloned().collect(),
                 hub: Arc::new(push::Hub::new(&queues)),
@@ -228,6 +241,21 @@ impl AppState {
     /// Per-buyer request limits of this instance.
     pub fn limits(&self) -> &RequestLimits {
         &self.inner.limits
+    }
+
+    /// The proxies whose forwarding headers name the client.
+    pub fn trusted_proxies(&self) -> &TrustedProxies {
+        &self.inner.proxies
+    }
+
+    /// Whether cookies set for `client` get `Secure` (`--cookie-secure`).
+    pub fn cookie_secure(&self, client: &ClientInfo) -> bool {
+        crate::http::cookies::secure(self.inner.config.cookie_secure, client)
+    }
+
+    /// The `Set-Cookie` value of a visitor cookie carrying `value`.
+    pub fn visitor_cookie(&self, value: String, client: &ClientInfo) -> String {
+        crate::http::cookies::visitor(value, self.cookie_secure(client))
     }
 
     /// The demo order database, when `--orders on`.

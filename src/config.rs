@@ -183,6 +183,55 @@ pub struct Config {
     /// string lands in every proxy's access log, and with it the ticket).
     #[arg(long, env = "WAITROOM_TICKET_IN_QUERY", default_value_t = false)]
     pub ticket_in_query: bool,
+    /// Proxies (comma-separated CIDRs or addresses) whose forwarding header
+    /// names the client: the client is the rightmost hop that is not one of
+    /// them. Unset: none, the socket's peer is the client and forwarding
+    /// headers are ignored.
+    #[arg(long, env = "WAITROOM_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<String>,
+
+    /// The forwarding header the trusted proxies set (only that one is
+    /// read): `x-forwarded-for` (with `X-Forwarded-Proto`) or `forwarded`
+    /// (RFC 7239, `for=` and `proto=`).
+    #[arg(long, env = "WAITROOM_CLIENT_ADDRESS_HEADER", value_enum, default_value_t = ForwardedHeader::XForwardedFor)]
+    pub client_address_header: ForwardedHeader,
+
+    /// `Secure` on the cookies: `auto` when a trusted proxy says the client
+    /// spoke HTTPS, `always`, or `never`. Secure cookies are named
+    /// `__Host-waitroom_visitor` and `__Secure-waitroom_ticket`.
+    #[arg(long, env = "WAITROOM_COOKIE_SECURE", value_enum, default_value_t = CookieSecure::Auto)]
+    pub cookie_secure: CookieSecure,
+
+    /// New places per client address (IPv6: per /64) per queue and minute,
+    /// all instances together: that many at once, then evenly over the
+    /// minute. A repeat join is never counted here. 0: off.
+    #[arg(
+        long,
+        env = "WAITROOM_JOINS_PER_ADDRESS_PER_MINUTE",
+        default_value_t = 600
+    )]
+    pub joins_per_address_per_minute: u32,
+
+    /// Places one client address (IPv6: one /64) may hold at once per
+    /// queue, waiting or READY, all instances together. 0: off.
+    #[arg(long, env = "WAITROOM_PLACES_PER_ADDRESS", default_value_t = 2000)]
+    pub places_per_address: u32,
+
+    /// New visitor ids minted per client address (IPv6: per /64) per
+    /// minute (visitor mode), all instances together. 0: off.
+    #[arg(
+        long,
+        env = "WAITROOM_VISITORS_PER_ADDRESS_PER_MINUTE",
+        default_value_t = 600
+    )]
+    pub visitors_per_address_per_minute: u32,
+
+    /// Most open event streams per client address (IPv6: per /64) on this
+    /// instance; over it a stream is shed to polling. At --max-streams the
+    /// heaviest address is shed first. 0: off (the heaviest is still shed
+    /// first).
+    #[arg(long, env = "WAITROOM_STREAMS_PER_ADDRESS", default_value_t = 1000)]
+    pub streams_per_address: u32,
 }
 
 pub use crate::identity::Mode as IdentityMode;
@@ -194,6 +243,29 @@ pub const DEFAULT_ADMIN_ADDR: SocketAddr =
 /// The longest ticket life accepted: a leaked ticket stays usable no
 /// longer than this, even while its place lasts.
 const MAX_TICKET_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// Which forwarding header trusted proxies set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For`, with `X-Forwarded-Proto`.
+    #[default]
+    #[value(name = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded`.
+    Forwarded,
+}
+
+/// When cookies get `Secure`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum CookieSecure {
+    /// When a trusted proxy says the client spoke HTTPS.
+    #[default]
+    Auto,
+    /// Always (the site is only served over HTTPS).
+    Always,
+    /// Never (plain-HTTP development).
+    Never,
+}
 
 /// Whether the demo order service runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -283,6 +355,7 @@ impl Config {
                 )));
             }
         }
+        self.proxy_nets()?;
         if let Some(secs) = self.body_timeout_secs
             && (secs == 0 || secs >= self.claim_lease_secs)
         {
@@ -375,6 +448,34 @@ impl Config {
         }))
     }
 
+    /// `--trusted-proxies` as networks; a bare address is its own /32 or
+    /// /128. Refuses anything else, and `0.0.0.0/0` or `::/0` (trusting
+    /// every peer would let any client choose its address).
+    pub fn proxy_nets(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+        let mut nets = Vec::new();
+        for raw in &self.trusted_proxies {
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            let net = raw
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| raw.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    ConfigError(format!(
+                        "--trusted-proxies: {raw:?} is not a CIDR or an address"
+                    ))
+                })?;
+            if net.prefix_len() == 0 {
+                return Err(ConfigError(format!(
+                    "--trusted-proxies: {raw:?} trusts every peer, so any client could choose its address"
+                )));
+            }
+            nets.push(net.trunc());
+        }
+        Ok(nets)
+    }
+
     /// The configured queues, validated and without duplicates.
     pub fn queue_names(&self) -> Result<Vec<QueueName>, ConfigError> {
         let mut names: Vec<QueueName> = Vec::new();
@@ -460,6 +561,9 @@ mod tests {
         assert_eq!(c.ticket_ttl_secs, 86_400);
         assert_eq!(c.queue_names().unwrap()[0].as_str(), "default");
         assert_eq!(c.body_timeout(), Duration::from_secs(10));
+        assert!(c.trusted_proxies.is_empty(), "no proxy trusted by default");
+        assert_eq!(c.cookie_secure, CookieSecure::Auto);
+        assert_eq!(c.client_address_header, ForwardedHeader::XForwardedFor);
         assert_eq!(
             c.idle_timeout(),
             Duration::from_secs(75),
@@ -601,6 +705,26 @@ mod tests {
                 "{bad}"
             );
         }
+        assert!(
+            parse(&["--trusted-proxies", "10.0.0.0/8,192.0.2.1, 2001:db8::/32"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(
+            parse(&["--trusted-proxies", "10.0.0.0/33"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(parse(&["--trusted-proxies", "garbage"]).unwrap().is_err());
+        assert!(parse(&["--trusted-proxies", "0.0.0.0/0"]).unwrap().is_err());
+        assert!(parse(&["--trusted-proxies", "::/0"]).unwrap().is_err());
+        assert!(parse(&["--cookie-secure", "sometimes"]).is_err());
+        assert!(
+            parse(&["--client-address-header", "forwarded"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(parse(&["--joins-per-address-per-minute", "-1"]).is_err());
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

@@ -6,20 +6,21 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use cookie::{Cookie, SameSite};
 use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::client::Client;
+use super::cookies;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Member, OptionalJson, Queue, TICKET_COOKIE, now_ms, ticket_ended};
+use super::extract::{Member, OptionalJson, Queue, now_ms, raw_ticket, ticket_ended};
 use super::identity::Joiner;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
 use crate::app::AppState;
-use crate::queue::{EntryToken, QueueName};
+use crate::queue::{EntryToken, QueueName, UserId};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -64,7 +65,10 @@ type JoinBody = serde_json::Map<String, serde_json::Value>;
         (status = 404, description = "`unknown_queue`.", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive in time.", body = ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: a repeat join over the buyer's budget (`Retry-After`).", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: a repeat join over the buyer's budget; \
+            `address_rate_limited`: too many new places from the client's address; \
+            `address_places_limited`: the address holds as many places as it may; \
+            `visitor_rate_limited`: too many new visitors from the address (`Retry-After` on each).", body = ErrorBody),
         (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )
 )]
@@ -73,23 +77,36 @@ async fn enter(
     Queue(queue): Queue,
     joiner: Joiner,
     headers: HeaderMap,
+    uri: Uri,
     OptionalJson(_body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
     let user = joiner.user;
-    // The per-buyer budget (limit.rs): refused before the store when over,
-    // counted after it when this was a repeat join past the grace window.
-    state.limits().before_join(&queue, &user)?;
-    let outcome = state
+    let address = joiner.client.key();
+    // The limits (limit.rs): refused here while a refusal of the store
+    // lasts, else checked in the store's own join step. A join that shows
+    // this buyer's ticket for this queue is a repeat join, which an
+    // address's limits never refuse: it goes to the store (which checks).
+    let repeat = holds_ticket(&state, &queue, &user, &headers, &uri);
+    state
+        .limits()
+        .before_join(&queue, &user, (!repeat).then_some(address))?;
+    let outcome = match state
         .store()
-        .enter(&queue, &user, state.policy(), &EntryToken::generate())
-        .await?;
+        .enter_limited(
+            &queue,
+            &user,
+            state.policy(),
+            &EntryToken::generate(),
+            &state.limits().join_limits(address),
+        )
+        .await?
+    {
+        Ok(outcome) => outcome,
+        Err(limited) => {
+            return Err(state.limits().refused(&queue, &user, address, limited));
+        }
+    };
     metrics::counter!("waitroom_enters_total", "queue" => queue.to_string(), "new" => outcome.created.to_string()).increment(1);
-    state.limits().after_join(
-        &queue,
-        &user,
-        outcome.created,
-        outcome.snapshot.entered_at_ms,
-    )?;
     let entry = outcome
         .snapshot
         .entry
@@ -108,14 +125,9 @@ async fn enter(
         StatusCode::OK
     };
     let mut response = (code, Json(body)).into_response();
-    let cookie = ticket_cookie(
-        &state.config().base_path,
-        &queue,
-        ticket,
-        ttl_secs,
-        secure_request(&headers),
-    );
-    if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
+    let secure = state.cookie_secure(&joiner.client);
+    let cookie = cookies::ticket(&state.config().base_path, &queue, ticket, ttl_secs, secure);
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert("set-cookie", value);
     }
     // A visitor minted by this join keeps the id the place is held under.
@@ -146,13 +158,10 @@ async fn enter(
 )]
 async fn position(
     State(state): State<AppState>,
+    Client(client): Client,
     member: Member,
 ) -> Result<Json<QueueStatus>, ApiError> {
-    state.limits().check(&member.queue, &member.user)?;
-    let snapshot = state
-        .store()
-        .status(&member.queue, &member.user, true)
-        .await?;
+    let snapshot = member.read_budgeted(&state, client.key()).await?;
     member.check_entry(&snapshot)?;
     Ok(Json(QueueStatus::new(
         &snapshot,
@@ -177,8 +186,8 @@ async fn position(
 )]
 async fn leave(
     State(state): State<AppState>,
+    Client(client): Client,
     member: Member,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // Conditional on the ticket's entry, in one store step: an old ticket
     // can never remove a newer place.
@@ -190,45 +199,37 @@ async fn leave(
         return Err(ticket_ended());
     }
     state.limits().note_left(&member.queue, &member.user);
-    let mut expired = ticket_cookie(
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    for removal in cookies::ticket_removals(
         &state.config().base_path,
         &member.queue,
-        String::new(),
-        0,
-        secure_request(&headers),
-    );
-    expired.make_removal();
-    let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Ok(value) = HeaderValue::from_str(&expired.to_string()) {
-        response.headers_mut().insert("set-cookie", value);
+        state.cookie_secure(&client),
+    ) {
+        if let Ok(value) = HeaderValue::from_str(&removal) {
+            response.headers_mut().append("set-cookie", value);
+        }
     }
     Ok(response)
 }
 
-/// The ticket cookie, scoped to its queue so joining a second queue does
-/// not overwrite the first, kept as long as the ticket is accepted. Its
-/// path is below `base_path` (`--base-path`), where the browser sees the
-/// queue's routes.
-fn ticket_cookie(
-    base_path: &str,
+/// Whether the request carries a valid ticket of `user` for `queue`
+/// (header, query or cookie): the sign of a repeat join. Only a signature
+/// check, no store call; whether the place still lasts is the store's.
+fn holds_ticket(
+    state: &AppState,
     queue: &QueueName,
-    ticket: String,
-    max_age_secs: u64,
-    secure: bool,
-) -> Cookie<'static> {
-    Cookie::build((TICKET_COOKIE, ticket))
-        .path(format!("{base_path}/api/queues/{queue}"))
-        .http_only(true)
-        .same_site(SameSite::Strict)
-        .secure(secure)
-        .max_age(cookie::time::Duration::seconds(max_age_secs as i64))
-        .build()
-}
-
-/// True when a TLS-terminating proxy says the client used HTTPS.
-fn secure_request(headers: &HeaderMap) -> bool {
-    headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+    user: &UserId,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> bool {
+    let raw = raw_ticket(
+        headers.get("x-queue-ticket").and_then(|v| v.to_str().ok()),
+        uri.query().filter(|_| state.config().ticket_in_query),
+        headers
+            .get_all("cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
+    raw.and_then(|raw| state.signer().verify(&raw, queue, now_ms()).ok())
+        .is_some_and(|ticket| &ticket.user == user)
 }

@@ -47,6 +47,15 @@ pub enum ApiError {
         message: String,
         retry_after_secs: u64,
     },
+    /// `429`: a per-client-address limit (`address_rate_limited`,
+    /// `address_places_limited`, `visitor_rate_limited`); try again after
+    /// `retry_after_secs`.
+    #[error("{message}")]
+    ClientLimited {
+        code: &'static str,
+        message: String,
+        retry_after_secs: u64,
+    },
     /// `503`: this instance holds as many connections as it may; retry
     /// (the load balancer can pick another instance).
     #[error("server busy")]
@@ -135,6 +144,9 @@ impl ApiError {
                 "rate_limited",
                 message.clone(),
             ),
+            Self::ClientLimited { code, message, .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, code, message.clone())
+            }
             Self::ServerBusy => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_busy",
@@ -185,6 +197,9 @@ impl IntoResponse for ApiError {
             Self::Unavailable(_) | Self::DatabaseUnavailable(_) => Some(2),
             Self::ServerBusy => Some(1),
             Self::TooManyRequests {
+                retry_after_secs, ..
+            }
+            | Self::ClientLimited {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
             _ => None,

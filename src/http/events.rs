@@ -7,9 +7,10 @@
 //! ids start after it, so ids only grow for a buyer across reconnects,
 //! restarts and instances (`EventId::first` says which ids are ignored).
 //! Each open counts against the buyer's request budget (`limit.rs`). Over
-//! the per-instance cap the stream is shed with a `200`, a long `retry:`
-//! and an immediate close, because a non-200 answer would stop a browser's
-//! EventSource for good.
+//! the per-instance cap or the per-address cap the stream is shed with a
+//! `200`, a long `retry:` and an immediate close, because a non-200 answer
+//! would stop a browser's EventSource for good; at the instance's cap the
+//! heaviest address gives up a stream first (`crate::push::Sources`).
 //!
 //! Whichever transport carries the request (see `crate::server`), it runs
 //! through this handler: on the lean path the request carries a
@@ -29,6 +30,7 @@ use futures::stream;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::client::{Client, ClientInfo};
 use super::error::{ApiError, ErrorBody};
 use super::extract::Member;
 use super::handoff::LeanStream;
@@ -56,28 +58,33 @@ pub enum Opening {
     Stream(Box<StreamSession>),
 }
 
-/// Opens `member`'s stream: reads their standing (which also marks them as
-/// seen) and registers the stream with the hub. `last_event_id` is the
-/// raw `Last-Event-ID` header, if any; a malformed one is ignored.
+/// Opens `member`'s stream from `client`: takes a stream slot for the
+/// client's address (shed over `--streams-per-address`, or at
+/// `--max-streams` unless a heavier address gives one up), reads their
+/// standing (spending from the buyer's budget and marking them seen) and
+/// registers the stream with the hub. `last_event_id` is the raw
+/// `Last-Event-ID` header, if any; a malformed one is ignored.
 pub async fn open_stream(
     state: &AppState,
     member: &Member,
+    client: &ClientInfo,
     last_event_id: Option<&[u8]>,
 ) -> Result<Opening, ApiError> {
-    if state.hub().open_streams() >= state.max_streams() {
+    let per_address = state.config().streams_per_address;
+    let Some(slot) = state.hub().admit_stream(
+        client.key().ip(),
+        state.max_streams(),
+        (per_address > 0).then_some(per_address as usize),
+    ) else {
         metrics::counter!("waitroom_streams_shed_total").increment(1);
         let retry = Duration::from_millis(rand::random_range(20_000..40_000));
         return Ok(Opening::Shed(shed_frame(retry)));
-    }
-    state.limits().check(&member.queue, &member.user)?;
+    };
     let floor = last_event_id
         .and_then(|raw| std::str::from_utf8(raw).ok())
         .and_then(EventId::parse);
     let before = state.hub().events_seen(&member.queue);
-    let snapshot = state
-        .store()
-        .status(&member.queue, &member.user, true)
-        .await?;
+    let snapshot = member.read_budgeted(state, client.key()).await?;
     member.check_entry(&snapshot)?;
     let rate = state.admission_rate(&member.queue);
     let Some(view) = view_of(&snapshot, rate) else {
@@ -88,14 +95,17 @@ pub async fn open_stream(
         .register(&member.queue, &member.user, &snapshot, view, before, floor);
     let retry = Duration::from_millis(rand::random_range(2_000..5_000));
     let entered_at = wire::entered_at(snapshot.entered_at_ms);
-    Ok(Opening::Stream(Box::new(StreamSession::new(
-        sub,
-        Box::new(move |view| wire::event(view, entered_at.as_deref())),
-        retry,
-        Duration::from_secs(state.config().keep_alive_secs),
-        state.shutdown().clone(),
-        Duration::from_secs(state.config().drain_secs),
-    ))))
+    Ok(Opening::Stream(Box::new(
+        StreamSession::new(
+            sub,
+            Box::new(move |view| wire::event(view, entered_at.as_deref())),
+            retry,
+            Duration::from_secs(state.config().keep_alive_secs),
+            state.shutdown().clone(),
+            Duration::from_secs(state.config().drain_secs),
+        )
+        .holding(slot),
+    )))
 }
 
 /// The headers of every stream answer.
@@ -129,11 +139,12 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
 async fn events(
     State(state): State<AppState>,
     lean: Option<Extension<LeanStream>>,
+    Client(client): Client,
     member: Member,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
-    let body = match open_stream(&state, &member, last_event_id).await? {
+    let body = match open_stream(&state, &member, &client, last_event_id).await? {
         Opening::NotEntered => return Ok(StatusCode::NO_CONTENT.into_response()),
         Opening::Shed(frame) => Body::from(frame),
         Opening::Stream(session) => match lean {

@@ -15,8 +15,7 @@ use super::error::ApiError;
 use crate::app::AppState;
 use crate::queue::{QueueName, Snapshot, TicketError, UserId};
 
-/// The name of the ticket cookie.
-pub const TICKET_COOKIE: &str = "waitroom_ticket";
+pub use super::cookies::{TICKET_COOKIE, TICKET_COOKIE_SECURE};
 
 /// A configured queue named by the `{queue}` path segment (`404` otherwise).
 pub struct Queue(pub QueueName);
@@ -55,14 +54,20 @@ pub fn raw_ticket<'a>(
     {
         return Some(v.into_owned());
     }
+    // Both names, the Secure one first (a site moving to HTTPS keeps its
+    // tickets).
+    let mut plain = None;
     for text in cookie_headers {
         for cookie in cookie::Cookie::split_parse(text).flatten() {
-            if cookie.name() == TICKET_COOKIE {
+            if cookie.name() == TICKET_COOKIE_SECURE {
                 return Some(cookie.value().to_owned());
+            }
+            if cookie.name() == TICKET_COOKIE && plain.is_none() {
+                plain = Some(cookie.value().to_owned());
             }
         }
     }
-    None
+    plain
 }
 
 /// Now, in ms since the epoch: the clock tickets are issued and checked by.
@@ -85,6 +90,24 @@ pub struct Member {
 }
 
 impl Member {
+    /// The buyer's standing, marking them seen, after spending one from
+    /// their request budget (`limit.rs`) in the same store step: `429`
+    /// while this instance holds a refusal of theirs (the store is not
+    /// asked), or when the store finds the budget spent.
+    pub async fn read_budgeted(
+        &self,
+        state: &AppState,
+        address: super::client::ClientKey,
+    ) -> Result<Snapshot, ApiError> {
+        let limits = state.limits();
+        limits.before_read(&self.queue, &self.user)?;
+        state
+            .store()
+            .status_limited(&self.queue, &self.user, true, Some(limits.budget()))
+            .await?
+            .map_err(|limited| limits.refused(&self.queue, &self.user, address, limited))
+    }
+
     /// Authenticates a request for `queue_raw` (the path segment) carrying
     /// `ticket`, with `headers` for the identity source: the signature and
     /// the expiry, without the store, then the ticket's user against the

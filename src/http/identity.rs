@@ -8,10 +8,12 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use super::client::{ClientInfo, client_of};
 use super::error::ApiError;
 use crate::app::AppState;
-use crate::identity::{IdentityError, forwarded_https};
+use crate::identity::IdentityError;
 use crate::queue::UserId;
+use crate::store::Rate;
 
 impl From<IdentityError> for ApiError {
     fn from(e: IdentityError) -> Self {
@@ -27,23 +29,51 @@ impl From<IdentityError> for ApiError {
 }
 
 /// The buyer of a join: the request's identity or, in visitor mode, a
-/// visitor minted just now, whose cookie the answer must set.
+/// visitor minted just now, whose cookie the answer must set; and the
+/// client it came from.
 pub struct Joiner {
     pub user: UserId,
     /// `Set-Cookie` value of a newly minted visitor.
     pub set_cookie: Option<String>,
+    /// The client (address, HTTPS) of the request.
+    pub client: ClientInfo,
 }
 
 impl FromRequestParts<AppState> for Joiner {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let resolved = state
-            .identity()
-            .for_join(&parts.headers, forwarded_https(&parts.headers))?;
+        let client = client_of(parts, state);
+        let resolved = state.identity().for_join(&parts.headers)?;
+        let set_cookie = match resolved.minted {
+            Some(value) => {
+                allow_new_visitor(state, &client).await?;
+                Some(state.visitor_cookie(value, &client))
+            }
+            None => None,
+        };
         Ok(Joiner {
             user: resolved.user,
-            set_cookie: resolved.set_cookie,
+            set_cookie,
+            client,
         })
+    }
+}
+
+/// Counts one new visitor id against `client`'s address (all instances
+/// together): `429 visitor_rate_limited` over
+/// `--visitors-per-address-per-minute`, `503` when the store does not
+/// answer (never an unlimited door).
+pub async fn allow_new_visitor(state: &AppState, client: &ClientInfo) -> Result<(), ApiError> {
+    let Some(rate) = Rate::per_minute(state.limits().address_policy().visitors_per_minute) else {
+        return Ok(());
+    };
+    let bucket = format!("visitors:{}", client.key());
+    match state.store().spend(&bucket, rate).await? {
+        Ok(()) => Ok(()),
+        Err(limited) => Err(super::limit::address_refused(
+            limited.kind,
+            std::time::Duration::from_millis(limited.retry_after_ms),
+        )),
     }
 }

@@ -1,47 +1,57 @@
-//! The per-buyer request budget, so one buyer (a misbehaving client, a
-//! page stuck in a reload loop, a script) cannot turn its own requests
-//! into load on the store or fish for its token over and over.
+//! Request limits: the per-buyer budget and the per-address limits, kept in
+//! the store so every instance counts against the same ones, and this
+//! instance's "refused until" cache in front of them.
 //!
-//! The rule: a buyer's position polls, stream opens and repeat joins share
-//! ONE budget per buyer and queue, 10 at once and 2 a second after that
-//! (a token bucket, kept as a GCRA "theoretical arrival time"). Over it, a
+//! **The per-buyer budget.** A buyer's position polls, stream opens and
+//! repeat joins share ONE budget per buyer and queue, 10 at once and 2 a
+//! second after that (a GCRA bucket in the store, spent in the same script
+//! that reads the status, so a poll stays one round trip). Over it, a
 //! request is answered `429 rate_limited` with `Retry-After`.
 //!
-//! - A **first join** (the store created the entry) never counts: it is the
-//!   one request every buyer must make.
+//! - A **first join** (the store creates the entry) never counts: it is
+//!   the one request every buyer must make.
 //! - A **repeat join** counts only once its entry is older than
 //!   [`REPEAT_JOIN_GRACE`] (from the entry's creation, store clock).
 //!   Duplicates of the very first join (double submits, retries after a
-//!   lost answer, tabs restoring together) arrive within it and are answered
-//!   as usual, so 50 concurrent first joins of one buyer give one `201` and
-//!   49 × `200`. A page may still repeat its join on reload: ten reloads at
-//!   once, then one every half second.
-//! - **Flood control**: a join from a buyer already over budget is refused
-//!   *before* the store is asked, so a flood of joins costs the store about
-//!   two calls a second, not one per request. Only a buyer with an entry can
-//!   spend the budget, so the only first join this could refuse is a rejoin
-//!   right after the entry ended; a leave through this instance lifts the
-//!   pre-check for the next join, and an entry that ended otherwise (token
-//!   consumed or expired, dropped as absent) waits out a `Retry-After` of at
-//!   most five seconds.
-//! - Polls and stream opens are counted before their store read, so an
-//!   over-budget one costs nothing either.
+//!   lost answer, tabs restoring together) arrive within it and are
+//!   answered as usual, so 50 concurrent first joins of one buyer give one
+//!   `201` and 49 × `200`. A page may still repeat its join on reload: ten
+//!   reloads at once, then one every half second.
+//! - **Flood control**: once the store refused a buyer, this instance
+//!   refuses their polls, stream opens and joins *before* the store is
+//!   asked until the wait the store named is over, so a flood costs the
+//!   store about one call per refusal window, not one per request. A leave
+//!   through this instance lifts the pre-check for the next join (it may
+//!   be a first one).
 //!
-//! Honest clients stay far below: the fastest polling tier is one request a
-//! second, and a stream is opened once and kept. Budgets are per instance,
-//! like the load a client can put on it; a rate per client address belongs
-//! to the gateway in front. Leaves are not counted (they end the entry and
-//! are cheap for the push hub), nor is anything of other buyers.
+//! **Per client address** (the client as `client.rs` finds it; IPv6 by
+//! /64), all instances together, each `0` to turn off:
+//! - new places per queue and minute (`--joins-per-address-per-minute`,
+//!   that many at once, then evenly over the minute), `429
+//!   address_rate_limited`;
+//! - places held at once per queue (`--places-per-address`, live places
+//!   only), `429 address_places_limited`;
+//! - new visitor ids per minute in visitor mode
+//!   (`--visitors-per-address-per-minute`), `429 visitor_rate_limited`.
+//!
+//! Repeat joins never count against an address: a crowd behind one NAT
+//! address keeps its places whatever its newcomers do. An address refused
+//! for its join rate or its places has its next joins refused here,
+//! before the store, until the wait is over, except a join that shows the
+//! buyer's ticket for the queue (a repeat join: the store decides). Polls
+//! and streams of that address are never refused for its limits.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::client::ClientKey;
 use super::error::ApiError;
 use crate::queue::{QueueName, UserId};
+use crate::store::{AddressLimits, BuyerBudget, JoinLimits, LimitKind, Limited, Rate};
 
 /// Sustained requests per second per buyer and queue.
 pub const PER_SECOND: u32 = 2;
@@ -51,137 +61,163 @@ pub const BURST: u32 = 10;
 /// duplicates of the first and not counted.
 pub const REPEAT_JOIN_GRACE: Duration = Duration::from_secs(2);
 
-/// How often buyers with a full budget are dropped from the table.
+/// How often expired refusals are dropped from the cache.
 const FORGET_IDLE_EVERY: Duration = Duration::from_secs(30);
 
-/// Independent locks, so buyers on different cores rarely wait on each other.
+/// Independent locks, so requests on different cores rarely wait on each
+/// other.
 const SHARDS: usize = 16;
 
-type Key = (QueueName, UserId);
-
-/// One buyer's budget in one queue.
-struct Budget {
-    /// When the budget would be full again (GCRA): each counted request
-    /// pushes it one period further; a request is refused when that would
-    /// put it more than `BURST` periods ahead of now.
-    full_at: Instant,
-    /// The buyer left through this instance since their last counted
-    /// request: their next join may create an entry, so it is not refused
-    /// before the store answers.
-    left: bool,
+/// What a refusal is cached for.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Subject {
+    Buyer(QueueName, UserId),
+    Address(QueueName, ClientKey),
 }
 
-/// The per-buyer budgets of one instance.
+/// The per-address limits, from the configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AddressPolicy {
+    /// New places per address, queue and minute (0: off).
+    pub joins_per_minute: u32,
+    /// Places held per address and queue (0: off).
+    pub places: u32,
+    /// New visitors per address and minute (0: off).
+    pub visitors_per_minute: u32,
+}
+
+/// This instance's side of the request limits.
 pub struct RequestLimits {
-    shards: Vec<Mutex<HashMap<Key, Budget>>>,
+    shards: Vec<Mutex<HashMap<Subject, Instant>>>,
     hasher: RandomState,
-    period: Duration,
-    burst: u32,
+    budget: Rate,
+    address: AddressPolicy,
 }
 
 impl Default for RequestLimits {
     fn default() -> Self {
-        Self::new(PER_SECOND, BURST)
+        Self::new(PER_SECOND, BURST, AddressPolicy::default())
     }
 }
 
 impl RequestLimits {
-    /// Budgets of `burst` at once and `per_second` sustained.
-    pub fn new(per_second: u32, burst: u32) -> Self {
+    /// Budgets of `burst` at once and `per_second` sustained; `address`
+    /// the per-address limits.
+    pub fn new(per_second: u32, burst: u32, address: AddressPolicy) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
-            period: Duration::from_secs(1) / per_second.max(1),
-            burst: burst.max(1),
+            budget: Rate {
+                period_ms: (1000 / u64::from(per_second.max(1))).max(1),
+                burst: burst.max(1),
+            },
+            address,
         }
     }
 
-    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Budget>> {
+    fn shard(&self, key: &Subject) -> std::sync::MutexGuard<'_, HashMap<Subject, Instant>> {
         let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// How long until one more request fits, `None` if it fits now.
-    fn wait(&self, budget: Option<&Budget>, now: Instant) -> Option<Duration> {
-        let full_at = budget.map_or(now, |b| b.full_at.max(now));
-        let ahead = full_at + self.period - now;
-        let allowed = self.period * self.burst;
-        (ahead > allowed).then(|| ahead - allowed)
-    }
-
-    /// Counts one request of `user` in `queue` at `now`: `Err(wait)` when
-    /// over budget (nothing is counted then).
-    fn spend_at(&self, key: Key, now: Instant) -> Result<(), Duration> {
-        let mut shard = self.shard(&key);
-        if let Some(wait) = self.wait(shard.get(&key), now) {
-            return Err(wait);
-        }
-        let budget = shard.entry(key).or_insert(Budget {
-            full_at: now,
-            left: false,
-        });
-        budget.full_at = budget.full_at.max(now) + self.period;
-        budget.left = false;
-        Ok(())
-    }
-
-    /// Counts one poll or stream open of `user` in `queue`; `429` with the
-    /// wait when over budget.
-    pub fn check(&self, queue: &QueueName, user: &UserId) -> Result<(), ApiError> {
-        self.spend_at((queue.clone(), user.clone()), Instant::now())
-            .map_err(too_many)
-    }
-
-    /// Before a join reaches the store: `429` if `user` is already over
-    /// budget, unless they left through this instance since (their join
-    /// may be a first one). Counts nothing.
-    pub fn before_join(&self, queue: &QueueName, user: &UserId) -> Result<(), ApiError> {
-        let key = (queue.clone(), user.clone());
-        let shard = self.shard(&key);
-        let budget = shard.get(&key);
-        if budget.is_some_and(|b| b.left) {
-            return Ok(());
-        }
-        match self.wait(budget, Instant::now()) {
-            Some(wait) => Err(too_many(wait)),
-            None => Ok(()),
+    /// `Err(wait)` while `subject` is refused here.
+    fn cached(&self, subject: &Subject) -> Result<(), Duration> {
+        let now = Instant::now();
+        match self.shard(subject).get(subject) {
+            Some(until) if *until > now => Err(*until - now),
+            _ => Ok(()),
         }
     }
 
-    /// After the store answered a join: counts it if it was a repeat join
-    /// past the grace window (see the module doc). `entered_at_ms` is the
-    /// entry's creation time on the store's clock, if known.
-    pub fn after_join(
+    fn remember(&self, subject: Subject, wait: Duration) {
+        self.shard(&subject).insert(subject, Instant::now() + wait);
+    }
+
+    /// The per-buyer budget the store spends.
+    pub fn budget(&self) -> Rate {
+        self.budget
+    }
+
+    /// The per-address policy.
+    pub fn address_policy(&self) -> AddressPolicy {
+        self.address
+    }
+
+    /// Before a poll or stream open reaches the store: `429` while the
+    /// buyer is refused here.
+    pub fn before_read(&self, queue: &QueueName, user: &UserId) -> Result<(), ApiError> {
+        self.cached(&Subject::Buyer(queue.clone(), user.clone()))
+            .map_err(buyer_refused)
+    }
+
+    /// Before a join reaches the store: `429` while the buyer, or the
+    /// client `address` if given, is refused here. (A join known to be a
+    /// repeat one gives no address: an address's limits never refuse it.)
+    pub fn before_join(
         &self,
         queue: &QueueName,
         user: &UserId,
-        created: bool,
-        entered_at_ms: Option<u64>,
+        address: Option<ClientKey>,
     ) -> Result<(), ApiError> {
-        let key = (queue.clone(), user.clone());
-        if created {
-            if let Some(b) = self.shard(&key).get_mut(&key) {
-                b.left = false;
+        self.cached(&Subject::Buyer(queue.clone(), user.clone()))
+            .map_err(buyer_refused)?;
+        if let Some(address) = address
+            && let Err(wait) = self.cached(&Subject::Address(queue.clone(), address))
+        {
+            return Err(address_refused(LimitKind::AddressJoins, wait));
+        }
+        Ok(())
+    }
+
+    /// What a join from `address` is checked against in the store.
+    pub fn join_limits(&self, address: ClientKey) -> JoinLimits {
+        let joins = Rate::per_minute(self.address.joins_per_minute);
+        let places = (self.address.places > 0).then_some(self.address.places);
+        JoinLimits {
+            buyer: Some(BuyerBudget {
+                rate: self.budget,
+                grace_ms: REPEAT_JOIN_GRACE.as_millis() as u64,
+            }),
+            address: (joins.is_some() || places.is_some()).then(|| AddressLimits {
+                key: address.to_string(),
+                joins,
+                places,
+            }),
+        }
+    }
+
+    /// The store refused a request of `user` from `address` in `queue`:
+    /// remembers it (flood control) and answers the `429`.
+    pub fn refused(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        address: ClientKey,
+        limited: Limited,
+    ) -> ApiError {
+        let wait = Duration::from_millis(limited.retry_after_ms.max(1));
+        match limited.kind {
+            LimitKind::Buyer => {
+                self.remember(Subject::Buyer(queue.clone(), user.clone()), wait);
+                buyer_refused(wait)
             }
-            return Ok(());
+            kind @ (LimitKind::AddressJoins | LimitKind::AddressPlaces) => {
+                self.remember(Subject::Address(queue.clone(), address), wait);
+                address_refused(kind, wait)
+            }
+            kind @ LimitKind::Bucket => address_refused(kind, wait),
         }
-        if !join_counts(entered_at_ms, unix_ms()) {
-            return Ok(());
-        }
-        self.spend_at(key, Instant::now()).map_err(too_many)
     }
 
-    /// `user` left `queue` through this instance: their next join is not
-    /// refused before the store answers.
+    /// `user` left `queue` through this instance: their next join may be a
+    /// first one, so it is not refused before the store answers.
     pub fn note_left(&self, queue: &QueueName, user: &UserId) {
-        let key = (queue.clone(), user.clone());
-        if let Some(b) = self.shard(&key).get_mut(&key) {
-            b.left = true;
-        }
+        let subject = Subject::Buyer(queue.clone(), user.clone());
+        self.shard(&subject).remove(&subject);
     }
 
-    /// Forgets idle buyers every `FORGET_IDLE_EVERY` until `shutdown`
-    /// (a task of its own: the table is this module's business alone).
+    /// Forgets expired refusals every `FORGET_IDLE_EVERY` until `shutdown`
+    /// (a task of its own: the cache is this module's business alone).
     pub async fn housekeeping(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(FORGET_IDLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -193,43 +229,56 @@ impl RequestLimits {
         }
     }
 
-    /// Forgets buyers whose budget is full again, so the table does not
-    /// grow with every buyer ever seen (a full budget and no entry at all
-    /// mean the same).
+    /// Forgets refusals that are over, so the cache does not grow with
+    /// every buyer ever refused.
     pub fn forget_idle(&self) {
         let now = Instant::now();
         for shard in &self.shards {
             let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
-            shard.retain(|_, b| b.full_at > now);
+            shard.retain(|_, until| *until > now);
             shard.shrink_to_fit();
         }
     }
 }
 
-/// Whether a repeat join of an entry created at `entered_at_ms` counts at
-/// `now_ms` (both ms since the epoch; the store's clock and ours). An
-/// unknown creation time counts, and a creation time ahead of our clock
-/// (skew) is taken as "just now".
-pub fn join_counts(entered_at_ms: Option<u64>, now_ms: u64) -> bool {
-    match entered_at_ms {
-        None => true,
-        Some(at) => now_ms.saturating_sub(at) >= REPEAT_JOIN_GRACE.as_millis() as u64,
-    }
+fn secs(wait: Duration) -> u64 {
+    wait.as_secs_f64().ceil().max(1.0) as u64
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn too_many(wait: Duration) -> ApiError {
-    metrics::counter!("waitroom_rate_limited_total").increment(1);
+fn buyer_refused(wait: Duration) -> ApiError {
+    metrics::counter!("waitroom_rate_limited_total", "limit" => "buyer").increment(1);
     ApiError::TooManyRequests {
         message: "too many requests from this buyer; polls, stream opens and repeat joins \
                   share a budget of 10 at once and 2 a second"
             .into(),
-        retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        retry_after_secs: secs(wait),
+    }
+}
+
+/// The `429` of a per-address limit.
+pub fn address_refused(kind: LimitKind, wait: Duration) -> ApiError {
+    let (code, label, message) = match kind {
+        LimitKind::AddressPlaces => (
+            "address_places_limited",
+            "address_places",
+            "this network address holds as many places in this queue as it may",
+        ),
+        LimitKind::Bucket => (
+            "visitor_rate_limited",
+            "address_visitors",
+            "too many new visitors from this network address; retry later",
+        ),
+        _ => (
+            "address_rate_limited",
+            "address_joins",
+            "too many new places from this network address; retry later",
+        ),
+    };
+    metrics::counter!("waitroom_rate_limited_total", "limit" => label).increment(1);
+    ApiError::ClientLimited {
+        code,
+        message: message.into(),
+        retry_after_secs: secs(wait),
     }
 }
 
@@ -237,109 +286,135 @@ fn too_many(wait: Duration) -> ApiError {
 mod tests {
     use super::*;
 
-    fn key(user: &str) -> Key {
+    fn key(user: &str) -> (QueueName, UserId) {
         (
             QueueName::parse("default").unwrap(),
             UserId::parse(user).unwrap(),
         )
     }
 
-    #[test]
-    fn a_burst_then_the_sustained_rate() {
-        let limits = RequestLimits::new(2, 10);
-        let t = Instant::now();
-        for i in 0..10 {
-            assert!(
-                limits.spend_at(key("a"), t).is_ok(),
-                "request {i} of the burst"
-            );
+    fn addr(s: &str) -> ClientKey {
+        ClientKey::of(s.parse().unwrap())
+    }
+
+    fn limited(kind: LimitKind, ms: u64) -> Limited {
+        Limited {
+            kind,
+            retry_after_ms: ms,
         }
-        let wait = limits.spend_at(key("a"), t).unwrap_err();
-        assert_eq!(wait, Duration::from_millis(500));
-        assert!(
-            limits.spend_at(key("b"), t).is_ok(),
-            "budgets are per buyer"
-        );
-        let later = t + Duration::from_millis(500);
-        assert!(limits.spend_at(key("a"), later).is_ok());
-        assert!(limits.spend_at(key("a"), later).is_err());
-        // Five seconds idle fill the whole burst again.
-        let idle = later + Duration::from_secs(5);
-        for _ in 0..10 {
-            assert!(limits.spend_at(key("a"), idle).is_ok());
-        }
-        assert!(limits.spend_at(key("a"), idle).is_err());
     }
 
     #[test]
-    fn a_refused_request_costs_nothing() {
-        let limits = RequestLimits::new(2, 1);
-        let t = Instant::now();
-        assert!(limits.spend_at(key("a"), t).is_ok());
-        for _ in 0..100 {
-            assert!(limits.spend_at(key("a"), t).is_err());
-        }
+    fn a_refused_buyer_is_refused_here_until_the_wait_is_over() {
+        let limits = RequestLimits::default();
+        let (q, u) = key("a");
+        let (_, other) = key("b");
+        let a = addr("192.0.2.1");
+        assert!(limits.before_read(&q, &u).is_ok());
+        let e = limits.refused(&q, &u, a, limited(LimitKind::Buyer, 1_500));
+        assert!(
+            matches!(
+                e,
+                ApiError::TooManyRequests {
+                    retry_after_secs: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(limits.before_read(&q, &u).is_err());
+        assert!(limits.before_join(&q, &u, Some(a)).is_err());
+        assert!(limits.before_read(&q, &other).is_ok(), "per buyer");
+        assert!(
+            limits.before_join(&q, &other, Some(a)).is_ok(),
+            "the address is not refused"
+        );
+        limits.note_left(&q, &u);
+        assert!(
+            limits.before_join(&q, &u, Some(a)).is_ok(),
+            "may be a first join"
+        );
+    }
+
+    #[test]
+    fn a_refused_address_refuses_joins_not_reads() {
+        let limits = RequestLimits::default();
+        let (q, u) = key("a");
+        let a = addr("2001:db8::1");
+        let e = limits.refused(&q, &u, a, limited(LimitKind::AddressPlaces, 10_000));
+        assert!(matches!(
+            e,
+            ApiError::ClientLimited {
+                code: "address_places_limited",
+                ..
+            }
+        ));
         assert!(
             limits
-                .spend_at(key("a"), t + Duration::from_millis(500))
-                .is_ok(),
-            "refusals do not push the budget further away"
+                .before_join(&q, &u, Some(addr("2001:db8::ffff")))
+                .is_err(),
+            "same /64"
         );
-    }
-
-    #[test]
-    fn repeat_joins_count_only_past_the_grace_window() {
-        let created = 1_700_000_000_000;
-        assert!(!join_counts(Some(created), created));
-        assert!(!join_counts(Some(created), created + 1_999));
-        assert!(join_counts(Some(created), created + 2_000));
         assert!(
-            !join_counts(Some(created + 5_000), created),
-            "a store clock ahead of ours means just created"
+            limits
+                .before_join(&q, &u, Some(addr("2001:db8:0:1::1")))
+                .is_ok(),
+            "another /64"
         );
-        assert!(join_counts(None, created), "unknown age counts");
+        assert!(limits.before_read(&q, &u).is_ok());
+        assert!(
+            limits.before_join(&q, &u, None).is_ok(),
+            "a repeat join goes to the store"
+        );
+        let other_queue = QueueName::parse("other").unwrap();
+        assert!(
+            limits.before_join(&other_queue, &u, Some(a)).is_ok(),
+            "per queue"
+        );
     }
 
     #[test]
-    fn a_leave_lifts_the_join_precheck_until_the_next_counted_request() {
-        let limits = RequestLimits::new(2, 1);
+    fn join_limits_follow_the_policy() {
+        let off = RequestLimits::default();
+        let l = off.join_limits(addr("192.0.2.1"));
+        assert!(l.address.is_none() && l.buyer.is_some());
+        let on = RequestLimits::new(
+            2,
+            10,
+            AddressPolicy {
+                joins_per_minute: 60,
+                places: 5,
+                visitors_per_minute: 0,
+            },
+        );
+        let l = on.join_limits(addr("192.0.2.1"));
+        let a = l.address.unwrap();
+        assert_eq!(a.key, "192.0.2.1");
+        assert_eq!(a.places, Some(5));
+        assert_eq!(a.joins.unwrap().period_ms, 1000);
+        assert_eq!(l.buyer.unwrap().rate.window_ms(), 5_000);
+    }
+
+    #[test]
+    fn expired_refusals_are_forgotten() {
+        let limits = RequestLimits::default();
         let (q, u) = key("a");
-        limits.check(&q, &u).unwrap();
-        assert!(limits.before_join(&q, &u).is_err(), "over budget");
-        limits.note_left(&q, &u);
-        assert!(limits.before_join(&q, &u).is_ok(), "may be a first join");
-        limits.after_join(&q, &u, true, Some(unix_ms())).unwrap();
-        assert!(limits.before_join(&q, &u).is_err(), "in line again");
+        limits.refused(&q, &u, addr("192.0.2.1"), limited(LimitKind::Buyer, 1));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(limits.before_read(&q, &u).is_ok());
+        limits.forget_idle();
+        assert!(limits.shards.iter().all(|s| s.lock().unwrap().is_empty()));
     }
 
     #[tokio::test]
-    async fn the_clean_up_task_forgets_idle_buyers_and_stops_on_shutdown() {
-        let limits = Arc::new(RequestLimits::new(1000, 1));
-        let (q, u) = key("a");
-        limits.check(&q, &u).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+    async fn the_clean_up_task_stops_on_shutdown() {
+        let limits = Arc::new(RequestLimits::default());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(limits.clone().housekeeping(shutdown.clone()));
-        let empty = || limits.shards.iter().all(|s| s.lock().unwrap().is_empty());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !empty() {
-            assert!(Instant::now() < deadline, "the first round runs at once");
-            tokio::task::yield_now().await;
-        }
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
             .expect("stops on shutdown")
             .unwrap();
-    }
-
-    #[test]
-    fn idle_buyers_are_forgotten() {
-        let limits = RequestLimits::new(1000, 1);
-        let (q, u) = key("a");
-        limits.check(&q, &u).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-        limits.forget_idle();
-        assert!(limits.shards.iter().all(|s| s.lock().unwrap().is_empty()));
     }
 }

@@ -1,5 +1,7 @@
 //! The HTTP API, one module per resource, each with its own `router()`.
 
+pub mod client;
+pub mod cookies;
 pub mod error;
 pub mod extract;
 

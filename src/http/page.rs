@@ -7,9 +7,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
 
+use super::client::Client;
 use super::error::ApiError;
+use super::identity::allow_new_visitor;
 use crate::app::AppState;
-use crate::identity::forwarded_https;
 
 #[derive(RustEmbed)]
 #[folder = "static/"]
@@ -23,6 +24,7 @@ pub fn router() -> Router<AppState> {
 
 async fn asset(
     State(state): State<AppState>,
+    Client(client): Client,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -48,12 +50,13 @@ async fn asset(
             )
                 .into_response();
             // The page's first load makes the visitor, before any of its
-            // tabs joins (see `Identity::new_visitor`).
+            // tabs joins (see `Identity::new_visitor`). Over the address's
+            // visitor limit, or with the store away, the page is served
+            // without one: the join then mints, and is refused, counted.
             if path == "index.html"
-                && let Some((_, cookie)) = state
-                    .identity()
-                    .new_visitor(&headers, forwarded_https(&headers))
-                && let Ok(value) = HeaderValue::from_str(&cookie)
+                && let Some((_, minted)) = state.identity().new_visitor(&headers)
+                && allow_new_visitor(&state, &client).await.is_ok()
+                && let Ok(value) = HeaderValue::from_str(&state.visitor_cookie(minted, &client))
             {
                 response.headers_mut().append(header::SET_COOKIE, value);
             }

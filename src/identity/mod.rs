@@ -30,7 +30,7 @@ use axum::http::HeaderMap;
 use crate::queue::UserId;
 
 pub use signed::{SignedConfig, SignedKey};
-pub use visitor::VISITOR_COOKIE;
+pub use visitor::{VISITOR_COOKIE, VISITOR_COOKIE_SECURE, VISITOR_MAX_AGE_SECS};
 
 /// Which identity source requests are read with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -84,8 +84,9 @@ impl IdentityError {
 pub struct Resolved {
     /// The buyer.
     pub user: UserId,
-    /// `Set-Cookie` value for a newly minted visitor.
-    pub set_cookie: Option<String>,
+    /// The signed cookie value of a visitor minted just now (the HTTP
+    /// edge sets the cookie).
+    pub minted: Option<String>,
 }
 
 /// The identity source; cheap to clone.
@@ -158,29 +159,28 @@ impl Identity {
     }
 
     /// The buyer of a join: the presented one, or in visitor mode a new
-    /// visitor with the cookie to set. `secure`: the client came over TLS,
-    /// so the cookie gets `Secure`.
-    pub fn for_join(&self, headers: &HeaderMap, secure: bool) -> Result<Resolved, IdentityError> {
-        if let Some((user, cookie)) = self.new_visitor(headers, secure) {
+    /// visitor with the cookie value to set.
+    pub fn for_join(&self, headers: &HeaderMap) -> Result<Resolved, IdentityError> {
+        if let Some((user, value)) = self.new_visitor(headers) {
             return Ok(Resolved {
                 user,
-                set_cookie: Some(cookie),
+                minted: Some(value),
             });
         }
         Ok(Resolved {
             user: self.required(headers)?,
-            set_cookie: None,
+            minted: None,
         })
     }
 
     /// Visitor mode, for a request without a valid visitor cookie: a new
-    /// visitor and its `Set-Cookie` value. The page mints one as it is
+    /// visitor and its signed cookie value. The page mints one as it is
     /// served, so tabs opened together join as one visitor rather than
     /// racing to mint one each. `None` in the other modes or when the
     /// request already has a visitor.
-    pub fn new_visitor(&self, headers: &HeaderMap, secure: bool) -> Option<(UserId, String)> {
+    pub fn new_visitor(&self, headers: &HeaderMap) -> Option<(UserId, String)> {
         match &*self.source {
-            Source::Visitor(key) if key.verify_request(headers).is_none() => Some(key.mint(secure)),
+            Source::Visitor(key) if key.verify_request(headers).is_none() => Some(key.mint()),
             _ => None,
         }
     }
@@ -204,15 +204,6 @@ fn header_user(headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {
     UserId::parse(text)
         .map(Some)
         .map_err(|e| IdentityError::InvalidUserHeader(e.0.to_owned()))
-}
-
-/// True when a TLS-terminating proxy says the client used HTTPS
-/// (`X-Forwarded-Proto: https`): cookies then get `Secure`.
-pub fn forwarded_https(headers: &HeaderMap) -> bool {
-    headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
 /// The values of every cookie called `name` in `headers`.

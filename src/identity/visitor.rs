@@ -10,7 +10,6 @@
 use axum::http::HeaderMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cookie::{Cookie, SameSite};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
@@ -18,8 +17,17 @@ use crate::queue::UserId;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The name of the visitor cookie.
+/// The name of the visitor cookie on plain HTTP.
 pub const VISITOR_COOKIE: &str = "waitroom_visitor";
+
+/// The name of the visitor cookie when it is `Secure`: `__Host-` makes the
+/// browser refuse it unless it is `Secure`, `Path=/` and has no `Domain`,
+/// so no sibling subdomain or plain-HTTP page can plant one.
+pub const VISITOR_COOKIE_SECURE: &str = "__Host-waitroom_visitor";
+
+/// How long a browser keeps its visitor cookie: longer than any ticket
+/// (at most 30 days), so a returning visitor finds their place.
+pub const VISITOR_MAX_AGE_SECS: i64 = MAX_AGE_SECS;
 
 /// How long a browser keeps its visitor cookie: longer than any ticket
 /// (at most 30 days), so a returning visitor finds their place.
@@ -72,26 +80,21 @@ impl VisitorKey {
 
     /// The visitor of the first valid visitor cookie in `headers`.
     pub(super) fn verify_request(&self, headers: &HeaderMap) -> Option<UserId> {
-        super::cookies(headers, VISITOR_COOKIE).find_map(|v| self.verify(&v))
+        // Both names, the Secure one first: a site moving to HTTPS keeps
+        // its visitors.
+        super::cookies(headers, VISITOR_COOKIE_SECURE)
+            .chain(super::cookies(headers, VISITOR_COOKIE))
+            .find_map(|v| self.verify(&v))
     }
 
-    /// A new visitor and its `Set-Cookie` value.
-    pub(super) fn mint(&self, secure: bool) -> (UserId, String) {
+    /// A new visitor and its signed cookie value (the HTTP edge builds the
+    /// cookie around it).
+    pub(super) fn mint(&self) -> (UserId, String) {
         let mut bytes = [0u8; 16];
         rand::fill(&mut bytes);
         let id = format!("{ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
         let user = UserId::parse(&id).expect("a minted id is a valid user id");
-        let cookie = Cookie::build((VISITOR_COOKIE, self.sign(&id)))
-            // The whole site: the orders API reads it as well as the queue.
-            .path("/")
-            .http_only(true)
-            // Lax, not Strict: a shopper following a link to the sale
-            // still arrives as themselves.
-            .same_site(SameSite::Lax)
-            .secure(secure)
-            .max_age(cookie::time::Duration::seconds(MAX_AGE_SECS))
-            .build();
-        (user, cookie.to_string())
+        (user, self.sign(&id))
     }
 }
 
@@ -108,12 +111,13 @@ mod tests {
     #[test]
     fn a_minted_cookie_verifies_and_an_altered_one_does_not() {
         let key = VisitorKey::derive(b"0123456789abcdef0123456789abcdef");
-        let (user, set_cookie) = key.mint(false);
-        let pair = set_cookie.split(';').next().unwrap().to_owned();
+        let (user, value) = key.mint();
+        let pair = format!("{VISITOR_COOKIE}={value}");
         assert_eq!(key.verify_request(&headers(&pair)), Some(user.clone()));
-        assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Lax"));
-        assert!(!set_cookie.contains("Secure"));
-        assert!(key.mint(true).1.contains("Secure"));
+        let secure = format!("{VISITOR_COOKIE_SECURE}={value}");
+        assert_eq!(key.verify_request(&headers(&secure)), Some(user.clone()));
+        let elsewhere = format!("other_cookie={value}");
+        assert_eq!(key.verify_request(&headers(&elsewhere)), None);
 
         // Another id with the same MAC, a changed MAC, no MAC, another key.
         let value = pair.split_once('=').unwrap().1;

@@ -10,6 +10,7 @@
 
 mod registry;
 mod session;
+mod sources;
 mod view;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
 pub use session::{Render, StreamSession, shed_frame};
+pub use sources::{Sources, StreamSlot};
 pub use view::{EventId, GoneReason, Update, View};
 
 /// How far back the observed admission rate looks.
@@ -49,6 +51,7 @@ pub struct Hub {
     open: AtomicUsize,
     resyncs: AtomicU64,
     interruptions: AtomicU64,
+    sources: Arc<Sources>,
 }
 
 struct QueueHub {
@@ -118,7 +121,25 @@ impl Hub {
             open: AtomicUsize::new(0),
             resyncs: AtomicU64::new(0),
             interruptions: AtomicU64::new(0),
+            sources: Arc::new(Sources::default()),
         }
+    }
+
+    /// A stream slot for a client from `source` (an address bucket), or
+    /// `None` when the stream must be shed: over `per_source`, or at
+    /// `max_total` unless a heavier source gives one up (see `sources.rs`).
+    pub fn admit_stream(
+        &self,
+        source: std::net::IpAddr,
+        max_total: usize,
+        per_source: Option<usize>,
+    ) -> Option<StreamSlot> {
+        self.sources.admit(source, max_total, per_source)
+    }
+
+    /// Streams `source` holds on this instance.
+    pub fn streams_of(&self, source: std::net::IpAddr) -> usize {
+        self.sources.count(source)
     }
 
     /// The queues this hub serves, in configuration order.

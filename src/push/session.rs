@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::sources::StreamSlot;
 use super::view::{Update, View};
 use super::{StreamGuard, Subscription};
 
@@ -36,6 +37,8 @@ pub struct StreamSession {
     keep_alive: Interval,
     shutdown: CancellationToken,
     drain: Duration,
+    /// The stream's slot among its source's, when it holds one.
+    slot: Option<StreamSlot>,
 }
 
 impl StreamSession {
@@ -66,7 +69,15 @@ impl StreamSession {
             keep_alive: ticker,
             shutdown,
             drain,
+            slot: None,
         }
+    }
+
+    /// The session holding `slot`: it ends (with a long `retry:`, like a
+    /// shed stream) if the slot is taken for a lighter source.
+    pub fn holding(mut self, slot: StreamSlot) -> Self {
+        self.slot = Some(slot);
+        self
     }
 
     /// The next frame to write, or `None` when the stream is over. Cancel
@@ -78,8 +89,21 @@ impl StreamSession {
         if self.finished {
             return None;
         }
+        let evicted = self.slot.as_ref().map(|s| s.evicted.clone());
+        let evicted = async {
+            match &evicted {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(evicted);
         loop {
             tokio::select! {
+                _ = &mut evicted => {
+                    self.finished = true;
+                    let retry = Duration::from_millis(rand::random_range(20_000..40_000));
+                    return Some(shed_frame(retry));
+                }
                 _ = self.shutdown.cancelled() => {
                     // Spread closes over the drain window so clients do not
                     // all reconnect to the remaining instances at once.

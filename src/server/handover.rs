@@ -466,11 +466,13 @@ fn parse_head(bytes: &[u8]) -> HeadParse {
 pub struct Tracked<S> {
     app: S,
     shared: Arc<Shared>,
+    /// The connection's peer, put in every request (`ConnectInfo`).
+    peer: std::net::SocketAddr,
 }
 
 impl<S> Tracked<S> {
-    pub fn new(app: S, shared: Arc<Shared>) -> Self {
-        Self { app, shared }
+    pub fn new(app: S, shared: Arc<Shared>, peer: std::net::SocketAddr) -> Self {
+        Self { app, shared, peer }
     }
 }
 
@@ -488,11 +490,14 @@ where
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let shared = self.shared.clone();
-        let request = request.map(|body| Watched {
+        let mut request = request.map(|body| Watched {
             body,
             ended: false,
             shared: shared.clone(),
         });
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         let app = self.app.clone();
         Box::pin(async move {
             let response = app.oneshot(request).await?;

@@ -41,6 +41,10 @@
 //! body deadline (`--body-timeout-secs`) and the in-flight tracking of
 //! `handover.rs` — are hyper-path only: a lean request has no body.
 //!
+//! **The client's address.** Both paths put the socket's peer in every
+//! request as `ConnectInfo<SocketAddr>`, so the extractors find the client
+//! (`crate::http::client`) the same way whichever path carries it.
+//!
 //! **Limits.** Heads are capped at [`handover::MAX_HEAD`] (`431`, from
 //! hyper), must arrive within [`HEAD_TIMEOUT`] of their first byte, and
 //! bodies within the body timeout (`408`). A keep-alive connection idle
@@ -61,6 +65,7 @@ mod lean;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::response::IntoResponse;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -120,7 +125,7 @@ pub async fn serve(
     // idle wait and a head after it.
     let backstop = timeouts.idle + timeouts.head;
     loop {
-        let (socket, _) = tokio::select! {
+        let (socket, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -151,13 +156,15 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(backstop)
                 .max_header_size(handover::MAX_HEAD)
-                .serve_connection(TokioIo::new(io), Tracked::new(app, shared.clone()));
+                .serve_connection(TokioIo::new(io), Tracked::new(app, shared.clone(), peer));
             // Boxed, so a lean stream's task does not keep hyper's size.
             let _ = Box::pin(watcher.watch(connection)).await;
             let handed = shared.take_handed_over();
             drop(shared);
             if let Some(handed) = handed {
-                Box::pin(lean::serve(router, handed.socket, handed.request)).await;
+                let mut request = handed.request;
+                request.extensions_mut().insert(ConnectInfo(peer));
+                Box::pin(lean::serve(router, handed.socket, request)).await;
             }
         });
     }

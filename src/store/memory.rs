@@ -14,8 +14,8 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, Admitted, ClaimOutcome, EnterOutcome, Pass, QueueEvent, QueueStats, Store,
-    StoreEvent, StoreResult,
+    Abandoned, Admitted, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
+    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, Store, StoreEvent, StoreResult,
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 
@@ -26,7 +26,41 @@ const SWEEP_LIMIT: usize = 500;
 /// The in-memory store.
 pub struct MemoryStore {
     queues: Mutex<HashMap<QueueName, QueueData>>,
+    /// The buckets of [`Store::spend`]: name -> theoretical arrival time.
+    buckets: Mutex<Buckets>,
     events: broadcast::Sender<StoreEvent>,
+}
+
+/// Rate buckets (GCRA "theoretical arrival times", ms), forgetting full
+/// ones every [`SWEEP_BUCKETS_MS`] so the table does not grow with every
+/// buyer and address ever seen (a full bucket and none are the same).
+struct Buckets<K = String> {
+    tat: HashMap<K, u64>,
+    swept_at: u64,
+}
+
+impl<K> Default for Buckets<K> {
+    fn default() -> Self {
+        Self {
+            tat: HashMap::new(),
+            swept_at: 0,
+        }
+    }
+}
+
+const SWEEP_BUCKETS_MS: u64 = 30_000;
+
+impl<K: std::hash::Hash + Eq> Buckets<K> {
+    fn spend(&mut self, key: K, rate: Rate, now: u64) -> Result<(), u64> {
+        if now >= self.swept_at + SWEEP_BUCKETS_MS {
+            self.tat.retain(|_, tat| *tat > now);
+            self.swept_at = now;
+        }
+        let tat = self.tat.get(&key).copied().unwrap_or(0);
+        let next = rate.spend(tat, now)?;
+        self.tat.insert(key, next);
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -46,6 +80,12 @@ struct QueueData {
     bucket: Option<Bucket>,
     pass: u64,
     paused: bool,
+    /// Per-buyer request budgets.
+    budgets: Buckets<UserId>,
+    /// New places per client address.
+    address_joins: Buckets<String>,
+    /// Places per client address: user -> the entry the place was.
+    address_places: HashMap<String, HashMap<UserId, u64>>,
 }
 
 struct TokenRecord {
@@ -82,6 +122,7 @@ impl MemoryStore {
         let (events, _) = broadcast::channel(4096);
         Self {
             queues: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(Buckets::default()),
             events,
         }
     }
@@ -193,6 +234,35 @@ impl QueueData {
         Some((seq, entered))
     }
 
+    /// Whether `user`'s place `entry` lasts (waiting, or its token).
+    fn holds(&self, user: &UserId, entry: u64) -> bool {
+        self.seq_of.get(user) == Some(&entry)
+            || self.tokens.get(user).is_some_and(|t| t.entry == entry)
+    }
+
+    /// Live places held by `address`, forgetting ended ones when the count
+    /// reaches `max` (as `enter.lua` prunes).
+    fn places_held(&mut self, address: &str, max: u32) -> usize {
+        let Some(held) = self.address_places.get(address) else {
+            return 0;
+        };
+        if held.len() < max as usize {
+            return held.len();
+        }
+        let live: HashMap<UserId, u64> = held
+            .iter()
+            .filter(|(u, e)| self.holds(u, **e))
+            .map(|(u, e)| (u.clone(), *e))
+            .collect();
+        let n = live.len();
+        if live.is_empty() {
+            self.address_places.remove(address);
+        } else {
+            self.address_places.insert(address.to_owned(), live);
+        }
+        n
+    }
+
     fn mark_seen(&mut self, user: &UserId, now: u64) {
         if let Some(seen) = self.seen.get_mut(user) {
             self.seen_order.remove(&(*seen, user.clone()));
@@ -239,20 +309,46 @@ impl QueueData {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn enter(
+    async fn enter_limited(
         &self,
         queue: &QueueName,
         user: &UserId,
         policy: &Policy,
         fast_track_token: &EntryToken,
-    ) -> StoreResult<EnterOutcome> {
+        limits: &JoinLimits,
+    ) -> StoreResult<Result<EnterOutcome, Limited>> {
         Ok(self.with_queue(queue, |q, now| {
+            let limited = |kind, retry_after_ms| {
+                Err(Limited {
+                    kind,
+                    retry_after_ms,
+                })
+            };
             if q.tokens.contains_key(user) || q.seq_of.contains_key(user) {
+                if let Some(budget) = limits.buyer {
+                    let entered = q.snapshot(user, now).entered_at_ms;
+                    let counts = entered.is_none_or(|at| now.saturating_sub(at) >= budget.grace_ms);
+                    if counts && let Err(wait) = q.budgets.spend(user.clone(), budget.rate, now) {
+                        return limited(LimitKind::Buyer, wait);
+                    }
+                }
                 q.mark_seen(user, now);
-                return EnterOutcome {
+                return Ok(EnterOutcome {
                     created: false,
                     snapshot: q.snapshot(user, now),
-                };
+                });
+            }
+            if let Some(address) = &limits.address {
+                if let Some(max) = address.places
+                    && q.places_held(&address.key, max) >= max as usize
+                {
+                    return limited(LimitKind::AddressPlaces, PLACES_RETRY_MS);
+                }
+                if let Some(rate) = address.joins
+                    && let Err(wait) = q.address_joins.spend(address.key.clone(), rate, now)
+                {
+                    return limited(LimitKind::AddressJoins, wait);
+                }
             }
             if q.line.is_empty() && !q.paused && q.room(policy) > 0 && q.refill(policy, now) >= 1.0
             {
@@ -267,20 +363,54 @@ impl Store for MemoryStore {
                 q.seen.insert(user.clone(), now);
                 q.seen_order.insert((now, user.clone()));
             }
-            EnterOutcome {
-                created: true,
-                snapshot: q.snapshot(user, now),
+            let snapshot = q.snapshot(user, now);
+            if let Some(address) = &limits.address
+                && address.places.is_some()
+                && let Some(entry) = snapshot.entry
+            {
+                q.address_places
+                    .entry(address.key.clone())
+                    .or_default()
+                    .insert(user.clone(), entry);
             }
+            Ok(EnterOutcome {
+                created: true,
+                snapshot,
+            })
         }))
     }
 
-    async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {
+    async fn status_limited(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        touch: bool,
+        budget: Option<Rate>,
+    ) -> StoreResult<Result<Snapshot, Limited>> {
         Ok(self.with_queue(queue, |q, now| {
+            if let Some(rate) = budget
+                && let Err(wait) = q.budgets.spend(user.clone(), rate, now)
+            {
+                return Err(Limited {
+                    kind: LimitKind::Buyer,
+                    retry_after_ms: wait,
+                });
+            }
             if touch {
                 q.mark_seen(user, now);
             }
-            q.snapshot(user, now)
+            Ok(q.snapshot(user, now))
         }))
+    }
+
+    async fn spend(&self, bucket: &str, rate: Rate) -> StoreResult<Result<(), Limited>> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(buckets
+            .spend(bucket.to_owned(), rate, now_ms())
+            .map_err(|wait| Limited {
+                kind: LimitKind::Bucket,
+                retry_after_ms: wait,
+            }))
     }
 
     async fn statuses(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<Vec<Snapshot>> {

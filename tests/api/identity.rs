@@ -190,7 +190,31 @@ async fn visitor_first_join_mints_a_cookie_that_keeps_the_place() {
     assert_eq!(again.body["enteredAt"], first.body["enteredAt"]);
     assert!(again.visitor().is_none(), "no second visitor");
 
-    // Behind TLS the cookie is Secure.
+    // `X-Forwarded-Proto` from a peer that is not a trusted proxy says
+    // nothing (the client could send it itself).
+    let r = app
+        .client
+        .post(app.url("/api/queues/default/entries"))
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    let plain = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("waitroom_visitor="))
+        .unwrap();
+    assert!(!plain.contains("Secure"), "{plain}");
+    app.stop().await;
+
+    // Behind a trusted TLS proxy the cookie is Secure, and `__Host-`.
+    let app = TestApp::memory_with(mode(
+        IdentityMode::Visitor,
+        &["--trusted-proxies", "127.0.0.0/8"],
+    ))
+    .await;
     let r = app
         .client
         .post(app.url("/api/queues/default/entries"))
@@ -203,9 +227,12 @@ async fn visitor_first_join_mints_a_cookie_that_keeps_the_place() {
         .get_all("set-cookie")
         .iter()
         .map(|v| v.to_str().unwrap().to_owned())
-        .find(|c| c.starts_with("waitroom_visitor="))
-        .unwrap();
-    assert!(secure.contains("Secure"), "{secure}");
+        .find(|c| c.starts_with("__Host-waitroom_visitor="))
+        .expect("a __Host- visitor cookie");
+    assert!(
+        secure.contains("Secure") && secure.contains("Path=/"),
+        "{secure}"
+    );
     app.stop().await;
 }
 

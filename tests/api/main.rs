@@ -5,6 +5,7 @@
 mod common;
 
 mod admin_listener;
+mod client_limits;
 mod failures;
 mod gone;
 mod identity;

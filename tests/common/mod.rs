@@ -284,14 +284,33 @@ pub fn test_config() -> Config {
     Config {
         orders_db: ":memory:".into(),
         identity: waitroom::config::IdentityMode::Header,
+        joins_per_address_per_minute: 0,
+        places_per_address: 0,
+        visitors_per_address_per_minute: 0,
+        streams_per_address: 0,
         ..Config::default()
     }
 }
+
+/// The per-address limits off: every test speaks from 127.0.0.1, so a
+/// test of anything else must not run into them (`client_limits.rs` turns
+/// them on with flags given after these).
+pub const NO_ADDRESS_LIMITS: [&str; 8] = [
+    "--joins-per-address-per-minute",
+    "0",
+    "--places-per-address",
+    "0",
+    "--visitors-per-address-per-minute",
+    "0",
+    "--streams-per-address",
+    "0",
+];
 
 /// [`test_config`] with `args` as on the command line, for tests that also
 /// start the binary with the same flags.
 pub fn config(args: &[&str]) -> Config {
     let mut all = vec!["--orders-db", ":memory:", "--identity", "header"];
+    all.extend_from_slice(&NO_ADDRESS_LIMITS);
     all.extend_from_slice(args);
     Config::from_args(all).expect("valid test arguments")
 }
@@ -630,6 +649,7 @@ impl BinApp {
             .arg(&db)
             // The tests speak for a gateway; `args` may say otherwise.
             .args(["--identity", "header"])
+            .args(NO_ADDRESS_LIMITS)
             .args(args)
             .env("RUST_LOG", "warn,waitroom=info")
             .env("NO_COLOR", "1")

@@ -20,8 +20,8 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Client, RedisError};
 
 use super::{
-    ClaimOutcome, EnterOutcome, Pass, QueueEvent, QueueStats, Store, StoreError, StoreEvent,
-    StoreResult,
+    ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
+    QueueStats, Rate, Store, StoreError, StoreEvent, StoreResult,
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use scripts::Scripts;
@@ -125,9 +125,24 @@ impl RedisStore {
         queue: &QueueName,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> StoreResult<T> {
+        self.run_with(script, queue, |_| Vec::new(), args).await
+    }
+
+    /// [`Self::run`] with keys of the script's own after the queue's eight
+    /// (built from the queue's key names, so they share its hash tag).
+    async fn run_with<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &QueueName,
+        extra_keys: impl FnOnce(&QueueKeys) -> Vec<String>,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> StoreResult<T> {
         let keys = self.keys(queue);
         let mut invocation = script.prepare_invoke();
         for key in keys.script_keys() {
+            invocation.key(key);
+        }
+        for key in extra_keys(&keys) {
             invocation.key(key);
         }
         invocation.arg(&keys.token_prefix).arg(&keys.channel);
@@ -164,6 +179,45 @@ impl QueueKeys {
     pub(crate) fn channel(&self) -> &str {
         &self.channel
     }
+
+    /// `user`'s request budget in this queue.
+    fn budget(&self, user: &UserId) -> String {
+        format!("{}budget:{user}", self.base)
+    }
+
+    /// A client address's join rate and places in this queue.
+    fn address(&self, address: &str) -> [String; 2] {
+        [
+            format!("{}addr:{address}:joins", self.base),
+            format!("{}addr:{address}:places", self.base),
+        ]
+    }
+}
+
+/// A refusal row of `gcra.lua`'s `limited()`, if `row` is one.
+fn refusal(row: &Row) -> StoreResult<Option<Limited>> {
+    if row.0 != "limited" {
+        return Ok(None);
+    }
+    let kind = match row.4.as_str() {
+        "buyer" => LimitKind::Buyer,
+        "address_joins" => LimitKind::AddressJoins,
+        "address_places" => LimitKind::AddressPlaces,
+        other => return Err(StoreError::Protocol(format!("unknown limit {other}"))),
+    };
+    let retry_after_ms = match kind {
+        LimitKind::AddressPlaces => PLACES_RETRY_MS,
+        _ => row.5.max(1) as u64,
+    };
+    Ok(Some(Limited {
+        kind,
+        retry_after_ms,
+    }))
+}
+
+/// The arguments of a rate: period and burst, `0 0` for none.
+fn rate_args(rate: Option<Rate>) -> (u64, u32) {
+    rate.map_or((0, 0), |r| (r.period_ms.max(1), r.burst.max(1)))
 }
 
 fn snapshot(row: Row) -> StoreResult<(bool, Snapshot)> {
@@ -203,35 +257,97 @@ fn max_active_arg(policy: &Policy) -> i64 {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn enter(
+    async fn enter_limited(
         &self,
         queue: &QueueName,
         user: &UserId,
         policy: &Policy,
         fast_track_token: &EntryToken,
-    ) -> StoreResult<EnterOutcome> {
+        limits: &JoinLimits,
+    ) -> StoreResult<Result<EnterOutcome, Limited>> {
+        let (budget_period, budget_burst) = rate_args(limits.buyer.map(|b| b.rate));
+        let grace = limits.buyer.map_or(0, |b| b.grace_ms);
+        let address = limits.address.as_ref();
+        let (join_period, join_burst) = rate_args(address.and_then(|a| a.joins));
+        let places = address.and_then(|a| a.places).unwrap_or(0);
+        // Without an address, placeholder keys the script does not touch.
+        let address_key = address.map_or("-", |a| a.key.as_str());
         let row: Row = self
-            .run(&self.scripts.enter, queue, |inv| {
-                inv.arg(user.as_str())
-                    .arg(fast_track_token.as_str())
-                    .arg(policy.token_ttl_ms)
-                    .arg(policy.batch)
-                    .arg(policy.interval_ms)
-                    .arg(max_active_arg(policy))
-                    .arg(super::first_entry_id());
-            })
+            .run_with(
+                &self.scripts.enter,
+                queue,
+                |keys| {
+                    let mut extra = vec![keys.budget(user)];
+                    extra.extend(keys.address(address_key));
+                    extra
+                },
+                |inv| {
+                    inv.arg(user.as_str())
+                        .arg(fast_track_token.as_str())
+                        .arg(policy.token_ttl_ms)
+                        .arg(policy.batch)
+                        .arg(policy.interval_ms)
+                        .arg(max_active_arg(policy))
+                        .arg(super::first_entry_id())
+                        .arg(budget_period)
+                        .arg(budget_burst)
+                        .arg(grace)
+                        .arg(join_period)
+                        .arg(join_burst)
+                        .arg(places);
+                },
+            )
             .await?;
+        if let Some(limited) = refusal(&row)? {
+            return Ok(Err(limited));
+        }
         let (created, snapshot) = snapshot(row)?;
-        Ok(EnterOutcome { created, snapshot })
+        Ok(Ok(EnterOutcome { created, snapshot }))
     }
 
-    async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {
+    async fn status_limited(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        touch: bool,
+        budget: Option<Rate>,
+    ) -> StoreResult<Result<Snapshot, Limited>> {
+        let (period, burst) = rate_args(budget);
         let row: Row = self
-            .run(&self.scripts.status, queue, |inv| {
-                inv.arg(user.as_str()).arg(if touch { "1" } else { "0" });
-            })
+            .run_with(
+                &self.scripts.status,
+                queue,
+                |keys| vec![keys.budget(user)],
+                |inv| {
+                    inv.arg(user.as_str())
+                        .arg(if touch { "1" } else { "0" })
+                        .arg(period)
+                        .arg(burst);
+                },
+            )
             .await?;
-        Ok(snapshot(row)?.1)
+        if let Some(limited) = refusal(&row)? {
+            return Ok(Err(limited));
+        }
+        Ok(Ok(snapshot(row)?.1))
+    }
+
+    async fn spend(&self, bucket: &str, rate: Rate) -> StoreResult<Result<(), Limited>> {
+        // A bucket of its own hash tag: it belongs to no queue.
+        let key = format!("{}:{{limit:{bucket}}}", self.prefix);
+        let (period, burst) = rate_args(Some(rate));
+        let mut invocation = self.scripts.spend.prepare_invoke();
+        invocation.key(key).arg(period).arg(burst);
+        let mut conn = self.conn.clone();
+        let wait: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        Ok(if wait > 0 {
+            Err(Limited {
+                kind: LimitKind::Bucket,
+                retry_after_ms: wait as u64,
+            })
+        } else {
+            Ok(())
+        })
     }
 
     async fn statuses(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<Vec<Snapshot>> {

@@ -1,10 +1,24 @@
--- status.lua: one user's standing, token first; optionally marks them seen.
--- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] touch (1/0)
--- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass}.
+-- status.lua: one user's standing, token first; optionally marks them seen;
+-- optionally spends one from the user's request budget first.
+-- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's budget
+-- (STRING, see gcra.lua; in the queue's hash tag)
+-- ARGV[3] user   ARGV[4] touch (1/0)
+-- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
+-- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass},
+-- or limited('buyer', ms to wait) with nothing read or touched.
 -- Atomic so the token look-up and the rank are read at one instant: read
--- apart, a user admitted in between would look NOT_ENTERED.
+-- apart, a user admitted in between would look NOT_ENTERED; the budget is
+-- spent in the same step so a poll stays one round trip and every
+-- instance counts against one budget.
 local user = ARGV[3]
 local now = now_ms()
+local period = tonumber(ARGV[5])
+if period > 0 then
+  local wait = gcra(KEYS[9], now, period, tonumber(ARGV[6]))
+  if wait > 0 then
+    return limited('buyer', wait)
+  end
+end
 if ARGV[4] == '1' then
   redis.call('ZADD', K.seen, 'XX', now, user)
 end
