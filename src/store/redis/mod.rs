@@ -3,36 +3,62 @@
 //! Each state change is one Lua script (`lua/*.lua`, each headed with its
 //! keys, arguments, return value and why it must be atomic). Every key of a
 //! queue carries the `{queue}` hash tag, so a queue's scripts touch one
-//! cluster slot. Calls go over one multiplexed, self-reconnecting
-//! connection with a short response timeout, and each call as a whole is
+//! cluster slot, and every key a script touches is in its `KEYS` wherever
+//! the user is known (only `admit` learns its users inside the script).
+//! Calls go over one multiplexed, self-reconnecting connection — to one
+//! Redis or to a Redis Cluster, see `conn.rs`, the only place that knows
+//! which — with a short response timeout, and each call as a whole is
 //! bounded by [`CALL_TIMEOUT`], so an unreachable or silent Redis turns
 //! into [`StoreError::Unavailable`] quickly instead of hanging requests,
 //! background tasks or a shutdown.
+//!
+//! With `wait_replicas` (`--redis-wait-replicas`), a join and an admission
+//! pass are answered or published only after that many replicas
+//! acknowledged them (`WAIT`), so a master killed right after cannot take
+//! an acknowledged place or an announced token along.
 
+mod conn;
 mod events;
 mod scripts;
+
+pub use conn::Topology;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Client, RedisError};
+use redis::{AsyncCommands, RedisError};
 
 use super::{
     ClaimOutcome, EnterOutcome, Pass, QueueEvent, QueueStats, Store, StoreError, StoreEvent,
     StoreResult,
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
-use scripts::Scripts;
+use conn::Conn;
+use scripts::{Publishing, Scripts};
 
 /// The Redis store.
 pub struct RedisStore {
-    client: Client,
-    conn: ConnectionManager,
+    topology: Topology,
+    conn: Conn,
     prefix: String,
     scripts: Scripts,
+    wait_replicas: u32,
 }
+
+/// How to reach Redis and how safe a write must be before it counts.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// One Redis or a cluster.
+    pub topology: Topology,
+    /// Replicas that must acknowledge a join or an admission pass before it
+    /// is answered or published (0: none, asynchronous replication).
+    pub wait_replicas: u32,
+}
+
+/// How long `WAIT` may wait for replicas before the write counts as not
+/// safe (the call then fails closed, `503`). Well inside [`CALL_TIMEOUT`].
+const WAIT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long Redis may take to answer one command, or to accept one
 /// connection attempt.
@@ -77,19 +103,53 @@ impl RedisStore {
     /// Connects to `url` with keys under `prefix`. Fails if Redis does not
     /// answer now; later outages are survived by reconnecting.
     pub async fn connect(url: &str, prefix: &str) -> StoreResult<Self> {
-        let client = Client::open(url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        let options = RedisOptions {
+            topology: Topology::Single(url.to_owned()),
+            wait_replicas: 0,
+        };
+        Self::open(&options, prefix).await
+    }
+
+    /// Connects to one Redis or a cluster as `options` say, with keys under
+    /// `prefix`. Fails if the store does not answer now.
+    pub async fn open(options: &RedisOptions, prefix: &str) -> StoreResult<Self> {
+        if let Topology::Single(url) = &options.topology {
+            // A malformed URL is a configuration mistake, reported as such.
+            redis::Client::open(url.as_str())
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        }
+        let conn = bounded(Conn::connect(&options.topology, RESPONSE_TIMEOUT)).await?;
+        let publishing = Publishing {
+            sharded: options.topology.sharded(),
+            pass_in_script: options.wait_replicas == 0,
+        };
         Ok(Self {
-            client,
+            topology: options.topology.clone(),
             conn,
             prefix: prefix.to_owned(),
-            scripts: Scripts::load(),
+            scripts: Scripts::load(publishing),
+            wait_replicas: options.wait_replicas,
         })
+    }
+
+    /// Waits until `wait_replicas` replicas hold every write sent so far to
+    /// the master of `queue`; fails closed when they do not within
+    /// [`WAIT_TIMEOUT`].
+    async fn replicated(&self, queue: &QueueName) -> StoreResult<()> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        let keys = self.keys(queue);
+        let mut conn = self.conn.clone();
+        let acked =
+            bounded(conn.wait_replicas(&keys.channel, self.wait_replicas, WAIT_TIMEOUT)).await?;
+        if acked < i64::from(self.wait_replicas) {
+            return Err(StoreError::Unavailable(format!(
+                "{acked} of {} replicas acknowledged within {WAIT_TIMEOUT:?}",
+                self.wait_replicas
+            )));
+        }
+        Ok(())
     }
 
     /// The key prefix this store writes under.
@@ -100,6 +160,8 @@ impl RedisStore {
     /// The ticket secret shared by every instance: generated once, kept in
     /// Redis with `SET NX`, so instances started without `--ticket-secret`
     /// still accept each other's tickets.
+    /// In a cluster the key lives on whichever master owns its slot; it is
+    /// written once and read by every instance at start only.
     pub async fn shared_secret(&self) -> StoreResult<String> {
         let key = format!("{}:ticket-secret", self.prefix);
         let candidate = EntryToken::generate();
@@ -119,16 +181,32 @@ impl RedisStore {
         QueueKeys::new(&self.prefix, queue)
     }
 
+    /// Runs a queue-wide script: the queue's keys in `KEYS[1..8]`.
     async fn run<T: redis::FromRedisValue>(
         &self,
         script: &redis::Script,
         queue: &QueueName,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> StoreResult<T> {
+        self.run_for(script, queue, &[], args).await
+    }
+
+    /// Runs a script about `users`: the queue's keys, then each user's
+    /// token key (`KEYS[9..]`), so every key the script touches is declared.
+    async fn run_for<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &QueueName,
+        users: &[&UserId],
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> StoreResult<T> {
         let keys = self.keys(queue);
         let mut invocation = script.prepare_invoke();
         for key in keys.script_keys() {
             invocation.key(key);
+        }
+        for user in users {
+            invocation.key(keys.token_key(user));
         }
         invocation.arg(&keys.token_prefix).arg(&keys.channel);
         args(&mut invocation);
@@ -163,6 +241,11 @@ impl QueueKeys {
 
     pub(crate) fn channel(&self) -> &str {
         &self.channel
+    }
+
+    /// The key of `user`'s token hash.
+    fn token_key(&self, user: &UserId) -> String {
+        format!("{}{}", self.token_prefix, user.as_str())
     }
 }
 
@@ -211,7 +294,7 @@ impl Store for RedisStore {
         fast_track_token: &EntryToken,
     ) -> StoreResult<EnterOutcome> {
         let row: Row = self
-            .run(&self.scripts.enter, queue, |inv| {
+            .run_for(&self.scripts.enter, queue, &[user], |inv| {
                 inv.arg(user.as_str())
                     .arg(fast_track_token.as_str())
                     .arg(policy.token_ttl_ms)
@@ -222,12 +305,13 @@ impl Store for RedisStore {
             })
             .await?;
         let (created, snapshot) = snapshot(row)?;
+        self.replicated(queue).await?;
         Ok(EnterOutcome { created, snapshot })
     }
 
     async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {
         let row: Row = self
-            .run(&self.scripts.status, queue, |inv| {
+            .run_for(&self.scripts.status, queue, &[user], |inv| {
                 inv.arg(user.as_str()).arg(if touch { "1" } else { "0" });
             })
             .await?;
@@ -239,11 +323,16 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let rows: Vec<Row> = self
-            .run(&self.scripts.statuses, queue, |inv| {
-                for u in users {
-                    inv.arg(u.as_str());
-                }
-            })
+            .run_for(
+                &self.scripts.statuses,
+                queue,
+                &users.iter().collect::<Vec<_>>(),
+                |inv| {
+                    for u in users {
+                        inv.arg(u.as_str());
+                    }
+                },
+            )
             .await?;
         rows.into_iter().map(|r| snapshot(r).map(|s| s.1)).collect()
     }
@@ -264,7 +353,7 @@ impl Store for RedisStore {
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.leave, queue, |inv| {
+            .run_for(&self.scripts.leave, queue, &[user], |inv| {
                 inv.arg(user.as_str()).arg(entry);
             })
             .await?;
@@ -289,13 +378,25 @@ impl Store for RedisStore {
                 }
             })
             .await?;
-        match serde_json::from_str(&json) {
-            Ok(QueueEvent::Pass(pass)) => Ok(pass),
-            Ok(other) => Err(StoreError::Protocol(format!("admit returned {other:?}"))),
-            Err(e) => Err(StoreError::Protocol(format!(
-                "admit returned bad JSON: {e}"
-            ))),
+        let pass = match serde_json::from_str(&json) {
+            Ok(QueueEvent::Pass(pass)) => pass,
+            Ok(other) => return Err(StoreError::Protocol(format!("admit returned {other:?}"))),
+            Err(e) => {
+                return Err(StoreError::Protocol(format!(
+                    "admit returned bad JSON: {e}"
+                )));
+            }
+        };
+        if self.wait_replicas > 0 {
+            // The script left publishing to us: announce the tokens only
+            // once replicas hold them.
+            self.replicated(queue).await?;
+            if pass.busy || !pass.abandoned.is_empty() {
+                let mut conn = self.conn.clone();
+                bounded(conn.publish(self.keys(queue).channel(), &json)).await?;
+            }
         }
+        Ok(pass)
     }
 
     async fn claim(
@@ -307,7 +408,7 @@ impl Store for RedisStore {
     ) -> StoreResult<ClaimOutcome> {
         let claim_id = EntryToken::generate();
         let reply: Vec<String> = self
-            .run(&self.scripts.claim, queue, |inv| {
+            .run_for(&self.scripts.claim, queue, &[user], |inv| {
                 inv.arg(user.as_str())
                     .arg(presented)
                     .arg(lease_ms)
@@ -326,7 +427,7 @@ impl Store for RedisStore {
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.consume, queue, |inv| {
+            .run_for(&self.scripts.consume, queue, &[user], |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
@@ -335,7 +436,7 @@ impl Store for RedisStore {
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.release, queue, |inv| {
+            .run_for(&self.scripts.release, queue, &[user], |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
@@ -369,7 +470,7 @@ impl Store for RedisStore {
     }
 
     fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent> {
-        events::subscribe(self.client.clone(), &self.prefix, queues)
+        events::subscribe(self.topology.clone(), &self.prefix, queues)
     }
 
     async fn renew_claim(
@@ -380,7 +481,7 @@ impl Store for RedisStore {
         lease_ms: u64,
     ) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.renew_claim, queue, |inv| {
+            .run_for(&self.scripts.renew_claim, queue, &[user], |inv| {
                 inv.arg(user.as_str()).arg(claim_id).arg(lease_ms);
             })
             .await?;

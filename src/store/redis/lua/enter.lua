@@ -1,5 +1,5 @@
 -- enter.lua: put a user in line, or keep the place or token they have.
--- KEYS, ARGV[1..2]: see common.lua.
+-- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.
 -- ARGV[3] user   ARGV[4] fast-track token   ARGV[5] token TTL ms
 -- ARGV[6] batch  ARGV[7] interval ms        ARGV[8] max active (-1 = unlimited)
 -- ARGV[9] first entry id, used only if the entry counter does not exist yet
@@ -18,7 +18,7 @@ local ttl, batch, interval, max_active =
 local now = now_ms()
 expire_active(now)
 
-local tokkey = K.tokprefix .. user
+local tokkey = K.token
 local has_token = redis.call('EXISTS', tokkey) == 1
 if has_token or redis.call('ZSCORE', K.waiting, user) then
   if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
@@ -26,7 +26,7 @@ if has_token or redis.call('ZSCORE', K.waiting, user) then
   end
   redis.call('ZADD', K.seen, 'XX', now, user)
   local total, pass = totals()
-  return describe(user, now, 0, total, pass)
+  return describe(user, tokkey, now, 0, total, pass)
 end
 
 if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
@@ -34,9 +34,9 @@ if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
   local level, at = refill(batch, interval, now)
   if level >= 1 then
     save_bucket(level - 1, at)
-    issue(user, ARGV[4], now, ttl, now, next_entry(ARGV[9]))
+    issue(tokkey, user, ARGV[4], now, ttl, now, next_entry(ARGV[9]))
     local total, pass = totals()
-    return describe(user, now, 1, total, pass)
+    return describe(user, tokkey, now, 1, total, pass)
   end
 end
 
@@ -45,4 +45,4 @@ redis.call('ZADD', K.waiting, seq, user)
 redis.call('HSET', K.entered, user, now)
 redis.call('ZADD', K.seen, now, user)
 local total, pass = totals()
-return describe(user, now, 1, total, pass)
+return describe(user, tokkey, now, 1, total, pass)
