@@ -5,6 +5,7 @@
 mod common;
 
 mod cluster;
+mod cluster_failover;
 mod failures;
 mod gone;
 mod identity;

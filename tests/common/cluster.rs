@@ -26,6 +26,7 @@ struct Node {
 pub struct ClusterProcess {
     nodes: Vec<Node>,
     dir: PathBuf,
+    node_timeout_ms: u64,
 }
 
 impl ClusterProcess {
@@ -39,10 +40,27 @@ impl ClusterProcess {
         let mut me = Self {
             nodes: Vec::new(),
             dir,
+            node_timeout_ms,
         };
         let deadline = Instant::now() + START_WITHIN;
         for _ in 0..masters * (1 + replicas) {
-            me.spawn_node(node_timeout_ms, deadline);
+            loop {
+                assert!(Instant::now() < deadline, "cluster nodes did not start");
+                let port = free_port();
+                // The cluster bus listens on port + 10000: it must be free too.
+                if port > 55_000
+                    || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err()
+                {
+                    continue;
+                }
+                if let Some(child) = me.spawn_node(port) {
+                    me.nodes.push(Node {
+                        port,
+                        child: Some(child),
+                    });
+                    break;
+                }
+            }
         }
         let addrs: Vec<String> = me
             .nodes
@@ -66,51 +84,48 @@ impl ClusterProcess {
         me
     }
 
-    fn spawn_node(&mut self, node_timeout_ms: u64, deadline: Instant) {
-        loop {
-            assert!(Instant::now() < deadline, "cluster nodes did not start");
-            let port = free_port();
-            // The cluster bus listens on port + 10000: it must be free too.
-            if port > 55_000 || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
-                continue;
+    /// Starts a node on `port` with its config file in the cluster's
+    /// directory (so a restarted node comes back as the node it was); None
+    /// if the port was taken meanwhile.
+    fn spawn_node(&self, port: u16) -> Option<Child> {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()])
+            // Queues on healthy masters keep working while one master's
+            // slots are being failed over.
+            .args(["--cluster-require-full-coverage", "no"])
+            .args(["--save", "", "--appendonly", "no"])
+            // A replica that never finished its first sync is never
+            // promoted: start that sync at once, not after the default 5 s.
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(["--dbfilename", &format!("dump-{port}.rdb")])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        die_with_the_test(&mut cmd);
+        let mut child = cmd.spawn().expect("redis-server must be installed");
+        let pid = child.id();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = child.try_wait() {
+                return None;
             }
-            let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                .args(["--cluster-node-timeout", &node_timeout_ms.to_string()])
-                // Queues on healthy masters keep working while one master's
-                // slots are being failed over.
-                .args(["--cluster-require-full-coverage", "no"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&self.dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            die_with_the_test(&mut cmd);
-            let mut child = cmd.spawn().expect("redis-server must be installed");
-            let pid = child.id();
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // the port was taken meanwhile: try another
-                }
-                if info(port).is_some_and(|i| i.contains(&format!("process_id:{pid}"))) {
-                    self.nodes.push(Node {
-                        port,
-                        child: Some(child),
-                    });
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(30));
+            if info(port).is_some_and(|i| i.contains(&format!("process_id:{pid}"))) {
+                return Some(child);
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(30));
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Waits until every live node says `cluster_state:ok`, knows every
-    /// node, and every master has its replicas.
+    /// node, every master has its replicas, and every replica is in sync
+    /// (only a synced replica can be promoted).
     fn wait_until_settled(&self, masters: usize, replicas: usize, deadline: Instant) {
         loop {
             let settled = self.live_ports().iter().all(|&p| {
@@ -123,7 +138,11 @@ impl ClusterProcess {
                 && self
                     .masters()
                     .iter()
-                    .all(|&m| replicas == 0 || self.replicas_of(m).len() == replicas);
+                    .all(|&m| replicas == 0 || self.replicas_of(m).len() == replicas)
+                && self.masters().iter().flat_map(|&m| self.replicas_of(m)).all(|r| {
+                    query::<String>(r, redis::cmd("INFO").arg("replication"))
+                        .is_some_and(|i| i.contains("master_link_status:up"))
+                });
             if settled {
                 return;
             }
@@ -181,7 +200,8 @@ impl ClusterProcess {
             .collect()
     }
 
-    fn replicas_of(&self, master: u16) -> Vec<u16> {
+    /// Ports of `master`'s replicas.
+    pub fn replicas_of(&self, master: u16) -> Vec<u16> {
         let view = self.nodes_view();
         let Some((.., id)) = view.iter().find(|(p, ..)| *p == master) else {
             return Vec::new();
@@ -238,6 +258,52 @@ impl ClusterProcess {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl ClusterProcess {
+    /// Starts a killed node again on its port, as an orchestrator would: it
+    /// rejoins the cluster, as a replica if its slots were failed over.
+    pub fn restart(&mut self, port: u16) {
+        let child = self.spawn_node(port).expect("restart on the same port");
+        let node = self.nodes.iter_mut().find(|n| n.port == port).unwrap();
+        node.child = Some(child);
+    }
+
+    /// Cuts `master`'s links to its replicas (`CLIENT KILL TYPE replica`):
+    /// what it writes until they reconnect reaches no replica.
+    pub fn cut_replication(&self, master: u16) {
+        let killed: Option<i64> = query(
+            master,
+            redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+        );
+        assert!(killed.is_some_and(|n| n > 0), "no replica link to cut");
+    }
+
+    /// SIGSTOP the node on `port`: it holds its connections but reads
+    /// nothing, replication included.
+    pub fn freeze(&self, port: u16) {
+        self.signal(port, libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`ClusterProcess::freeze`].
+    pub fn thaw(&self, port: u16) {
+        self.signal(port, libc::SIGCONT);
+    }
+
+    fn signal(&self, port: u16, sig: i32) {
+        let node = self.nodes.iter().find(|n| n.port == port).unwrap();
+        let pid = node.child.as_ref().expect("running").id() as i32;
+        // SAFETY: kill(2) on a child process of ours.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+
+    /// Whether `port` is a replica now (a restarted old master rejoins as
+    /// one).
+    pub fn is_replica(&self, port: u16) -> bool {
+        self.nodes_view()
+            .iter()
+            .any(|(p, flags, ..)| *p == port && flags.contains("slave"))
     }
 }
 

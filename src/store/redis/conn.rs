@@ -10,7 +10,13 @@
 //!
 //! The two commands that are not routed by a key — `WAIT` and the
 //! publication of a deferred admission pass — are sent explicitly to the
-//! master of the queue's slot (see [`Conn::wait_replicas`]).
+//! master of the queue's slot. `WAIT` counts the replicas that hold the
+//! writes of the connection it arrives on, so it only means something on
+//! the very connection the write went over: [`Conn::eval_and_wait`] sends
+//! the script and its `WAIT` as one pipeline on one connection, and in a
+//! cluster over a connection that never retries — a retried `WAIT` would
+//! land on a fresh connection (or on the promoted replica after a
+//! failover), where it answers at once, for a write it never saw.
 
 use std::time::Duration;
 
@@ -58,7 +64,14 @@ impl Topology {
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster {
+        /// Follows redirects and retries: every ordinary call.
+        conn: ClusterConnection,
+        /// Never retries: a script and its `WAIT` (with
+        /// `--redis-wait-replicas`); a failure is answered `503` and the
+        /// caller tries again.
+        durable: Option<ClusterConnection>,
+    },
 }
 
 /// A cluster client builder with the adapter's timeouts.
@@ -75,8 +88,13 @@ pub(super) fn cluster_builder(seeds: &[String], timeout: Duration) -> ClusterCli
 }
 
 impl Conn {
-    /// Connects; fails if the store does not answer now.
-    pub(super) async fn connect(topology: &Topology, timeout: Duration) -> RedisResult<Self> {
+    /// Connects; fails if the store does not answer now. `durable`: also
+    /// the non-retrying connection of [`Conn::eval_and_wait`] (a cluster).
+    pub(super) async fn connect(
+        topology: &Topology,
+        timeout: Duration,
+        durable: bool,
+    ) -> RedisResult<Self> {
         match topology {
             Topology::Single(url) => {
                 let client = Client::open(url.as_str())?;
@@ -91,24 +109,74 @@ impl Conn {
             }
             Topology::Cluster(seeds) => {
                 let client = cluster_builder(seeds, timeout).build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                let durable = if durable {
+                    let once = cluster_builder(seeds, timeout).retries(0).build()?;
+                    Some(once.get_async_connection().await?)
+                } else {
+                    None
+                };
+                Ok(Conn::Cluster {
+                    conn: client.get_async_connection().await?,
+                    durable,
+                })
             }
         }
     }
 
-    /// `WAIT n timeout` on the master that holds `key`: how many replicas
-    /// acknowledged every write this connection sent to it so far. `WAIT`
-    /// counts the writes of the connection it arrives on, which is the
-    /// multiplexed one the script went over.
-    pub(super) async fn wait_replicas(
+    /// Runs `script` (an `EVALSHA`) then `WAIT replicas timeout`, as one
+    /// pipeline on one connection to the master of `key`: the script's
+    /// reply, and how many replicas acknowledged it. A script missing from
+    /// the node's cache is loaded (on every master) and the pair re-sent.
+    pub(super) async fn eval_and_wait(
         &mut self,
+        script: &redis::Script,
+        evalsha: &Cmd,
         key: &str,
         replicas: u32,
         timeout: Duration,
-    ) -> RedisResult<i64> {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(timeout.as_millis() as u64);
-        self.on_master_of(key, cmd).await
+    ) -> RedisResult<(Value, i64)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(evalsha.clone());
+        pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
+        let mut loaded = false;
+        loop {
+            let values = match self {
+                Conn::Single(c) => c.req_packed_commands(&pipe, 0, 2).await,
+                Conn::Cluster { durable, .. } => {
+                    let durable = durable.as_mut().expect("connected with a durable connection");
+                    let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                    durable
+                        .route_pipeline(
+                            pipe.clone(),
+                            0,
+                            2,
+                            SingleNodeRoutingInfo::SpecificNode(route),
+                        )
+                        .await
+                }
+            };
+            let reply = values.and_then(|mut v| {
+                if v.len() != 2 {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "script and WAIT: unexpected reply count",
+                    )));
+                }
+                let acked = v.pop().unwrap().extract_error()?;
+                let value = v.pop().unwrap().extract_error()?;
+                Ok((value, redis::from_redis_value::<i64>(acked)?))
+            });
+            match reply {
+                Err(e)
+                    if !loaded
+                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(self).await?;
+                    loaded = true;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Publishes `msg` on `channel` (sharded in a cluster, where the channel
@@ -116,7 +184,7 @@ impl Conn {
     pub(super) async fn publish(&mut self, channel: &str, msg: &str) -> RedisResult<i64> {
         let name = match self {
             Conn::Single(_) => "PUBLISH",
-            Conn::Cluster(_) => "SPUBLISH",
+            Conn::Cluster { .. } => "SPUBLISH",
         };
         let mut cmd = redis::cmd(name);
         cmd.arg(channel).arg(msg);
@@ -130,7 +198,7 @@ impl Conn {
     ) -> RedisResult<T> {
         match self {
             Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => {
+            Conn::Cluster { conn: c, .. } => {
                 let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 let value = c.route_command(cmd, routing).await?;
@@ -144,7 +212,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster { conn: c, .. } => c.req_packed_command(cmd),
         }
     }
 
@@ -156,14 +224,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster { conn: c, .. } => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster { conn: c, .. } => c.get_db(),
         }
     }
 }

@@ -118,7 +118,8 @@ impl RedisStore {
             redis::Client::open(url.as_str())
                 .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         }
-        let conn = bounded(Conn::connect(&options.topology, RESPONSE_TIMEOUT)).await?;
+        let durable = options.wait_replicas > 0;
+        let conn = bounded(Conn::connect(&options.topology, RESPONSE_TIMEOUT, durable)).await?;
         let publishing = Publishing {
             sharded: options.topology.sharded(),
             pass_in_script: options.wait_replicas == 0,
@@ -130,26 +131,6 @@ impl RedisStore {
             scripts: Scripts::load(publishing),
             wait_replicas: options.wait_replicas,
         })
-    }
-
-    /// Waits until `wait_replicas` replicas hold every write sent so far to
-    /// the master of `queue`; fails closed when they do not within
-    /// [`WAIT_TIMEOUT`].
-    async fn replicated(&self, queue: &QueueName) -> StoreResult<()> {
-        if self.wait_replicas == 0 {
-            return Ok(());
-        }
-        let keys = self.keys(queue);
-        let mut conn = self.conn.clone();
-        let acked =
-            bounded(conn.wait_replicas(&keys.channel, self.wait_replicas, WAIT_TIMEOUT)).await?;
-        if acked < i64::from(self.wait_replicas) {
-            return Err(StoreError::Unavailable(format!(
-                "{acked} of {} replicas acknowledged within {WAIT_TIMEOUT:?}",
-                self.wait_replicas
-            )));
-        }
-        Ok(())
     }
 
     /// The key prefix this store writes under.
@@ -179,6 +160,64 @@ impl RedisStore {
 
     fn keys(&self, queue: &QueueName) -> QueueKeys {
         QueueKeys::new(&self.prefix, queue)
+    }
+
+    /// Runs a script whose write must be on `wait_replicas` replicas before
+    /// it counts (a join, an admission pass): the script and `WAIT` as one
+    /// pipeline on one connection, failing closed when fewer replicas
+    /// acknowledged within [`WAIT_TIMEOUT`]. Without `wait_replicas`, an
+    /// ordinary [`RedisStore::run_for`].
+    async fn run_durable<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &QueueName,
+        users: &[&UserId],
+        args: impl FnOnce(&mut redis::Cmd),
+    ) -> StoreResult<T> {
+        let mut extra = redis::Cmd::new();
+        args(&mut extra);
+        if self.wait_replicas == 0 {
+            return self
+                .run_for(script, queue, users, |inv| {
+                    for arg in extra.args_iter() {
+                        if let redis::Arg::Simple(bytes) = arg {
+                            inv.arg(bytes);
+                        }
+                    }
+                })
+                .await;
+        }
+        let keys = self.keys(queue);
+        let mut all: Vec<String> = keys.script_keys().into();
+        all.extend(users.iter().map(|u| keys.token_key(u)));
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(all.len())
+            .arg(&all)
+            .arg(&keys.token_prefix)
+            .arg(&keys.channel);
+        for arg in extra.args_iter() {
+            if let redis::Arg::Simple(bytes) = arg {
+                evalsha.arg(bytes);
+            }
+        }
+        let mut conn = self.conn.clone();
+        let (value, acked) = bounded(conn.eval_and_wait(
+            script,
+            &evalsha,
+            &keys.channel,
+            self.wait_replicas,
+            WAIT_TIMEOUT,
+        ))
+        .await?;
+        if acked < i64::from(self.wait_replicas) {
+            return Err(StoreError::Unavailable(format!(
+                "{acked} of {} replicas acknowledged within {WAIT_TIMEOUT:?}",
+                self.wait_replicas
+            )));
+        }
+        Ok(redis::from_redis_value(value).map_err(RedisError::from)?)
     }
 
     /// Runs a queue-wide script: the queue's keys in `KEYS[1..8]`.
@@ -294,7 +333,7 @@ impl Store for RedisStore {
         fast_track_token: &EntryToken,
     ) -> StoreResult<EnterOutcome> {
         let row: Row = self
-            .run_for(&self.scripts.enter, queue, &[user], |inv| {
+            .run_durable(&self.scripts.enter, queue, &[user], |inv| {
                 inv.arg(user.as_str())
                     .arg(fast_track_token.as_str())
                     .arg(policy.token_ttl_ms)
@@ -305,7 +344,6 @@ impl Store for RedisStore {
             })
             .await?;
         let (created, snapshot) = snapshot(row)?;
-        self.replicated(queue).await?;
         Ok(EnterOutcome { created, snapshot })
     }
 
@@ -367,7 +405,7 @@ impl Store for RedisStore {
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
         let json: String = self
-            .run(&self.scripts.admit, queue, |inv| {
+            .run_durable(&self.scripts.admit, queue, &[], |inv| {
                 inv.arg(policy.token_ttl_ms)
                     .arg(policy.batch)
                     .arg(policy.interval_ms)
@@ -388,9 +426,8 @@ impl Store for RedisStore {
             }
         };
         if self.wait_replicas > 0 {
-            // The script left publishing to us: announce the tokens only
-            // once replicas hold them.
-            self.replicated(queue).await?;
+            // The script left publishing to us: the tokens are announced
+            // only now that replicas hold them.
             if pass.busy || !pass.abandoned.is_empty() {
                 let mut conn = self.conn.clone();
                 bounded(conn.publish(self.keys(queue).channel(), &json)).await?;
