@@ -149,11 +149,9 @@ async fn events_ride_sharded_pub_sub_on_the_queues_master() {
             total
         }
     };
-    eventually(
-        Duration::from_secs(5),
-        "one sharded subscriber",
-        || async { (count("SHARDNUMSUB").await == 1).then_some(()) },
-    )
+    eventually(Duration::from_secs(5), "one sharded subscriber", || async {
+        (count("SHARDNUMSUB").await == 1).then_some(())
+    })
     .await;
     assert_eq!(count("NUMSUB").await, 0, "no classic subscription");
     app.stop().await;

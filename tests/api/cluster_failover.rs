@@ -127,7 +127,14 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
 
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // Streams of buyers still waiting at the kill: they must heal.
-    let waiting: Vec<(String, String)> = acked.lock().unwrap().iter().rev().take(5).cloned().collect();
+    let waiting: Vec<(String, String)> = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .take(5)
+        .cloned()
+        .collect();
     let mut streams = Vec::new();
     for (_, ticket) in &waiting {
         let s = SseStream::open(&app, &queue, ticket, None).await;
@@ -153,7 +160,7 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
         // before it is empty, still owns its slots, and its replica would
         // copy the emptiness.
         let deadline = killed_at + Duration::from_secs(15);
-        while !(cluster.masters().len() == 3 && !cluster.masters().contains(&victim)) {
+        while cluster.masters().len() != 3 || cluster.masters().contains(&victim) {
             assert!(Instant::now() < deadline, "no replica was promoted");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -171,21 +178,18 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
             break;
         }
         if Instant::now() >= deadline {
+            let stats = tokio::time::timeout(Duration::from_secs(6), store.stats(&q)).await;
             let seen = seen.lock().unwrap();
             panic!(
-                "admission did not resume within 25 s of the kill: masters {:?}, victim {victim}, resyncs {}, passes after kill {}, stats {:?}",
+                "admission did not resume within 25 s of the kill: masters {:?}, victim {victim}, resyncs {}, passes after kill {}, stats {stats:?}",
                 cluster.masters(),
                 seen.resyncs,
                 seen.passes.iter().filter(|t| **t > killed_at).count(),
-                tokio::time::timeout(Duration::from_secs(6), store.stats(&q)).await
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    eprintln!(
-        "admission resumed {:?} after the kill",
-        killed_at.elapsed()
-    );
+    eprintln!("admission resumed {:?} after the kill", killed_at.elapsed());
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop_joining.cancel();
     joiner.await.unwrap();
@@ -268,4 +272,62 @@ async fn with_wait_replicas_a_master_kill_loses_nobody() {
     let loss = kill_the_master_during_admission(1).await;
     assert_eq!(loss.lost_places, 0, "{loss:?}");
     assert_eq!(loss.lost_tokens, 0, "{loss:?}");
+}
+
+/// On one Redis, `--redis-wait-replicas 1` without a replica fails closed
+/// (`503`, nothing acknowledged); once a replica follows, the join is
+/// answered, and the replica holds the place when it is.
+#[tokio::test]
+async fn wait_replicas_on_one_redis_fails_closed_until_a_replica_holds_the_write() {
+    let master = crate::common::RedisProcess::start(false);
+    let options = RedisOptions {
+        topology: Topology::Single(master.url()),
+        wait_replicas: 1,
+    };
+    let prefix = unique_prefix("wait1");
+    let store = Arc::new(RedisStore::open(&options, &prefix).await.unwrap());
+    let app = TestApp::spawn_with(
+        config(&[
+            "--key-prefix",
+            &prefix,
+            "--ticket-secret",
+            "wait-one-secret-0123456789abcdef",
+        ]),
+        store,
+    )
+    .await;
+    let (code, body) = app.enter("default", "alone").await;
+    assert_eq!(code, 503, "no replica to acknowledge: {body}");
+
+    let replica = crate::common::RedisProcess::start(false);
+    let client = redis::Client::open(replica.url()).unwrap();
+    let mut r = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    crate::common::eventually(Duration::from_secs(10), "the replica syncs", || {
+        let mut r = r.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut r)
+                .await
+                .ok()?;
+            info.contains("master_link_status:up").then_some(())
+        }
+    })
+    .await;
+    let (code, body) = app.enter("default", "followed").await;
+    assert_eq!(code, 201, "{body}");
+    // Acknowledged means on the replica already, not soon.
+    let tokens: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:{{default}}:token:followed"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(tokens.len(), 1, "the fast-track token is on the replica");
+    app.stop().await;
 }

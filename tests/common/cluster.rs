@@ -139,10 +139,14 @@ impl ClusterProcess {
                     .masters()
                     .iter()
                     .all(|&m| replicas == 0 || self.replicas_of(m).len() == replicas)
-                && self.masters().iter().flat_map(|&m| self.replicas_of(m)).all(|r| {
-                    query::<String>(r, redis::cmd("INFO").arg("replication"))
-                        .is_some_and(|i| i.contains("master_link_status:up"))
-                });
+                && self
+                    .masters()
+                    .iter()
+                    .flat_map(|&m| self.replicas_of(m))
+                    .all(|r| {
+                        query::<String>(r, redis::cmd("INFO").arg("replication"))
+                            .is_some_and(|i| i.contains("master_link_status:up"))
+                    });
             if settled {
                 return;
             }

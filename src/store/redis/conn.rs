@@ -137,13 +137,17 @@ impl Conn {
     ) -> RedisResult<(Value, i64)> {
         let mut pipe = redis::pipe();
         pipe.add_command(evalsha.clone());
-        pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
+        pipe.cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64);
         let mut loaded = false;
         loop {
             let values = match self {
                 Conn::Single(c) => c.req_packed_commands(&pipe, 0, 2).await,
                 Conn::Cluster { durable, .. } => {
-                    let durable = durable.as_mut().expect("connected with a durable connection");
+                    let durable = durable
+                        .as_mut()
+                        .expect("connected with a durable connection");
                     let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                     durable
                         .route_pipeline(
@@ -169,7 +173,8 @@ impl Conn {
             match reply {
                 Err(e)
                     if !loaded
-                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
                     script.load_async(self).await?;
                     loaded = true;

@@ -231,10 +231,8 @@ impl Session<'_> {
                 push = self.pushes.recv() => {
                     let Some(push) = push else { return Ended::Lost };
                     match push.kind {
-                        PushKind::SMessage => {
-                            if !self.forward(&push.data).await {
-                                return Ended::Closed;
-                            }
+                        PushKind::SMessage if !self.forward(&push.data).await => {
+                            return Ended::Closed;
                         }
                         // A node's connection closed (its master died, or
                         // a partition): messages may be lost from here on.
