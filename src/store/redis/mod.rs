@@ -119,7 +119,9 @@ impl RedisStore {
                 .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         }
         let durable = options.wait_replicas > 0;
-        let conn = bounded(Conn::connect(&options.topology, RESPONSE_TIMEOUT, durable)).await?;
+        // Not bounded by CALL_TIMEOUT: a Redis still loading its AOF at
+        // start is waited for by the connection's own retries.
+        let conn = Conn::connect(&options.topology, RESPONSE_TIMEOUT, durable).await?;
         let publishing = Publishing {
             sharded: options.topology.sharded(),
             pass_in_script: options.wait_replicas == 0,
