@@ -20,7 +20,7 @@ use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
 use crate::queue::{self, Policy, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
 use crate::{admission, gate, orders, push};
 
@@ -68,7 +68,11 @@ impl AppState {
         config.validate()?;
         let (store, shared_secret): (SharedStore, Option<String>) = match &config.redis_url {
             Some(url) => {
-                let redis = RedisStore::connect(url, &config.key_prefix).await?;
+                let options = RedisOptions {
+                    topology: Topology::from_flags(url, config.redis_cluster),
+                    wait_replicas: config.redis_wait_replicas,
+                };
+                let redis = RedisStore::open(&options, &config.key_prefix).await?;
                 let secret = match config.ticket_secret {
                     Some(_) => None,
                     None => {

@@ -28,9 +28,22 @@ pub struct Config {
     pub admin_addr: Option<SocketAddr>,
 
     /// Redis URL (redis://host:port/db). Unset: the embedded in-memory store
-    /// (one process only).
+    /// (one process only). With --redis-cluster: comma-separated seed nodes
+    /// of the cluster (redis://host:port,redis://host:port,...).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+
+    /// --redis-url names the seed nodes of a Redis Cluster: commands follow
+    /// slot moves and failovers, events use sharded pub/sub (Redis 7+).
+    #[arg(long, env = "WAITROOM_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
+
+    /// Replicas that must acknowledge a join and an admission pass (Redis
+    /// `WAIT`) before it is answered or published, so a master that dies
+    /// right after cannot take them along. 0: no wait (asynchronous
+    /// replication, as Redis does by default).
+    #[arg(long, env = "WAITROOM_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
 
     /// Prefix of every Redis key, so several deployments can share a Redis.
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "waitroom")]
@@ -266,6 +279,8 @@ pub enum CookieSecure {
     /// Never (plain-HTTP development).
     Never,
 }
+/// The most replicas a write may wait for: more is a typo, not a topology.
+const MAX_WAIT_REPLICAS: u32 = 16;
 
 /// Whether the demo order service runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -295,6 +310,18 @@ impl Config {
         }
         if self.claim_lease_secs == 0 {
             return bad("--claim-lease-secs must be at least 1");
+        }
+        if self.redis_url.is_none() && (self.redis_cluster || self.redis_wait_replicas > 0) {
+            return bad("--redis-cluster and --redis-wait-replicas need --redis-url");
+        }
+        if self.redis_wait_replicas > MAX_WAIT_REPLICAS {
+            return bad("--redis-wait-replicas must be 0-16");
+        }
+        if let Some(url) = &self.redis_url
+            && !self.redis_cluster
+            && url.contains(',')
+        {
+            return bad("--redis-url names several nodes: add --redis-cluster");
         }
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ' ']) {
             return bad("--key-prefix must be non-empty, without braces or spaces");

@@ -1,6 +1,7 @@
 //! The store conformance suite: every behaviour of the store port, written
-//! once and run against both adapters (memory, and Redis on
-//! 127.0.0.1:6379 with a fresh key prefix per test).
+//! once and run against every store: memory, Redis on 127.0.0.1:6379, and
+//! a 3-master Redis Cluster the suite starts (one for the whole suite),
+//! each with a fresh key prefix per test.
 
 mod common;
 
@@ -673,6 +674,9 @@ macro_rules! conformance {
         }
         mod redis {
             $(#[tokio::test] async fn $case() { super::$case(crate::common::store("redis", stringify!($case)).await).await })*
+        }
+        mod cluster {
+            $(#[tokio::test] async fn $case() { super::$case(crate::common::store("cluster", stringify!($case)).await).await })*
         }
     };
 }

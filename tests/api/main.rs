@@ -6,6 +6,8 @@ mod common;
 
 mod admin_listener;
 mod client_limits;
+mod cluster;
+mod cluster_failover;
 mod failures;
 mod gone;
 mod identity;

@@ -111,17 +111,31 @@ async fn two_instances_deliver_every_ready_exactly_once() {
     let store = || async { Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap()) };
     let a = TestApp::spawn_with(config(&args), store().await).await;
     let b = TestApp::spawn_with(config(&args), store().await).await;
+    every_ready_exactly_once(&a, &b, "default").await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// 110 users join `queue` alternately on `a` and `b` (budget 10: the first
+/// ten take the fast track), each of the other 100 opens a stream on the
+/// instance that did not take the join; every stream gets exactly one
+/// `ready`, 100 distinct tokens in all. The instances must admit 10 per
+/// pass and share one store.
+pub(crate) async fn every_ready_exactly_once(a: &TestApp, b: &TestApp, queue: &str) {
     // Hold the line until every stream is open: fill the budget first.
     let mut tickets = Vec::new();
     for i in 0..110 {
-        tickets.push(ticket(if i % 2 == 0 { &a } else { &b }, &format!("m{i:03}")).await);
+        let app = if i % 2 == 0 { a } else { b };
+        let (code, body) = app.enter(queue, &format!("m{i:03}")).await;
+        assert!(code == 201 || code == 200, "{code} {body}");
+        tickets.push(body["ticket"].as_str().unwrap().to_owned());
     }
     let tickets = tickets.split_off(10); // the first ten took the fast track
     let mut readers = Vec::new();
     for (i, t) in tickets.into_iter().enumerate() {
         // Streams on the instance that did NOT take the join.
-        let app = if i % 2 == 0 { &b } else { &a };
-        let mut s = SseStream::open(app, "default", &t, None).await;
+        let app = if i % 2 == 0 { b } else { a };
+        let mut s = SseStream::open(app, queue, &t, None).await;
         assert_eq!(s.status, 200);
         readers.push(tokio::spawn(async move {
             let mut readies = Vec::new();
@@ -156,9 +170,7 @@ async fn two_instances_deliver_every_ready_exactly_once() {
         assert_eq!(r.len(), 1, "exactly one ready per stream: {r:?}");
         *tokens.entry(r[0].clone()).or_insert(0) += 1;
     }
-    assert_eq!(tokens.len(), 100, "100 distinct tokens");
-    a.stop().await;
-    b.stop().await;
+    assert_eq!(tokens.len(), 100, "100 distinct tokens in {queue}");
 }
 
 #[tokio::test]

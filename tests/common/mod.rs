@@ -2,6 +2,8 @@
 //! that kill or restart Redis, and whole app instances on port 0.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -13,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use waitroom::store::SharedStore;
 use waitroom::store::memory::MemoryStore;
-use waitroom::store::redis::RedisStore;
+use waitroom::store::redis::{RedisOptions, RedisStore, Topology};
 use waitroom::{AppState, Config};
 
 /// The shared Redis every test may use with its own key prefix.
@@ -90,10 +92,12 @@ pub fn unique_prefix(tag: &str) -> String {
     format!("t-{tag}-{:016x}", rand::random::<u64>())
 }
 
-/// A store of the kind `kind` ("memory" or "redis"), empty.
+/// A store of the kind `kind` ("memory", "redis" or "cluster": the shared
+/// 3-master Redis Cluster), empty.
 pub async fn store(kind: &str, tag: &str) -> SharedStore {
     match kind {
         "memory" => Arc::new(MemoryStore::new()),
+        "cluster" => Arc::new(cluster_store(&unique_prefix(tag)).await),
         _ => Arc::new(
             RedisStore::connect(&redis_url(), &unique_prefix(tag))
                 .await
@@ -102,6 +106,21 @@ pub async fn store(kind: &str, tag: &str) -> SharedStore {
                 ),
         ),
     }
+}
+
+/// A store on the shared cluster with keys under `prefix`.
+pub async fn cluster_store(prefix: &str) -> RedisStore {
+    // Starting the cluster blocks: not on the runtime's thread.
+    let seeds = tokio::task::spawn_blocking(|| cluster::shared_cluster().seeds.clone())
+        .await
+        .unwrap();
+    let options = RedisOptions {
+        topology: Topology::from_flags(&seeds, true),
+        wait_replicas: 0,
+    };
+    RedisStore::open(&options, prefix)
+        .await
+        .expect("the shared cluster answers")
 }
 
 /// A `redis-server` of the test's own on a free port, so it can be killed

@@ -3,36 +3,62 @@
 //! Each state change is one Lua script (`lua/*.lua`, each headed with its
 //! keys, arguments, return value and why it must be atomic). Every key of a
 //! queue carries the `{queue}` hash tag, so a queue's scripts touch one
-//! cluster slot. Calls go over one multiplexed, self-reconnecting
-//! connection with a short response timeout, and each call as a whole is
+//! cluster slot, and every key a script touches is in its `KEYS` wherever
+//! the user is known (only `admit` learns its users inside the script).
+//! Calls go over one multiplexed, self-reconnecting connection — to one
+//! Redis or to a Redis Cluster, see `conn.rs`, the only place that knows
+//! which — with a short response timeout, and each call as a whole is
 //! bounded by [`CALL_TIMEOUT`], so an unreachable or silent Redis turns
 //! into [`StoreError::Unavailable`] quickly instead of hanging requests,
 //! background tasks or a shutdown.
+//!
+//! With `wait_replicas` (`--redis-wait-replicas`), a join and an admission
+//! pass are answered or published only after that many replicas
+//! acknowledged them (`WAIT`), so a master killed right after cannot take
+//! an acknowledged place or an announced token along.
 
+mod conn;
 mod events;
 mod scripts;
+
+pub use conn::Topology;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Client, RedisError};
+use redis::{AsyncCommands, RedisError};
 
 use super::{
     ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
     QueueStats, Rate, Store, StoreError, StoreEvent, StoreResult,
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
-use scripts::Scripts;
+use conn::Conn;
+use scripts::{Publishing, Scripts};
 
 /// The Redis store.
 pub struct RedisStore {
-    client: Client,
-    conn: ConnectionManager,
+    topology: Topology,
+    conn: Conn,
     prefix: String,
     scripts: Scripts,
+    wait_replicas: u32,
 }
+
+/// How to reach Redis and how safe a write must be before it counts.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// One Redis or a cluster.
+    pub topology: Topology,
+    /// Replicas that must acknowledge a join or an admission pass before it
+    /// is answered or published (0: none, asynchronous replication).
+    pub wait_replicas: u32,
+}
+
+/// How long `WAIT` may wait for replicas before the write counts as not
+/// safe (the call then fails closed, `503`). Well inside [`CALL_TIMEOUT`].
+const WAIT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long Redis may take to answer one command, or to accept one
 /// connection attempt.
@@ -77,18 +103,35 @@ impl RedisStore {
     /// Connects to `url` with keys under `prefix`. Fails if Redis does not
     /// answer now; later outages are survived by reconnecting.
     pub async fn connect(url: &str, prefix: &str) -> StoreResult<Self> {
-        let client = Client::open(url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        let options = RedisOptions {
+            topology: Topology::Single(url.to_owned()),
+            wait_replicas: 0,
+        };
+        Self::open(&options, prefix).await
+    }
+
+    /// Connects to one Redis or a cluster as `options` say, with keys under
+    /// `prefix`. Fails if the store does not answer now.
+    pub async fn open(options: &RedisOptions, prefix: &str) -> StoreResult<Self> {
+        if let Topology::Single(url) = &options.topology {
+            // A malformed URL is a configuration mistake, reported as such.
+            redis::Client::open(url.as_str())
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        }
+        let durable = options.wait_replicas > 0;
+        // Not bounded by CALL_TIMEOUT: a Redis still loading its AOF at
+        // start is waited for by the connection's own retries.
+        let conn = Conn::connect(&options.topology, RESPONSE_TIMEOUT, durable).await?;
+        let publishing = Publishing {
+            sharded: options.topology.sharded(),
+            pass_in_script: options.wait_replicas == 0,
+        };
         Ok(Self {
-            client,
+            topology: options.topology.clone(),
             conn,
             prefix: prefix.to_owned(),
-            scripts: Scripts::load(),
+            scripts: Scripts::load(publishing),
+            wait_replicas: options.wait_replicas,
         })
     }
 
@@ -100,6 +143,8 @@ impl RedisStore {
     /// The ticket secret shared by every instance: generated once, kept in
     /// Redis with `SET NX`, so instances started without `--ticket-secret`
     /// still accept each other's tickets.
+    /// In a cluster the key lives on whichever master owns its slot; it is
+    /// written once and read by every instance at start only.
     pub async fn shared_secret(&self) -> StoreResult<String> {
         let key = format!("{}:ticket-secret", self.prefix);
         let candidate = EntryToken::generate();
@@ -119,22 +164,86 @@ impl RedisStore {
         QueueKeys::new(&self.prefix, queue)
     }
 
+    /// Runs a script whose write must be on `wait_replicas` replicas before
+    /// it counts (a join, an admission pass): the script and `WAIT` as one
+    /// pipeline on one connection, failing closed when fewer replicas
+    /// acknowledged within [`WAIT_TIMEOUT`]. Without `wait_replicas`, an
+    /// ordinary [`RedisStore::run_for`].
+    async fn run_durable<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &QueueName,
+        users: &[&UserId],
+        extra_keys: Vec<String>,
+        args: impl FnOnce(&mut redis::Cmd),
+    ) -> StoreResult<T> {
+        let mut extra = redis::Cmd::new();
+        args(&mut extra);
+        if self.wait_replicas == 0 {
+            return self
+                .run_for(script, queue, users, extra_keys, |inv| {
+                    for arg in extra.args_iter() {
+                        if let redis::Arg::Simple(bytes) = arg {
+                            inv.arg(bytes);
+                        }
+                    }
+                })
+                .await;
+        }
+        let keys = self.keys(queue);
+        let mut all: Vec<String> = keys.script_keys().into();
+        all.extend(users.iter().map(|u| keys.token_key(u)));
+        all.extend(extra_keys);
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(all.len())
+            .arg(&all)
+            .arg(&keys.token_prefix)
+            .arg(&keys.channel);
+        for arg in extra.args_iter() {
+            if let redis::Arg::Simple(bytes) = arg {
+                evalsha.arg(bytes);
+            }
+        }
+        let mut conn = self.conn.clone();
+        let (value, acked) = bounded(conn.eval_and_wait(
+            script,
+            &evalsha,
+            &keys.channel,
+            self.wait_replicas,
+            WAIT_TIMEOUT,
+        ))
+        .await?;
+        if acked < i64::from(self.wait_replicas) {
+            return Err(StoreError::Unavailable(format!(
+                "{acked} of {} replicas acknowledged within {WAIT_TIMEOUT:?}",
+                self.wait_replicas
+            )));
+        }
+        Ok(redis::from_redis_value(value).map_err(RedisError::from)?)
+    }
+
+    /// Runs a queue-wide script: the queue's keys in `KEYS[1..8]`.
     async fn run<T: redis::FromRedisValue>(
         &self,
         script: &redis::Script,
         queue: &QueueName,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> StoreResult<T> {
-        self.run_with(script, queue, |_| Vec::new(), args).await
+        self.run_for(script, queue, &[], Vec::new(), args).await
     }
 
-    /// [`Self::run`] with keys of the script's own after the queue's eight
-    /// (built from the queue's key names, so they share its hash tag).
-    async fn run_with<T: redis::FromRedisValue>(
+    /// Runs a script about `users`: the queue's keys, then each user's
+    /// token key (`KEYS[9..]`), then `extra_keys` of the script's own
+    /// (built from the queue's key names, so they share its hash tag), so
+    /// every key the script touches is declared.
+    async fn run_for<T: redis::FromRedisValue>(
         &self,
         script: &redis::Script,
         queue: &QueueName,
-        extra_keys: impl FnOnce(&QueueKeys) -> Vec<String>,
+        users: &[&UserId],
+        extra_keys: Vec<String>,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> StoreResult<T> {
         let keys = self.keys(queue);
@@ -142,7 +251,10 @@ impl RedisStore {
         for key in keys.script_keys() {
             invocation.key(key);
         }
-        for key in extra_keys(&keys) {
+        for user in users {
+            invocation.key(keys.token_key(user));
+        }
+        for key in extra_keys {
             invocation.key(key);
         }
         invocation.arg(&keys.token_prefix).arg(&keys.channel);
@@ -178,6 +290,11 @@ impl QueueKeys {
 
     pub(crate) fn channel(&self) -> &str {
         &self.channel
+    }
+
+    /// The key of `user`'s token hash.
+    fn token_key(&self, user: &UserId) -> String {
+        format!("{}{}", self.token_prefix, user.as_str())
     }
 
     /// `user`'s request budget in this queue.
@@ -273,10 +390,12 @@ impl Store for RedisStore {
         // Without an address, placeholder keys the script does not touch.
         let address_key = address.map_or("-", |a| a.key.as_str());
         let row: Row = self
-            .run_with(
+            .run_durable(
                 &self.scripts.enter,
                 queue,
-                |keys| {
+                &[user],
+                {
+                    let keys = self.keys(queue);
                     let mut extra = vec![keys.budget(user)];
                     extra.extend(keys.address(address_key));
                     extra
@@ -314,10 +433,11 @@ impl Store for RedisStore {
     ) -> StoreResult<Result<Snapshot, Limited>> {
         let (period, burst) = rate_args(budget);
         let row: Row = self
-            .run_with(
+            .run_for(
                 &self.scripts.status,
                 queue,
-                |keys| vec![keys.budget(user)],
+                &[user],
+                vec![self.keys(queue).budget(user)],
                 |inv| {
                     inv.arg(user.as_str())
                         .arg(if touch { "1" } else { "0" })
@@ -355,11 +475,17 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let rows: Vec<Row> = self
-            .run(&self.scripts.statuses, queue, |inv| {
-                for u in users {
-                    inv.arg(u.as_str());
-                }
-            })
+            .run_for(
+                &self.scripts.statuses,
+                queue,
+                &users.iter().collect::<Vec<_>>(),
+                Vec::new(),
+                |inv| {
+                    for u in users {
+                        inv.arg(u.as_str());
+                    }
+                },
+            )
             .await?;
         rows.into_iter().map(|r| snapshot(r).map(|s| s.1)).collect()
     }
@@ -380,7 +506,7 @@ impl Store for RedisStore {
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.leave, queue, |inv| {
+            .run_for(&self.scripts.leave, queue, &[user], Vec::new(), |inv| {
                 inv.arg(user.as_str()).arg(entry);
             })
             .await?;
@@ -394,7 +520,7 @@ impl Store for RedisStore {
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
         let json: String = self
-            .run(&self.scripts.admit, queue, |inv| {
+            .run_durable(&self.scripts.admit, queue, &[], Vec::new(), |inv| {
                 inv.arg(policy.token_ttl_ms)
                     .arg(policy.batch)
                     .arg(policy.interval_ms)
@@ -405,13 +531,24 @@ impl Store for RedisStore {
                 }
             })
             .await?;
-        match serde_json::from_str(&json) {
-            Ok(QueueEvent::Pass(pass)) => Ok(pass),
-            Ok(other) => Err(StoreError::Protocol(format!("admit returned {other:?}"))),
-            Err(e) => Err(StoreError::Protocol(format!(
-                "admit returned bad JSON: {e}"
-            ))),
+        let pass = match serde_json::from_str(&json) {
+            Ok(QueueEvent::Pass(pass)) => pass,
+            Ok(other) => return Err(StoreError::Protocol(format!("admit returned {other:?}"))),
+            Err(e) => {
+                return Err(StoreError::Protocol(format!(
+                    "admit returned bad JSON: {e}"
+                )));
+            }
+        };
+        if self.wait_replicas > 0 {
+            // The script left publishing to us: the tokens are announced
+            // only now that replicas hold them.
+            if pass.busy || !pass.abandoned.is_empty() {
+                let mut conn = self.conn.clone();
+                bounded(conn.publish(self.keys(queue).channel(), &json)).await?;
+            }
         }
+        Ok(pass)
     }
 
     async fn claim(
@@ -423,7 +560,7 @@ impl Store for RedisStore {
     ) -> StoreResult<ClaimOutcome> {
         let claim_id = EntryToken::generate();
         let reply: Vec<String> = self
-            .run(&self.scripts.claim, queue, |inv| {
+            .run_for(&self.scripts.claim, queue, &[user], Vec::new(), |inv| {
                 inv.arg(user.as_str())
                     .arg(presented)
                     .arg(lease_ms)
@@ -442,7 +579,7 @@ impl Store for RedisStore {
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.consume, queue, |inv| {
+            .run_for(&self.scripts.consume, queue, &[user], Vec::new(), |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
@@ -451,7 +588,7 @@ impl Store for RedisStore {
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.release, queue, |inv| {
+            .run_for(&self.scripts.release, queue, &[user], Vec::new(), |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
@@ -485,7 +622,7 @@ impl Store for RedisStore {
     }
 
     fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent> {
-        events::subscribe(self.client.clone(), &self.prefix, queues)
+        events::subscribe(self.topology.clone(), &self.prefix, queues)
     }
 
     async fn renew_claim(
@@ -496,7 +633,7 @@ impl Store for RedisStore {
         lease_ms: u64,
     ) -> StoreResult<bool> {
         let n: i64 = self
-            .run(&self.scripts.renew_claim, queue, |inv| {
+            .run_for(&self.scripts.renew_claim, queue, &[user], Vec::new(), |inv| {
                 inv.arg(user.as_str()).arg(claim_id).arg(lease_ms);
             })
             .await?;

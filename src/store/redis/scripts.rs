@@ -1,19 +1,36 @@
 //! The Lua scripts, each prefixed with `common.lua` (Redis scripts cannot
 //! include one another), and those that keep request rates with `gcra.lua`. `Script` sends `EVALSHA` and falls back to `EVAL`
 //! when Redis lost its script cache (a restart), so no load step is needed.
+//!
+//! A two-line prelude before `common.lua` fixes how events are published,
+//! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
+//! whether `admit` publishes its pass itself or leaves that to the adapter
+//! (which publishes after `WAIT`). Baked in rather than passed as an
+//! argument, so every script keeps its `ARGV` layout.
 
 use redis::Script;
 
 const COMMON: &str = include_str!("lua/common.lua");
 const GCRA: &str = include_str!("lua/gcra.lua");
 
-fn with_common(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{body}"))
+/// How the scripts publish events.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Publishing {
+    /// `SPUBLISH` (sharded pub/sub, a cluster) rather than `PUBLISH`.
+    pub sharded: bool,
+    /// `admit` publishes its pass; false when the adapter does it after
+    /// replicas acknowledged the pass.
+    pub pass_in_script: bool,
 }
 
-/// A script that keeps request rates: `common.lua` and `gcra.lua` first.
-fn with_rates(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{GCRA}\n{body}"))
+impl Publishing {
+    fn prelude(self) -> String {
+        format!(
+            "local PUBLISH = '{}'\nlocal PUBLISH_PASS = {}\n",
+            if self.sharded { "SPUBLISH" } else { "PUBLISH" },
+            self.pass_in_script
+        )
+    }
 }
 
 /// Every script the adapter runs.
@@ -34,7 +51,12 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn load() -> Self {
+    pub(super) fn load(publishing: Publishing) -> Self {
+        let prelude = publishing.prelude();
+        let with_common = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{body}"));
+        // A script that keeps request rates: `gcra.lua` after `common.lua`.
+        let with_rates =
+            |body: &str| Script::new(&format!("{prelude}{COMMON}\n{GCRA}\n{body}"));
         Self {
             enter: with_rates(include_str!("lua/enter.lua")),
             status: with_rates(include_str!("lua/status.lua")),

@@ -6,7 +6,11 @@
 -- Returns the pass as JSON: {kind="pass", pass, at, admitted=[{user, seq,
 -- token, ttlMs}], abandoned=[{user, seq}], waiting, busy} (an admitted user's
 -- token keeps their seq as its entry id), and publishes the
--- same JSON on the queue's channel when anyone waited or was dropped.
+-- same JSON on the queue's channel when anyone waited or was dropped
+-- (unless PUBLISH_PASS is false: the caller publishes it after WAIT).
+-- The admitted users' token keys are built from ARGV[1]: they are learnt
+-- here, from the head of the line, so they cannot be in KEYS; they share
+-- the queue's hash tag, so they are in this call's slot.
 -- Atomic because popping the head and storing its tokens must be one step
 -- (a crash in between would lose users), the budget shared by every
 -- instance must be read and spent in the same step (N instances admit no
@@ -41,7 +45,7 @@ if n > 0 then
   for _, user in ipairs(head) do
     local seq, entered = unline(user)
     local token = ARGV[7 + #admitted + 1]
-    issue(user, token, entered or now, ttl, now, seq)
+    issue(K.tokprefix .. user, user, token, entered or now, ttl, now, seq)
     admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
   end
 end
@@ -52,7 +56,7 @@ local msg = cjson.encode({
   kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
   waiting = redis.call('ZCARD', K.waiting), busy = busy,
 })
-if busy or #abandoned > 0 then
-  redis.call('PUBLISH', K.channel, msg)
+if PUBLISH_PASS and (busy or #abandoned > 0) then
+  publish(msg)
 end
 return msg

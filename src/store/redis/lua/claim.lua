@@ -1,5 +1,5 @@
 -- claim.lua: READY -> CLAIMED, for one order.
--- KEYS, ARGV[1..2]: see common.lua.
+-- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.
 -- ARGV[3] user  ARGV[4] presented token  ARGV[5] lease ms  ARGV[6] new claim id
 -- Returns {'claimed', claim_id} | {'invalid'} | {'in_use'}.
 -- Atomic because check-and-claim must be one step, or two concurrent orders
@@ -8,7 +8,7 @@
 -- The claim is a lease: if the order service dies it lapses back to READY,
 -- and the token lives at least until the lease ends.
 local user, presented, lease, claim_id = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
-local key = K.tokprefix .. user
+local key = K.token
 local now = now_ms()
 local t = redis.call('HMGET', key, 'token', 'exp', 'claim', 'claimUntil')
 if not t[1] or tonumber(t[2]) <= now or t[1] ~= presented then

@@ -1,5 +1,9 @@
 -- common.lua: helpers prepended to every other script at load time (Redis
--- scripts cannot include one another). Not a script on its own.
+-- scripts cannot include one another). Not a script on its own. A prelude
+-- from scripts.rs comes first and sets PUBLISH ('PUBLISH' on one Redis,
+-- 'SPUBLISH' in a cluster, where a plain PUBLISH is copied to every node)
+-- and PUBLISH_PASS (false when the caller publishes an admission pass
+-- itself, after replicas acknowledged it: --redis-wait-replicas).
 --
 -- Every script receives the queue's keys in this order, all sharing the
 -- queue's {hash tag} so a script touches one cluster slot:
@@ -12,19 +16,30 @@
 --   KEYS[6] bucket   HASH level, at (the shared admission budget)
 --   KEYS[7] pass     STRING admission pass counter
 --   KEYS[8] paused   STRING present while an operator holds admission
+--   KEYS[9] token    HASH of the one user the script is about (scripts that
+--                    name a user; statuses passes one per user, KEYS[9..]):
+--                    ARGV[1]..user, see below
 --   ARGV[1] token key prefix: a user's token lives in HASH ARGV[1]..user
 --           (token, enteredAt, exp, entry, claim, claimUntil) with PEXPIREAT
 --           exp; entry is the id of the entry the token was issued to.
---           Built here rather than passed in KEYS because admit learns the
---           users inside the script; the prefix carries the same hash tag.
---   ARGV[2] pub/sub channel of the queue
+--           Wherever the caller knows the user, the key itself is in KEYS
+--           too; only admit builds keys from the prefix, because it learns
+--           the users inside the script. The prefix carries the queue's
+--           hash tag, so those keys are in the same slot all the same.
+--   ARGV[2] pub/sub channel of the queue (same hash tag: in a cluster its
+--           sharded channel lives on the queue's master)
 -- Script-specific arguments start at ARGV[3].
 
 local K = {
   waiting = KEYS[1], seq = KEYS[2], entered = KEYS[3], seen = KEYS[4],
   active = KEYS[5], bucket = KEYS[6], pass = KEYS[7], paused = KEYS[8],
-  tokprefix = ARGV[1], channel = ARGV[2],
+  token = KEYS[9], tokprefix = ARGV[1], channel = ARGV[2],
 }
+
+-- Publishes an event on the queue's channel.
+local function publish(msg)
+  redis.call(PUBLISH, K.channel, msg)
+end
 
 -- The store clock: Redis TIME, so every instance shares one clock.
 local function now_ms()
@@ -71,8 +86,8 @@ local function next_entry(first)
   return redis.call('INCR', K.seq)
 end
 
-local function issue(user, token, entered_at, ttl, now, entry)
-  local key = K.tokprefix .. user
+-- Issues a token to user, stored in key (their token key).
+local function issue(key, user, token, entered_at, ttl, now, entry)
   local exp = now + ttl
   redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp, 'entry', entry)
   redis.call('PEXPIREAT', key, exp)
@@ -93,12 +108,12 @@ local function unline(user)
   return tonumber(seq), tonumber(entered)
 end
 
--- One user's standing, token first:
+-- One user's standing (tokkey their token key), token first:
 -- {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}
 -- with -1 / '' where a field does not apply; entry is the arrival sequence
 -- (the line's order while waiting, kept with the token once admitted).
-local function describe(user, now, created, total, pass)
-  local tok = redis.call('HMGET', K.tokprefix .. user, 'token', 'exp', 'enteredAt', 'entry')
+local function describe(user, tokkey, now, created, total, pass)
+  local tok = redis.call('HMGET', tokkey, 'token', 'exp', 'enteredAt', 'entry')
   if tok[1] and tonumber(tok[2]) > now then
     return {'ready', created, -1, tonumber(tok[4]) or -1, tok[1], tonumber(tok[2]) - now,
             tonumber(tok[3]) or -1, total, pass}

@@ -1,5 +1,5 @@
 -- consume.lua: deletes a claimed token after its order committed.
--- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
+-- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
 -- Returns 1 if the token was deleted, 0 if this claim no longer holds it
 -- (gone, or claimed anew); publishes {"kind":"consumed","user":..} when 1.
 -- The lease is not checked: a lapsed claim still deletes its token while no
@@ -9,11 +9,11 @@
 -- what lets admission admit the next person) and only the claim holder can
 -- delete it.
 local user, claim_id = ARGV[3], ARGV[4]
-local key = K.tokprefix .. user
+local key = K.token
 if redis.call('HGET', key, 'claim') ~= claim_id then
   return 0
 end
 redis.call('DEL', key)
 redis.call('ZREM', K.active, user)
-redis.call('PUBLISH', K.channel, cjson.encode({kind = 'consumed', user = user}))
+publish(cjson.encode({kind = 'consumed', user = user}))
 return 1

@@ -1,9 +1,10 @@
 -- enter.lua: put a user in line, or keep the place or token they have,
 -- checked against the buyer's and the client address's limits.
 -- KEYS[1..8], ARGV[1..2]: see common.lua. All in the queue's hash tag:
--- KEYS[9]  the user's request budget (STRING, see gcra.lua)
--- KEYS[10] the client address's join rate (STRING, see gcra.lua)
--- KEYS[11] the client address's places: ZSET user -> entry id
+-- KEYS[9]  the user's token key
+-- KEYS[10] the user's request budget (STRING, see gcra.lua)
+-- KEYS[11] the client address's join rate (STRING, see gcra.lua)
+-- KEYS[12] the client address's places: ZSET user -> entry id
 -- ARGV[3] user   ARGV[4] fast-track token   ARGV[5] token TTL ms
 -- ARGV[6] batch  ARGV[7] interval ms        ARGV[8] max active (-1 = unlimited)
 -- ARGV[9] first entry id, used only if the entry counter does not exist yet
@@ -32,7 +33,7 @@ local join_period, join_burst, max_places =
 local now = now_ms()
 expire_active(now)
 
-local tokkey = K.tokprefix .. user
+local tokkey = K.token
 local has_token = redis.call('EXISTS', tokkey) == 1
 if has_token or redis.call('ZSCORE', K.waiting, user) then
   if budget_period > 0 then
@@ -41,7 +42,7 @@ if has_token or redis.call('ZSCORE', K.waiting, user) then
       or redis.call('HGET', K.entered, user)
     entered = tonumber(entered)
     if not entered or now - entered >= grace then
-      local wait = gcra(KEYS[9], now, budget_period, budget_burst)
+      local wait = gcra(KEYS[10], now, budget_period, budget_burst)
       if wait > 0 then
         return limited('buyer', wait)
       end
@@ -52,28 +53,28 @@ if has_token or redis.call('ZSCORE', K.waiting, user) then
   end
   redis.call('ZADD', K.seen, 'XX', now, user)
   local total, pass = totals()
-  return describe(user, now, 0, total, pass)
+  return describe(user, tokkey, now, 0, total, pass)
 end
 
 -- A new place: the client address's limits first.
-if max_places > 0 and redis.call('ZCARD', KEYS[11]) >= max_places then
+if max_places > 0 and redis.call('ZCARD', KEYS[12]) >= max_places then
   -- Forget places that ended (left, admitted and used, expired, dropped):
   -- a place lasts while its user waits or holds a token with its entry id.
-  local held = redis.call('ZRANGE', KEYS[11], 0, -1, 'WITHSCORES')
+  local held = redis.call('ZRANGE', KEYS[12], 0, -1, 'WITHSCORES')
   for i = 1, #held, 2 do
     local who, entry = held[i], tonumber(held[i + 1])
     local live = tonumber(redis.call('ZSCORE', K.waiting, who)) == entry
       or tonumber(redis.call('HGET', K.tokprefix .. who, 'entry')) == entry
     if not live then
-      redis.call('ZREM', KEYS[11], who)
+      redis.call('ZREM', KEYS[12], who)
     end
   end
-  if redis.call('ZCARD', KEYS[11]) >= max_places then
+  if redis.call('ZCARD', KEYS[12]) >= max_places then
     return limited('address_places', 10000)
   end
 end
 if join_period > 0 then
-  local wait = gcra(KEYS[10], now, join_period, join_burst)
+  local wait = gcra(KEYS[11], now, join_period, join_burst)
   if wait > 0 then
     return limited('address_joins', wait)
   end
@@ -81,10 +82,10 @@ end
 
 local function counted(entry)
   if max_places > 0 then
-    redis.call('ZADD', KEYS[11], entry, user)
+    redis.call('ZADD', KEYS[12], entry, user)
     -- Kept a day past the address's last new place; ended places are
     -- forgotten when the count reaches the limit.
-    redis.call('PEXPIRE', KEYS[11], 86400000)
+    redis.call('PEXPIRE', KEYS[12], 86400000)
   end
 end
 
@@ -94,10 +95,10 @@ if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
   if level >= 1 then
     save_bucket(level - 1, at)
     local entry = next_entry(ARGV[9])
-    issue(user, ARGV[4], now, ttl, now, entry)
+    issue(tokkey, user, ARGV[4], now, ttl, now, entry)
     counted(entry)
     local total, pass = totals()
-    return describe(user, now, 1, total, pass)
+    return describe(user, tokkey, now, 1, total, pass)
   end
 end
 
@@ -107,4 +108,4 @@ redis.call('HSET', K.entered, user, now)
 redis.call('ZADD', K.seen, now, user)
 counted(seq)
 local total, pass = totals()
-return describe(user, now, 1, total, pass)
+return describe(user, tokkey, now, 1, total, pass)

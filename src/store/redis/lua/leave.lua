@@ -1,6 +1,6 @@
 -- leave.lua: gives up one entry: takes the user out of line, or drops the
 -- token that entry was admitted with.
--- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] entry id
+-- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] entry id
 -- Returns 1 if the user's current entry is ARGV[4] and it was given up, else
 -- 0 (no entry, or a newer one: nothing changes); publishes
 -- {"kind":"left","user":..,"seq":..} on the queue's channel when 1.
@@ -9,7 +9,7 @@
 -- the line, its indexes, the token and the active set change together, and
 -- the event is published exactly when something changed.
 local user, entry = ARGV[3], tonumber(ARGV[4])
-local key = K.tokprefix .. user
+local key = K.token
 if not entry then
   return 0
 end
@@ -22,5 +22,5 @@ elseif tonumber(redis.call('ZSCORE', K.waiting, user)) == entry then
 else
   return 0
 end
-redis.call('PUBLISH', K.channel, cjson.encode({kind = 'left', user = user, seq = seq}))
+publish(cjson.encode({kind = 'left', user = user, seq = seq}))
 return 1

@@ -1,9 +1,9 @@
 -- release.lua: CLAIMED -> READY after its order rolled back.
--- KEYS, ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
+-- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
 -- Returns 1 if the claim was released, 0 if this claim no longer holds it.
 -- Atomic so a release can never undo a newer claim by another request.
 local user, claim_id = ARGV[3], ARGV[4]
-local key = K.tokprefix .. user
+local key = K.token
 if redis.call('HGET', key, 'claim') ~= claim_id then
   return 0
 end

@@ -1,5 +1,5 @@
 -- renew_claim.lua: keeps a working order's claim alive (lease renewal).
--- KEYS, ARGV[1..2]: see common.lua.
+-- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.
 -- ARGV[3] user  ARGV[4] claim id  ARGV[5] lease ms
 -- Returns 1 if this claim still held the token and its lease now ends
 -- lease ms from now (the token living at least as long), 0 if the token
@@ -7,7 +7,7 @@
 -- Atomic because check-and-extend must be one step: a renewal read before
 -- and written after another order's claim would steal that order's token.
 local user, claim_id, lease = ARGV[3], ARGV[4], tonumber(ARGV[5])
-local key = K.tokprefix .. user
+local key = K.token
 local now = now_ms()
 local t = redis.call('HMGET', key, 'claim', 'exp')
 if t[1] ~= claim_id or not t[2] or tonumber(t[2]) <= now then

@@ -1,7 +1,7 @@
 -- status.lua: one user's standing, token first; optionally marks them seen;
 -- optionally spends one from the user's request budget first.
--- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's budget
--- (STRING, see gcra.lua; in the queue's hash tag)
+-- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's token key
+-- KEYS[10] the user's budget (STRING, see gcra.lua; in the queue's hash tag)
 -- ARGV[3] user   ARGV[4] touch (1/0)
 -- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
 -- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass},
@@ -14,7 +14,7 @@ local user = ARGV[3]
 local now = now_ms()
 local period = tonumber(ARGV[5])
 if period > 0 then
-  local wait = gcra(KEYS[9], now, period, tonumber(ARGV[6]))
+  local wait = gcra(KEYS[10], now, period, tonumber(ARGV[6]))
   if wait > 0 then
     return limited('buyer', wait)
   end
@@ -23,4 +23,4 @@ if ARGV[4] == '1' then
   redis.call('ZADD', K.seen, 'XX', now, user)
 end
 local total, pass = totals()
-return describe(user, now, 0, total, pass)
+return describe(user, K.token, now, 0, total, pass)

@@ -1,5 +1,6 @@
 -- statuses.lua: many users' standings in one round trip (stream refreshes).
--- KEYS, ARGV[1..2]: see common.lua.   ARGV[3..] users
+-- KEYS, ARGV[1..2]: see common.lua, but KEYS[9..] are the users' token keys,
+-- one per user, in the order of ARGV[3..] users
 -- Returns a list of describe()-shaped rows, one per user, in argument order,
 -- without the entry time (streams do not show it): a waiting user costs
 -- ZRANK + ZSCORE, so refreshing open streams stays cheap per user.
@@ -15,7 +16,7 @@ for i = 3, #ARGV do
   if rank then
     out[#out + 1] = {'waiting', 0, rank, tonumber(redis.call('ZSCORE', K.waiting, user)), '', -1, -1, total, pass}
   else
-    out[#out + 1] = describe(user, now, 0, total, pass)
+    out[#out + 1] = describe(user, KEYS[i + 6], now, 0, total, pass)
   end
 end
 return out

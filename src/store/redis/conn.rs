@@ -1,0 +1,242 @@
+//! The connection layer: one Redis, or a Redis Cluster, behind one type.
+//!
+//! Every store method runs its script through [`Conn`], which implements
+//! [`redis::aio::ConnectionLike`]; only this module knows which of the two it
+//! speaks to. A single Redis is one multiplexed, self-reconnecting
+//! connection ([`ConnectionManager`]); a cluster is redis-rs's async cluster
+//! connection, which routes each call by the slot of its first key, follows
+//! `MOVED`/`ASK` and refreshes its slot map after a failover. Every key of
+//! one call shares the queue's hash tag, so a call never spans two slots.
+//!
+//! The two commands that are not routed by a key — `WAIT` and the
+//! publication of a deferred admission pass — are sent explicitly to the
+//! master of the queue's slot. `WAIT` counts the replicas that hold the
+//! writes of the connection it arrives on, so it only means something on
+//! the very connection the write went over: [`Conn::eval_and_wait`] sends
+//! the script and its `WAIT` as one pipeline on one connection, and in a
+//! cluster over a connection that never retries — a retried `WAIT` would
+//! land on a fresh connection (or on the promoted replica after a
+//! failover), where it answers at once, for a write it never saw.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+/// Where the store's data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Topology {
+    /// One Redis (`redis://host:port/db`), replicas or not.
+    Single(String),
+    /// A Redis Cluster, found through these seed nodes (any of them will
+    /// do; the others are learnt from `CLUSTER SLOTS`).
+    Cluster(Vec<String>),
+}
+
+impl Topology {
+    /// Reads `--redis-url` with `--redis-cluster`: a cluster's seeds are
+    /// comma-separated.
+    pub fn from_flags(url: &str, cluster: bool) -> Self {
+        if cluster {
+            Topology::Cluster(
+                url.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            )
+        } else {
+            Topology::Single(url.to_owned())
+        }
+    }
+
+    /// Whether events use sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`): in a
+    /// cluster a plain `PUBLISH` is copied to every node.
+    pub fn sharded(&self) -> bool {
+        matches!(self, Topology::Cluster(_))
+    }
+}
+
+/// One multiplexed connection to the store, cheap to clone.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster {
+        /// Follows redirects and retries: every ordinary call.
+        conn: ClusterConnection,
+        /// Never retries: a script and its `WAIT` (with
+        /// `--redis-wait-replicas`); a failure is answered `503` and the
+        /// caller tries again.
+        durable: Option<ClusterConnection>,
+    },
+}
+
+/// A cluster client builder with the adapter's timeouts.
+pub(super) fn cluster_builder(seeds: &[String], timeout: Duration) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        // Retries wait 2^n * 10 ms, at most 500 ms: a failover's MOVED is
+        // followed quickly, and the store call as a whole stays bounded by
+        // the adapter's call timeout anyway.
+        .retries(6)
+        .min_retry_wait(10)
+        .max_retry_wait(500)
+}
+
+impl Conn {
+    /// Connects; fails if the store does not answer now. `durable`: also
+    /// the non-retrying connection of [`Conn::eval_and_wait`] (a cluster).
+    pub(super) async fn connect(
+        topology: &Topology,
+        timeout: Duration,
+        durable: bool,
+    ) -> RedisResult<Self> {
+        match topology {
+            Topology::Single(url) => {
+                let client = Client::open(url.as_str())?;
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            Topology::Cluster(seeds) => {
+                let client = cluster_builder(seeds, timeout).build()?;
+                let durable = if durable {
+                    let once = cluster_builder(seeds, timeout).retries(0).build()?;
+                    Some(once.get_async_connection().await?)
+                } else {
+                    None
+                };
+                Ok(Conn::Cluster {
+                    conn: client.get_async_connection().await?,
+                    durable,
+                })
+            }
+        }
+    }
+
+    /// Runs `script` (an `EVALSHA`) then `WAIT replicas timeout`, as one
+    /// pipeline on one connection to the master of `key`: the script's
+    /// reply, and how many replicas acknowledged it. A script missing from
+    /// the node's cache is loaded (on every master) and the pair re-sent.
+    pub(super) async fn eval_and_wait(
+        &mut self,
+        script: &redis::Script,
+        evalsha: &Cmd,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> RedisResult<(Value, i64)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(evalsha.clone());
+        pipe.cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64);
+        let mut loaded = false;
+        loop {
+            let values = match self {
+                Conn::Single(c) => c.req_packed_commands(&pipe, 0, 2).await,
+                Conn::Cluster { durable, .. } => {
+                    let durable = durable
+                        .as_mut()
+                        .expect("connected with a durable connection");
+                    let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                    durable
+                        .route_pipeline(
+                            pipe.clone(),
+                            0,
+                            2,
+                            SingleNodeRoutingInfo::SpecificNode(route),
+                        )
+                        .await
+                }
+            };
+            let reply = values.and_then(|mut v| {
+                if v.len() != 2 {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "script and WAIT: unexpected reply count",
+                    )));
+                }
+                let acked = v.pop().unwrap().extract_error()?;
+                let value = v.pop().unwrap().extract_error()?;
+                Ok((value, redis::from_redis_value::<i64>(acked)?))
+            });
+            match reply {
+                Err(e)
+                    if !loaded
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(self).await?;
+                    loaded = true;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Publishes `msg` on `channel` (sharded in a cluster, where the channel
+    /// carries the queue's hash tag, so it lives on the queue's master).
+    pub(super) async fn publish(&mut self, channel: &str, msg: &str) -> RedisResult<i64> {
+        let name = match self {
+            Conn::Single(_) => "PUBLISH",
+            Conn::Cluster { .. } => "SPUBLISH",
+        };
+        let mut cmd = redis::cmd(name);
+        cmd.arg(channel).arg(msg);
+        self.on_master_of(channel, cmd).await
+    }
+
+    async fn on_master_of<T: redis::FromRedisValue>(
+        &mut self,
+        key: &str,
+        cmd: Cmd,
+    ) -> RedisResult<T> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster { conn: c, .. } => {
+                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let value = c.route_command(cmd, routing).await?;
+                Ok(redis::from_redis_value(value)?)
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster { conn: c, .. } => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster { conn: c, .. } => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster { conn: c, .. } => c.get_db(),
+        }
+    }
+}
