@@ -293,6 +293,14 @@ async function hold(instance, paused) {
   assert.equal(res.status, 200, `${paused ? 'pause' : 'resume'}: ${await res.text()}`);
 }
 
+/** After a test that holds admission: resume it, whatever happened, so a failure does not spread to the next test. */
+function resumeAfter(t) {
+  t.after(async () => {
+    const alive = instances.find((i) => !i.exit);
+    if (alive) await hold(alive, false).catch(() => {});
+  });
+}
+
 before(async () => {
   assert.ok(process.env.WAITROOM_BIN, 'WAITROOM_BIN names the release binary (tests/deploy/run.sh sets it)');
   execFileSync('openssl', [
@@ -363,6 +371,7 @@ after(async () => {
 test('through nginx over HTTP/2: join, the live place, READY, order, confirmation', { timeout: 60_000 }, async (t) => {
   await prefill(instances[0], 3);
   // Admission waits until the page is in line, however slow the machine.
+  resumeAfter(t);
   await hold(instances[0], true);
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   t.after(() => context.close().catch(() => {}));
@@ -503,6 +512,7 @@ test('nginx sets the forwarding headers, strips X-User-Id and keeps tickets out 
 
 test('SIGTERM of the instance holding the stream mid-wait: the buyer reaches READY and orders through the other', { timeout: 90_000 }, async (t) => {
   await prefill(instances[0], 3);
+  resumeAfter(t);
   await hold(instances[0], true);
   const context = await browser.newContext({ viewport: { width: 390, height: 844 }, colorScheme: 'dark' });
   t.after(() => context.close().catch(() => {}));
