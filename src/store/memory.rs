@@ -19,6 +19,8 @@ use super::{
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 
+mod door;
+
 /// Users dropped as absent in one pass at most, as in the Lua script, so a
 /// pass stays short however many left at once.
 const SWEEP_LIMIT: usize = 500;
@@ -27,6 +29,8 @@ const SWEEP_LIMIT: usize = 500;
 pub struct MemoryStore {
     queues: Mutex<HashMap<QueueName, QueueData>>,
     events: broadcast::Sender<StoreEvent>,
+    /// Spent join challenges and join rates (`door.rs`).
+    door: door::Door,
 }
 
 #[derive(Default)]
@@ -83,6 +87,7 @@ impl MemoryStore {
         Self {
             queues: Mutex::new(HashMap::new()),
             events,
+            door: door::Door::default(),
         }
     }
 
@@ -515,6 +520,22 @@ impl Store for MemoryStore {
             }
             true
         }))
+    }
+
+    async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
+        Ok(self.door.spend_once(queue, key, ttl_ms, now_ms()))
+    }
+
+    async fn note_joins(
+        &self,
+        queue: &QueueName,
+        joins: u64,
+        threshold: u64,
+        hold_ms: u64,
+    ) -> StoreResult<u64> {
+        Ok(self
+            .door
+            .note_joins(queue, joins, threshold, hold_ms, now_ms()))
     }
 }
 

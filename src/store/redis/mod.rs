@@ -9,6 +9,7 @@
 //! into [`StoreError::Unavailable`] quickly instead of hanging requests,
 //! background tasks or a shutdown.
 
+mod door;
 mod events;
 mod scripts;
 
@@ -32,6 +33,8 @@ pub struct RedisStore {
     conn: ConnectionManager,
     prefix: String,
     scripts: Scripts,
+    /// `lua/note_joins.lua` (join challenges, `door.rs`).
+    note_joins: redis::Script,
 }
 
 /// How long Redis may take to answer one command, or to accept one
@@ -89,6 +92,7 @@ impl RedisStore {
             conn,
             prefix: prefix.to_owned(),
             scripts: Scripts::load(),
+            note_joins: door::note_joins_script(),
         })
     }
 
@@ -385,5 +389,19 @@ impl Store for RedisStore {
             })
             .await?;
         Ok(n == 1)
+    }
+    async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
+        self.door_spend_once(queue, key, ttl_ms).await
+    }
+
+    async fn note_joins(
+        &self,
+        queue: &QueueName,
+        joins: u64,
+        threshold: u64,
+        hold_ms: u64,
+    ) -> StoreResult<u64> {
+        self.door_note_joins(queue, joins, threshold, hold_ms)
+            .await
     }
 }
