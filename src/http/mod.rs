@@ -5,6 +5,7 @@ pub mod extract;
 
 mod admin;
 mod auth;
+mod challenge;
 mod entries;
 mod events;
 mod handoff;
@@ -33,6 +34,7 @@ pub use openapi::document as api_document;
 fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
+        .merge(challenge::router())
         .merge(events::router())
         .merge(health::router())
         .merge(orders::router())
