@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod challenge;
 mod failures;
 mod gone;
 mod identity;
