@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::challenge::{self, auto};
 use crate::config::{self, Config};
 use crate::http::limit::RequestLimits;
 use crate::identity::Identity;
@@ -21,7 +22,6 @@ use crate::queue::{self, Policy, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::{SharedStore, StoreError};
-use crate::challenge::{self, auto};
 use crate::{admission, gate, orders, push};
 
 /// Why the service could not start.

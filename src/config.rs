@@ -156,7 +156,11 @@ pub struct Config {
 
     /// Challenge difficulty: the ALTCHA `maxnumber` (1000-1000000). A
     /// client hashes about half of it on average per join.
-    #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_DIFFICULTY", default_value_t = 100_000)]
+    #[arg(
+        long,
+        env = "WAITROOM_JOIN_CHALLENGE_DIFFICULTY",
+        default_value_t = 100_000
+    )]
     pub join_challenge_difficulty: u64,
 
     /// Seconds a challenge may be solved and used in.
@@ -505,12 +509,32 @@ mod tests {
         assert_eq!(Config::default().join_challenge, JoinChallenge::Off);
         assert!(parse(&["--join-challenge", "auto"]).unwrap().is_ok());
         assert!(parse(&["--join-challenge", "sometimes"]).is_err());
-        assert!(parse(&["--join-challenge-difficulty", "999"]).unwrap().is_err());
-        assert!(parse(&["--join-challenge-difficulty", "1000001"]).unwrap().is_err());
-        assert!(parse(&["--join-challenge-difficulty", "1000"]).unwrap().is_ok());
+        assert!(
+            parse(&["--join-challenge-difficulty", "999"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--join-challenge-difficulty", "1000001"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--join-challenge-difficulty", "1000"])
+                .unwrap()
+                .is_ok()
+        );
         assert!(parse(&["--join-challenge-ttl-secs", "0"]).unwrap().is_err());
-        assert!(parse(&["--join-challenge-threshold", "0"]).unwrap().is_err());
-        assert!(parse(&["--join-challenge-hold-secs", "0"]).unwrap().is_err());
+        assert!(
+            parse(&["--join-challenge-threshold", "0"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--join-challenge-hold-secs", "0"])
+                .unwrap()
+                .is_err()
+        );
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

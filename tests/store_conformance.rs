@@ -713,7 +713,10 @@ async fn spend_once_is_true_once_per_key_until_it_expires(store: SharedStore) {
     });
     let won = futures::future::join_all(spends).await;
     assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
-    assert!(store.spend_once(&q(), "c0ffee2", 600).await.unwrap(), "another key");
+    assert!(
+        store.spend_once(&q(), "c0ffee2", 600).await.unwrap(),
+        "another key"
+    );
     let other = QueueName::parse("other").unwrap();
     assert!(
         store.spend_once(&other, "c0ffee", 600).await.unwrap(),
@@ -735,7 +738,11 @@ async fn joins_noted_by_every_caller_share_one_switch(store: SharedStore) {
     let other = QueueName::parse("other").unwrap();
     let mut on = 0;
     for _ in 0..3 {
-        assert_eq!(store.note_joins(&q(), 6, 10, 1_000).await.unwrap(), 0, "6 is not over 10");
+        assert_eq!(
+            store.note_joins(&q(), 6, 10, 1_000).await.unwrap(),
+            0,
+            "6 is not over 10"
+        );
         on = store.note_joins(&q(), 6, 10, 1_000).await.unwrap();
         if on > 0 {
             break;

@@ -110,11 +110,7 @@ impl Switch {
     /// Reports this instance's joins and reads the switch back, every
     /// [`REPORT_EVERY`] until `shutdown` (only in `auto` mode; returns at
     /// once otherwise).
-    pub async fn run(
-        self: std::sync::Arc<Self>,
-        store: SharedStore,
-        shutdown: CancellationToken,
-    ) {
+    pub async fn run(self: std::sync::Arc<Self>, store: SharedStore, shutdown: CancellationToken) {
         if self.mode != Mode::Auto {
             return;
         }
@@ -128,7 +124,10 @@ impl Switch {
             for (queue, q) in &self.queues {
                 let joins = q.joins.swap(0, Ordering::Relaxed);
                 let hold_ms = self.hold.as_millis() as u64;
-                match store.note_joins(queue, joins, self.threshold, hold_ms).await {
+                match store
+                    .note_joins(queue, joins, self.threshold, hold_ms)
+                    .await
+                {
                     Ok(left_ms) => {
                         let was = self.required(queue);
                         q.on_until.store(self.now() + left_ms, Ordering::Relaxed);
@@ -159,13 +158,27 @@ mod tests {
     #[test]
     fn off_and_always_need_no_store() {
         let q = QueueName::parse("default").unwrap();
-        let off = Switch::new(Mode::Off, std::slice::from_ref(&q), 1, Duration::from_secs(1));
-        let always = Switch::new(Mode::Always, std::slice::from_ref(&q), 1, Duration::from_secs(1));
+        let off = Switch::new(
+            Mode::Off,
+            std::slice::from_ref(&q),
+            1,
+            Duration::from_secs(1),
+        );
+        let always = Switch::new(
+            Mode::Always,
+            std::slice::from_ref(&q),
+            1,
+            Duration::from_secs(1),
+        );
         for _ in 0..10 {
             assert!(!off.on_join(&q));
             assert!(always.on_join(&q));
         }
-        assert_eq!(off.queues[&q].joins.load(Ordering::Relaxed), 0, "not counted");
+        assert_eq!(
+            off.queues[&q].joins.load(Ordering::Relaxed),
+            0,
+            "not counted"
+        );
     }
 
     #[tokio::test]

@@ -321,7 +321,11 @@ mod tests {
     }
 
     fn door() -> Door {
-        Door::new(b"0123456789abcdef0123456789abcdef", 2_000, Duration::from_secs(60))
+        Door::new(
+            b"0123456789abcdef0123456789abcdef",
+            2_000,
+            Duration::from_secs(60),
+        )
     }
 
     fn payload(solution: &str) -> serde_json::Value {
@@ -350,7 +354,11 @@ mod tests {
             Err(Refusal::Expired)
         ));
         // Another secret's door refuses it: the key comes from the secret.
-        let other = Door::new(b"another secret, sixteen+ bytes..", 2_000, Duration::from_secs(60));
+        let other = Door::new(
+            b"another secret, sixteen+ bytes..",
+            2_000,
+            Duration::from_secs(60),
+        );
         assert!(matches!(
             other.verify(&q("default"), &solution, now_secs()),
             Err(Refusal::Invalid(_))
@@ -385,7 +393,10 @@ mod tests {
         cases.push(huge);
         for case in cases {
             assert!(
-                matches!(door.verify(&q("default"), &encode(&case), now_secs()), Err(Refusal::Invalid(_))),
+                matches!(
+                    door.verify(&q("default"), &encode(&case), now_secs()),
+                    Err(Refusal::Invalid(_))
+                ),
                 "{case}"
             );
         }

@@ -66,7 +66,12 @@ async fn waiting(app: &TestApp, queue: &str) -> u64 {
 }
 
 fn assert_refused(got: (u16, Value), status: u16, code: &str) {
-    assert_eq!((got.0, got.1["error"].as_str()), (status, Some(code)), "{}", got.1);
+    assert_eq!(
+        (got.0, got.1["error"].as_str()),
+        (status, Some(code)),
+        "{}",
+        got.1
+    );
     assert_eq!(
         got.1["challengeUrl"].as_str(),
         Some("/api/queues/default/challenge"),
@@ -76,17 +81,30 @@ fn assert_refused(got: (u16, Value), status: u16, code: &str) {
 
 #[tokio::test]
 async fn always_a_join_needs_a_fresh_solution_of_its_own_queue() {
-    let app = TestApp::memory(&args(&["--join-challenge", "always", "--queues", "default,other"])).await;
+    let app = TestApp::memory(&args(&[
+        "--join-challenge",
+        "always",
+        "--queues",
+        "default,other",
+    ]))
+    .await;
 
     // No solution: 428 with where to get one; nothing changed.
-    assert_refused(join(&app, "default", "nobody", None).await, 428, "challenge_required");
+    assert_refused(
+        join(&app, "default", "nobody", None).await,
+        428,
+        "challenge_required",
+    );
     assert_eq!(waiting(&app, "default").await, 0);
 
     let (status, body) = get_challenge(&app, "default").await;
     assert_eq!(status, 200);
     assert_eq!(body["algorithm"], "SHA-256");
     assert_eq!(body["maxnumber"], 1000);
-    assert!(body["salt"].as_str().unwrap().contains("q=default&"), "{body}");
+    assert!(
+        body["salt"].as_str().unwrap().contains("q=default&"),
+        "{body}"
+    );
 
     let first = solution(&app, "default").await;
     let (status, body) = join(&app, "default", "alice", Some(&first)).await;
@@ -94,27 +112,49 @@ async fn always_a_join_needs_a_fresh_solution_of_its_own_queue() {
     assert!(body["ticket"].is_string());
 
     // The same solution again, by anyone: refused, nothing changed.
-    assert_refused(join(&app, "default", "alice", Some(&first)).await, 403, "challenge_replayed");
-    assert_refused(join(&app, "default", "mallory", Some(&first)).await, 403, "challenge_replayed");
+    assert_refused(
+        join(&app, "default", "alice", Some(&first)).await,
+        403,
+        "challenge_replayed",
+    );
+    assert_refused(
+        join(&app, "default", "mallory", Some(&first)).await,
+        403,
+        "challenge_replayed",
+    );
     assert_eq!(waiting(&app, "default").await, 1);
 
     // Another queue's solution, garbage, an altered number: invalid.
     let foreign = solution(&app, "other").await;
     let got = join(&app, "default", "mallory", Some(&foreign)).await;
     assert_refused(got.clone(), 403, "challenge_invalid");
-    assert!(got.1["message"].as_str().unwrap().contains("another queue"), "{}", got.1);
-    for garbage in ["", "not base64!", "e30=", "eyJhbGdvcml0aG0iOiJTSEEtMjU2In0="] {
-        assert_refused(join(&app, "default", "mallory", Some(garbage)).await, 403, "challenge_invalid");
+    assert!(
+        got.1["message"].as_str().unwrap().contains("another queue"),
+        "{}",
+        got.1
+    );
+    for garbage in [
+        "",
+        "not base64!",
+        "e30=",
+        "eyJhbGdvcml0aG0iOiJTSEEtMjU2In0=",
+    ] {
+        assert_refused(
+            join(&app, "default", "mallory", Some(garbage)).await,
+            403,
+            "challenge_invalid",
+        );
     }
     let fresh = solution(&app, "default").await;
-    let mut payload: Value = serde_json::from_slice(
-        &base64_decode(&fresh),
-    )
-    .unwrap();
+    let mut payload: Value = serde_json::from_slice(&base64_decode(&fresh)).unwrap();
     let n = payload["number"].as_u64().unwrap();
     payload["number"] = (n + 1).into();
     let altered = base64_encode(&payload.to_string());
-    assert_refused(join(&app, "default", "mallory", Some(&altered)).await, 403, "challenge_invalid");
+    assert_refused(
+        join(&app, "default", "mallory", Some(&altered)).await,
+        403,
+        "challenge_invalid",
+    );
     // The refusal did not spend it: the honest solution still opens the door.
     assert_eq!(join(&app, "default", "bob", Some(&fresh)).await.0, 201);
 
@@ -129,7 +169,10 @@ async fn always_a_join_needs_a_fresh_solution_of_its_own_queue() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "duplicate_header");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "duplicate_header"
+    );
     assert_eq!(waiting(&app, "default").await, 2, "alice and bob only");
     // The other queue took its own solution.
     let own = solution(&app, "other").await;
@@ -139,11 +182,21 @@ async fn always_a_join_needs_a_fresh_solution_of_its_own_queue() {
 
 #[tokio::test]
 async fn an_expired_challenge_is_refused() {
-    let app = TestApp::memory(&args(&["--join-challenge", "always", "--join-challenge-ttl-secs", "1"])).await;
+    let app = TestApp::memory(&args(&[
+        "--join-challenge",
+        "always",
+        "--join-challenge-ttl-secs",
+        "1",
+    ]))
+    .await;
     let late = solution(&app, "default").await;
     // Expiry is in whole seconds: past it for sure after two.
     tokio::time::sleep(Duration::from_millis(2_100)).await;
-    assert_refused(join(&app, "default", "slow", Some(&late)).await, 403, "challenge_expired");
+    assert_refused(
+        join(&app, "default", "slow", Some(&late)).await,
+        403,
+        "challenge_expired",
+    );
     assert_eq!(waiting(&app, "default").await, 0);
     app.stop().await;
 }
@@ -151,7 +204,11 @@ async fn an_expired_challenge_is_refused() {
 #[tokio::test]
 async fn off_by_default_joins_as_before() {
     let app = TestApp::memory(&[]).await;
-    assert_eq!(get_challenge(&app, "default").await.0, 204, "no challenge needed");
+    assert_eq!(
+        get_challenge(&app, "default").await.0,
+        204,
+        "no challenge needed"
+    );
     assert_eq!(get_challenge(&app, "nope").await.0, 404);
     assert_eq!(join(&app, "default", "plain", None).await.0, 201);
     // A stray header is not looked at.
@@ -172,7 +229,12 @@ fn base64_encode(s: &str) -> String {
 /// Two instances on one Redis with one ticket secret.
 async fn pair(tag: &str, extra: &[&str]) -> (TestApp, TestApp) {
     let prefix = unique_prefix(tag);
-    let mut all = args(&["--key-prefix", &prefix, "--ticket-secret", "challenge-pair-secret-0123456789"]);
+    let mut all = args(&[
+        "--key-prefix",
+        &prefix,
+        "--ticket-secret",
+        "challenge-pair-secret-0123456789",
+    ]);
     all.extend_from_slice(extra);
     let store = || async { Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap()) };
     let a = TestApp::spawn_with(config(&all), store().await).await;
@@ -186,8 +248,16 @@ async fn two_instances_share_the_single_use_memory() {
     // Issued by one, used on the other (one key from the shared secret).
     let s = solution(&a, "default").await;
     assert_eq!(join(&b, "default", "u1", Some(&s)).await.0, 201);
-    assert_refused(join(&a, "default", "u2", Some(&s)).await, 403, "challenge_replayed");
-    assert_refused(join(&b, "default", "u2", Some(&s)).await, 403, "challenge_replayed");
+    assert_refused(
+        join(&a, "default", "u2", Some(&s)).await,
+        403,
+        "challenge_replayed",
+    );
+    assert_refused(
+        join(&b, "default", "u2", Some(&s)).await,
+        403,
+        "challenge_replayed",
+    );
 
     // One solution raced by 20 joins over both instances: exactly one gets in.
     let s = solution(&b, "default").await;
@@ -208,7 +278,14 @@ async fn two_instances_share_the_single_use_memory() {
 async fn two_instances_share_the_auto_switch() {
     let (a, b) = pair(
         "altcha-auto",
-        &["--join-challenge", "auto", "--join-challenge-threshold", "10", "--join-challenge-hold-secs", "2"],
+        &[
+            "--join-challenge",
+            "auto",
+            "--join-challenge-threshold",
+            "10",
+            "--join-challenge-hold-secs",
+            "2",
+        ],
     )
     .await;
     // Quiet: no challenge anywhere, joins as usual.
@@ -225,7 +302,11 @@ async fn two_instances_share_the_auto_switch() {
         (get_challenge(&b, "default").await.0 == 200).then_some(())
     })
     .await;
-    assert_refused(join(&b, "default", "late", None).await, 428, "challenge_required");
+    assert_refused(
+        join(&b, "default", "late", None).await,
+        428,
+        "challenge_required",
+    );
     let s = solution(&b, "default").await;
     assert_eq!(join(&b, "default", "late", Some(&s)).await.0, 201);
 
@@ -244,14 +325,26 @@ async fn two_instances_share_the_auto_switch() {
 #[tokio::test]
 async fn a_dead_store_fails_closed() {
     let mut redis = RedisProcess::start(false);
-    let store = Arc::new(RedisStore::connect(&redis.url(), "altcha-down").await.unwrap());
+    let store = Arc::new(
+        RedisStore::connect(&redis.url(), "altcha-down")
+            .await
+            .unwrap(),
+    );
     let app = TestApp::spawn_with(config(&args(&["--join-challenge", "always"])), store).await;
     let s = solution(&app, "default").await;
     redis.kill();
     // The solution verifies, but whether it was spent cannot be known: 503.
     let (status, body) = join(&app, "default", "u", Some(&s)).await;
-    assert_eq!((status, body["error"].as_str()), (503, Some("store_unavailable")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("store_unavailable")),
+        "{body}"
+    );
     // Bad solutions are still refused without the store.
-    assert_refused(join(&app, "default", "u", Some("garbage")).await, 403, "challenge_invalid");
+    assert_refused(
+        join(&app, "default", "u", Some("garbage")).await,
+        403,
+        "challenge_invalid",
+    );
     app.stop().await;
 }

@@ -134,11 +134,35 @@ mod tests {
     #[test]
     fn the_switch_follows_the_busier_of_two_seconds() {
         let door = Door::default();
-        assert_eq!(door.note_joins(&q(), 5, 5, 1_000, 10_000), 0, "at, not over");
-        assert_eq!(door.note_joins(&q(), 1, 5, 1_000, 10_500), 1_000, "6 in one second");
-        assert_eq!(door.note_joins(&q(), 0, 5, 1_000, 11_000), 1_000, "last second was 6");
-        assert_eq!(door.note_joins(&q(), 0, 5, 1_000, 11_800), 1_000, "still: last second was 6");
-        assert_eq!(door.note_joins(&q(), 0, 5, 1_000, 12_500), 300, "held, not renewed");
-        assert_eq!(door.note_joins(&q(), 0, 5, 1_000, 13_000), 0, "off after the hold");
+        assert_eq!(
+            door.note_joins(&q(), 5, 5, 1_000, 10_000),
+            0,
+            "at, not over"
+        );
+        assert_eq!(
+            door.note_joins(&q(), 1, 5, 1_000, 10_500),
+            1_000,
+            "6 in one second"
+        );
+        assert_eq!(
+            door.note_joins(&q(), 0, 5, 1_000, 11_000),
+            1_000,
+            "last second was 6"
+        );
+        assert_eq!(
+            door.note_joins(&q(), 0, 5, 1_000, 11_800),
+            1_000,
+            "still: last second was 6"
+        );
+        assert_eq!(
+            door.note_joins(&q(), 0, 5, 1_000, 12_500),
+            300,
+            "held, not renewed"
+        );
+        assert_eq!(
+            door.note_joins(&q(), 0, 5, 1_000, 13_000),
+            0,
+            "off after the hold"
+        );
     }
 }

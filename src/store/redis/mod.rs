@@ -401,7 +401,6 @@ impl Store for RedisStore {
         threshold: u64,
         hold_ms: u64,
     ) -> StoreResult<u64> {
-        self.door_note_joins(queue, joins, threshold, hold_ms)
-            .await
+        self.door_note_joins(queue, joins, threshold, hold_ms).await
     }
 }
