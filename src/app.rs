@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::challenge::{self, auto};
 use crate::config::{self, Config};
 use crate::http::client::{ClientInfo, TrustedProxies};
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
@@ -60,6 +61,9 @@ struct Inner {
     max_streams: usize,
     max_connections: usize,
     shutdown: CancellationToken,
+    /// Join challenges: issued and checked by `door`, asked for by `door_switch`.
+    door: challenge::Door,
+    door_switch: Arc<auto::Switch>,
 }
 
 impl AppState {
@@ -115,6 +119,19 @@ impl AppState {
             None if config.identity == config::IdentityMode::Header => Identity::header(),
             None => Identity::visitor(&secret),
         };
+        // Like visitor cookies, join challenges are signed with a key
+        // derived from the ticket secret, so every instance accepts them.
+        let door = challenge::Door::new(
+            &secret,
+            config.join_challenge_difficulty,
+            Duration::from_secs(config.join_challenge_ttl_secs),
+        );
+        let door_switch = Arc::new(auto::Switch::new(
+            config.join_challenge,
+            &queues,
+            config.join_challenge_threshold,
+            Duration::from_secs(config.join_challenge_hold_secs),
+        ));
         let signer = TicketSigner::new(secret);
         let admin_token = config
             .admin_token
@@ -179,6 +196,8 @@ impl AppState {
                 signer,
                 admin_token,
                 shutdown,
+                door,
+                door_switch,
             }),
         })
     }
@@ -274,6 +293,16 @@ impl AppState {
         self.inner.config.service_token.as_deref()
     }
 
+    /// Issues and checks join challenges.
+    pub fn door(&self) -> &challenge::Door {
+        &self.inner.door
+    }
+
+    /// Whether joins need a solved challenge now.
+    pub fn door_switch(&self) -> &auto::Switch {
+        &self.inner.door_switch
+    }
+
     /// The per-instance event hub.
     pub fn hub(&self) -> &Arc<push::Hub> {
         &self.inner.hub
@@ -314,6 +343,15 @@ impl AppState {
                 .clone()
                 .housekeeping(self.shutdown().clone()),
         );
+        // Only `auto` runs anything: the other modes need no store.
+        if self.inner.door_switch.mode() == auto::Mode::Auto {
+            tasks.spawn(
+                self.inner
+                    .door_switch
+                    .clone()
+                    .run(self.store().clone(), self.shutdown().clone()),
+            );
+        }
         if let Some(orders) = self.orders() {
             tasks.spawn(orders::reconcile::run(
                 orders.clone(),

@@ -245,7 +245,38 @@ pub struct Config {
     /// first).
     #[arg(long, env = "WAITROOM_STREAMS_PER_ADDRESS", default_value_t = 1000)]
     pub streams_per_address: u32,
+
+    /// Proof of work at the door: `off` (joins need no challenge), `always`
+    /// (every join sends a solved ALTCHA challenge) or `auto` (only while a
+    /// queue's joins per second exceed --join-challenge-threshold).
+    #[arg(long, env = "WAITROOM_JOIN_CHALLENGE", value_enum, default_value_t = JoinChallenge::Off)]
+    pub join_challenge: JoinChallenge,
+
+    /// Challenge difficulty: the ALTCHA `maxnumber` (1000-1000000). A
+    /// client hashes about half of it on average per join.
+    #[arg(
+        long,
+        env = "WAITROOM_JOIN_CHALLENGE_DIFFICULTY",
+        default_value_t = 100_000
+    )]
+    pub join_challenge_difficulty: u64,
+
+    /// Seconds a challenge may be solved and used in.
+    #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_TTL_SECS", default_value_t = 300)]
+    pub join_challenge_ttl_secs: u64,
+
+    /// `auto`: joins per second on one queue (all instances together) above
+    /// which joins need a challenge.
+    #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_THRESHOLD", default_value_t = 200)]
+    pub join_challenge_threshold: u64,
+
+    /// `auto`: seconds the challenge stays on after the rate was last over
+    /// the threshold.
+    #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_HOLD_SECS", default_value_t = 60)]
+    pub join_challenge_hold_secs: u64,
 }
+
+pub use crate::challenge::auto::Mode as JoinChallenge;
 
 pub use crate::identity::Mode as IdentityMode;
 
@@ -383,6 +414,7 @@ impl Config {
             }
         }
         self.proxy_nets()?;
+                self.check_join_challenge()?;
         if let Some(secs) = self.body_timeout_secs
             && (secs == 0 || secs >= self.claim_lease_secs)
         {
@@ -423,6 +455,26 @@ impl Config {
     /// How long an idle keep-alive connection stays open.
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// The challenge flags' ranges (checked in every mode, so a typo is
+    /// found before the day `auto` switches on).
+    fn check_join_challenge(&self) -> Result<(), ConfigError> {
+        use crate::challenge::{MAX_DIFFICULTY, MIN_DIFFICULTY};
+        let bad = |m: &str| Err(ConfigError(m.to_owned()));
+        if !(MIN_DIFFICULTY..=MAX_DIFFICULTY).contains(&self.join_challenge_difficulty) {
+            return bad("--join-challenge-difficulty must be 1000-1000000");
+        }
+        if !(1..=3600).contains(&self.join_challenge_ttl_secs) {
+            return bad("--join-challenge-ttl-secs must be 1-3600");
+        }
+        if self.join_challenge_threshold == 0 {
+            return bad("--join-challenge-threshold must be at least 1");
+        }
+        if !(1..=86_400).contains(&self.join_challenge_hold_secs) {
+            return bad("--join-challenge-hold-secs must be 1-86400");
+        }
+        Ok(())
     }
 
     /// Signed mode needs exactly one key; the signed-mode flags anywhere
@@ -752,6 +804,35 @@ mod tests {
                 .is_ok()
         );
         assert!(parse(&["--joins-per-address-per-minute", "-1"]).is_err());
+        assert_eq!(Config::default().join_challenge, JoinChallenge::Off);
+        assert!(parse(&["--join-challenge", "auto"]).unwrap().is_ok());
+        assert!(parse(&["--join-challenge", "sometimes"]).is_err());
+        assert!(
+            parse(&["--join-challenge-difficulty", "999"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--join-challenge-difficulty", "1000001"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--join-challenge-difficulty", "1000"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(parse(&["--join-challenge-ttl-secs", "0"]).unwrap().is_err());
+        assert!(
+            parse(&["--join-challenge-threshold", "0"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--join-challenge-hold-secs", "0"])
+                .unwrap()
+                .is_err()
+        );
         let c = Config::try_parse_from(["waitroom", "--queues", "a, b,a"]).unwrap();
         assert_eq!(c.queue_names().unwrap().len(), 2);
     }

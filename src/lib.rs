@@ -25,6 +25,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod challenge;
 pub mod config;
 pub mod gate;
 pub mod http;

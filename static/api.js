@@ -77,9 +77,16 @@ export const api = {
    * joins is the server's business: its visitor cookie (set by the first
    * join) or the site's login, sent by the browser.
    */
-  async enter(queue) {
-    const res = await request('POST', `${queuePath(queue)}/entries`);
+  async enter(queue, altcha = null) {
+    const headers = altcha ? { 'X-Altcha': altcha } : {};
+    const res = await request('POST', `${queuePath(queue)}/entries`, { headers });
     return res.data;
+  },
+
+  /** The join challenge to solve (ALTCHA JSON), or null when joins need none now (204). */
+  async challenge(queue) {
+    const res = await request('GET', `${queuePath(queue)}/challenge`);
+    return res && res.data && typeof res.data.challenge === 'string' ? res.data : null;
   },
 
   /** Current QueueStatus for a ticket (the polling fallback). */

@@ -1,6 +1,7 @@
 // The buyer-facing waiting-room page: join, wait, order.
 
 import { api } from './api.js';
+import { enterThroughDoor } from './challenge.js';
 import { StatusFeed } from './feed.js';
 import { TabBus } from './tabs.js';
 import * as fmt from './format.js';
@@ -148,7 +149,7 @@ async function join({ quiet = false } = {}) {
   }
   let status;
   try {
-    status = await api.enter(queue);
+    status = await enterThroughDoor(queue, (altcha) => api.enter(queue, altcha), { quiet });
   } catch (err) {
     app.joining = false;
     joinFailed(err, { quiet });

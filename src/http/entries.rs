@@ -56,15 +56,19 @@ type JoinBody = serde_json::Map<String, serde_json::Value>;
         ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name."),
         ("X-User-Id" = String, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$",
             description = "The buyer, as the auth gateway sets it."),
+        ("X-Altcha" = Option<String>, Header,
+            description = "While `--join-challenge` asks for one: the solved challenge of `GET /api/queues/{queue}/challenge`, base64 of the ALTCHA JSON payload. Single use."),
     ),
     request_body(content = Option<Object>, description = "Optional; a JSON object if sent (no fields defined yet)."),
     responses(
         (status = 201, description = "Joined: a new place.", body = Entered),
         (status = 200, description = "Already in line or READY: the same place, a fresh ticket.", body = Entered),
         (status = 400, description = "`missing_user_id`, `invalid_user_id`, `invalid_body`, `duplicate_header`.", body = ErrorBody),
+        (status = 403, description = "`challenge_invalid`, `challenge_expired`, `challenge_replayed`: the `X-Altcha` solution does not open the door (`challengeUrl` gives a new challenge).", body = ErrorBody),
         (status = 404, description = "`unknown_queue`.", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive in time.", body = ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = ErrorBody),
+        (status = 428, description = "`challenge_required`: joins need a solved challenge now; get one at `challengeUrl` and send it as `X-Altcha`.", body = ErrorBody),
         (status = 429, description = "`rate_limited`: a repeat join over the buyer's budget; \
             `address_rate_limited`: too many new places from the client's address; \
             `address_places_limited`: the address holds as many places as it may; \
@@ -80,6 +84,9 @@ async fn enter(
     uri: Uri,
     OptionalJson(_body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
+    // Proof of work first: a join that must carry a solved challenge and
+    // does not costs nothing more than this check.
+    super::challenge::check_join(&state, &queue, &headers).await?;
     let user = joiner.user;
     let address = joiner.client.key();
     // The limits (limit.rs): refused here while a refusal of the store

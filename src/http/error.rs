@@ -56,6 +56,19 @@ pub enum ApiError {
         message: String,
         retry_after_secs: u64,
     },
+    /// `428`: this join needs a solved challenge (`challenge_required`);
+    /// the answer's `challengeUrl` says where to get one.
+    #[error("this join needs a solved challenge")]
+    ChallengeRequired { challenge_url: String },
+    /// `403`: the challenge solution sent does not open the door:
+    /// `challenge_invalid`, `challenge_expired` or `challenge_replayed`;
+    /// a new one is at `challengeUrl`.
+    #[error("{message}")]
+    ChallengeRefused {
+        code: &'static str,
+        message: String,
+        challenge_url: String,
+    },
     /// `503`: this instance holds as many connections as it may; retry
     /// (the load balancer can pick another instance).
     #[error("server busy")]
@@ -147,6 +160,16 @@ impl ApiError {
             Self::ClientLimited { code, message, .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, code, message.clone())
             }
+            Self::ChallengeRequired { .. } => (
+                StatusCode::PRECONDITION_REQUIRED,
+                "challenge_required",
+                "this join needs a solved challenge: get one at challengeUrl, \
+                 solve it and send the solution as X-Altcha"
+                    .into(),
+            ),
+            Self::ChallengeRefused { code, message, .. } => {
+                (StatusCode::FORBIDDEN, code, message.clone())
+            }
             Self::ServerBusy => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_busy",
@@ -180,6 +203,13 @@ pub struct ErrorBody {
     pub error: String,
     /// A human-readable explanation; not meant to be parsed.
     pub message: String,
+    /// Only on `challenge_*` errors: where to get a (new) join challenge.
+    #[serde(
+        rename = "challengeUrl",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub challenge_url: Option<String>,
 }
 
 impl IntoResponse for ApiError {
@@ -204,9 +234,15 @@ impl IntoResponse for ApiError {
             } => Some(*retry_after_secs),
             _ => None,
         };
+        let challenge_url = match &self {
+            Self::ChallengeRequired { challenge_url }
+            | Self::ChallengeRefused { challenge_url, .. } => Some(challenge_url.clone()),
+            _ => None,
+        };
         let body = ErrorBody {
             error: code.to_owned(),
             message,
+            challenge_url,
         };
         let mut response = (status, Json(body)).into_response();
         if let Some(secs) = retry_after {

@@ -7,6 +7,7 @@ pub mod extract;
 
 mod admin;
 mod auth;
+mod challenge;
 mod entries;
 mod events;
 mod handoff;
@@ -48,6 +49,7 @@ fn routes() -> OpenApiRouter<AppState> {
 fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
+        .merge(challenge::router())
         .merge(events::router())
         .merge(health::probes())
         .merge(orders::router())

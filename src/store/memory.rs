@@ -19,6 +19,8 @@ use super::{
 };
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 
+mod door;
+
 /// Users dropped as absent in one pass at most, as in the Lua script, so a
 /// pass stays short however many left at once.
 const SWEEP_LIMIT: usize = 500;
@@ -29,6 +31,8 @@ pub struct MemoryStore {
     /// The buckets of [`Store::spend`]: name -> theoretical arrival time.
     buckets: Mutex<Buckets>,
     events: broadcast::Sender<StoreEvent>,
+    /// Spent join challenges and join rates (`door.rs`).
+    door: door::Door,
 }
 
 /// Rate buckets (GCRA "theoretical arrival times", ms), forgetting full
@@ -124,6 +128,7 @@ impl MemoryStore {
             queues: Mutex::new(HashMap::new()),
             buckets: Mutex::new(Buckets::default()),
             events,
+            door: door::Door::default(),
         }
     }
 
@@ -645,6 +650,22 @@ impl Store for MemoryStore {
             }
             true
         }))
+    }
+
+    async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
+        Ok(self.door.spend_once(queue, key, ttl_ms, now_ms()))
+    }
+
+    async fn note_joins(
+        &self,
+        queue: &QueueName,
+        joins: u64,
+        threshold: u64,
+        hold_ms: u64,
+    ) -> StoreResult<u64> {
+        Ok(self
+            .door
+            .note_joins(queue, joins, threshold, hold_ms, now_ms()))
     }
 }
 

@@ -8,6 +8,7 @@ mod admin_listener;
 mod client_limits;
 mod cluster;
 mod cluster_failover;
+mod challenge;
 mod failures;
 mod gone;
 mod identity;

@@ -18,6 +18,7 @@
 //! an acknowledged place or an announced token along.
 
 mod conn;
+mod door;
 mod events;
 mod scripts;
 
@@ -44,6 +45,8 @@ pub struct RedisStore {
     prefix: String,
     scripts: Scripts,
     wait_replicas: u32,
+    /// `lua/note_joins.lua` (join challenges, `door.rs`).
+    note_joins: redis::Script,
 }
 
 /// How to reach Redis and how safe a write must be before it counts.
@@ -132,6 +135,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             scripts: Scripts::load(publishing),
             wait_replicas: options.wait_replicas,
+            note_joins: door::note_joins_script(),
         })
     }
 
@@ -638,5 +642,18 @@ impl Store for RedisStore {
             })
             .await?;
         Ok(n == 1)
+    }
+    async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
+        self.door_spend_once(queue, key, ttl_ms).await
+    }
+
+    async fn note_joins(
+        &self,
+        queue: &QueueName,
+        joins: u64,
+        threshold: u64,
+        hold_ms: u64,
+    ) -> StoreResult<u64> {
+        self.door_note_joins(queue, joins, threshold, hold_ms).await
     }
 }
