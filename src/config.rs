@@ -414,7 +414,7 @@ impl Config {
             }
         }
         self.proxy_nets()?;
-                self.check_join_challenge()?;
+        self.check_join_challenge()?;
         if let Some(secs) = self.body_timeout_secs
             && (secs == 0 || secs >= self.claim_lease_secs)
         {

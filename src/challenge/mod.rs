@@ -280,14 +280,8 @@ pub fn solve(challenge: &IssuedChallenge) -> Option<String> {
     None
 }
 
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    hex::decode(text).ok()
 }
 
 /// Decimal digits of a number without allocating per try.

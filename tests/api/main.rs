@@ -5,10 +5,10 @@
 mod common;
 
 mod admin_listener;
+mod challenge;
 mod client_limits;
 mod cluster;
 mod cluster_failover;
-mod challenge;
 mod failures;
 mod gone;
 mod identity;

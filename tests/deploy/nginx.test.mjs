@@ -38,9 +38,9 @@ import {
 // deployment's final shape (deploy/nginx.conf's header); switch them on
 // once the binary has them (branches `web` and `limits`).
 const EXTRA_INSTANCE_FLAGS = [
-  // '--idle-timeout-secs', '75',        // > nginx upstream keepalive_timeout 60s
-  // '--trusted-proxies', '127.0.0.1/32', // believe nginx's X-Forwarded-*
-  // '--cookie-secure', 'auto',
+  '--idle-timeout-secs', '75',        // > nginx upstream keepalive_timeout 60s
+  '--trusted-proxies', '127.0.0.1/32', // believe nginx's X-Forwarded-*
+  '--cookie-secure', 'auto',
 ];
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -55,6 +55,7 @@ const JOIN_BURST = 20;
 const { chromium } = createRequire(path.join(BROWSER_DIR, 'package.json'))('playwright-core');
 
 const ADMIN_TOKEN = `deploy-admin-${Math.random().toString(36).slice(2)}`;
+const SERVICE_TOKEN = `deploy-service-${Math.random().toString(36).slice(2)}`;
 const PREFIX = `t-deploy-${Math.random().toString(36).slice(2, 10)}`;
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'waitroom-deploy-'));
@@ -148,8 +149,11 @@ async function waitUntil(what, check, { timeoutMs = 20_000, proc } = {}) {
 
 async function startInstance(index, ordersDb) {
   const port = await freePort();
+  const adminPort = await freePort();
   const args = [
     '--addr', `127.0.0.1:${port}`,
+    '--admin-addr', `127.0.0.1:${adminPort}`,
+    '--service-token', SERVICE_TOKEN,
     '--redis-url', REDIS_URL,
     '--key-prefix', PREFIX,
     '--orders-db', ordersDb,
@@ -162,6 +166,7 @@ async function startInstance(index, ordersDb) {
   const proc = run(`waitroom #${index} (:${port})`, process.env.WAITROOM_BIN, args);
   proc.port = port;
   proc.base = `http://127.0.0.1:${port}`;
+  proc.admin = `http://127.0.0.1:${adminPort}`;
   await waitUntil(`${proc.name} answers /readyz`, async () => {
     const res = await fetch(`${proc.base}/readyz`, { signal: AbortSignal.timeout(1_000) });
     return res.status === 200;
@@ -267,7 +272,7 @@ function rawHttpDirect(port, request) {
 }
 
 async function metric(instance, name) {
-  const res = await fetch(`${instance.base}/metrics`, { signal: AbortSignal.timeout(3_000) });
+  const res = await fetch(`${instance.admin}/metrics`, { signal: AbortSignal.timeout(3_000) });
   const text = await res.text();
   let sum = 0;
   for (const line of text.split('\n')) {
@@ -286,7 +291,7 @@ async function prefill(instance, count) {
 
 /** Hold (or resume) admission to the default queue, through one instance's admin API: the hold is in Redis, for all. */
 async function hold(instance, paused) {
-  const res = await fetch(`${instance.base}/api/admin/queues/default/${paused ? 'pause' : 'resume'}`, {
+  const res = await fetch(`${instance.admin}/api/admin/queues/default/${paused ? 'pause' : 'resume'}`, {
     method: 'POST',
     headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
   });
@@ -428,11 +433,15 @@ test('through nginx over HTTP/2: join, the live place, READY, order, confirmatio
 
 test('metrics, the admin API and the token API are not reachable through nginx', { timeout: 30_000 }, async () => {
   const bearer = { authorization: `Bearer ${ADMIN_TOKEN}` };
-  // The same requests straight at an instance succeed: the refusals below are nginx's.
-  assert.equal((await fetch(`${instances[0].base}/api/admin/queues`, { headers: bearer })).status, 200);
-  assert.equal((await fetch(`${instances[0].base}/metrics`)).status, 200);
-  const claimDirect = await fetch(`${instances[0].base}/api/tokens/claim`, {
-    method: 'POST', headers: { ...bearer, 'content-type': 'application/json' }, body: '{"userId":"u","token":"x"}',
+  // The same requests at an instance's operator listener succeed (and its
+  // public port does not serve them either): the refusals below are nginx's.
+  assert.equal((await fetch(`${instances[0].admin}/api/admin/queues`, { headers: bearer })).status, 200);
+  assert.equal((await fetch(`${instances[0].admin}/metrics`)).status, 200);
+  assert.equal((await fetch(`${instances[0].base}/metrics`)).status, 404);
+  const claimDirect = await fetch(`${instances[0].admin}/api/tokens/claim`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${SERVICE_TOKEN}`, 'content-type': 'application/json' },
+    body: '{"userId":"u","token":"x"}',
   });
   assert.equal(claimDirect.status, 401, 'the token API answers an unknown token 401 when reached');
 

@@ -637,9 +637,15 @@ impl Store for RedisStore {
         lease_ms: u64,
     ) -> StoreResult<bool> {
         let n: i64 = self
-            .run_for(&self.scripts.renew_claim, queue, &[user], Vec::new(), |inv| {
-                inv.arg(user.as_str()).arg(claim_id).arg(lease_ms);
-            })
+            .run_for(
+                &self.scripts.renew_claim,
+                queue,
+                &[user],
+                Vec::new(),
+                |inv| {
+                    inv.arg(user.as_str()).arg(claim_id).arg(lease_ms);
+                },
+            )
             .await?;
         Ok(n == 1)
     }

@@ -55,8 +55,7 @@ impl Scripts {
         let prelude = publishing.prelude();
         let with_common = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{body}"));
         // A script that keeps request rates: `gcra.lua` after `common.lua`.
-        let with_rates =
-            |body: &str| Script::new(&format!("{prelude}{COMMON}\n{GCRA}\n{body}"));
+        let with_rates = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{GCRA}\n{body}"));
         Self {
             enter: with_rates(include_str!("lua/enter.lua")),
             status: with_rates(include_str!("lua/status.lua")),
