@@ -130,7 +130,7 @@ mod tests {
             s.starts_with("__Secure-waitroom_ticket=t;") && s.contains("Secure"),
             "{s}"
         );
-        assert!(s.contains("Path=/api/queues/default") && s.contains("SameSite=Strict"));
+        assert!(s.contains("Path=/shop/api/queues/default") && s.contains("SameSite=Strict"));
         let v = visitor("v".into(), true);
         assert!(v.starts_with("__Host-waitroom_visitor=v;"), "{v}");
         assert!(v.contains("Secure") && v.contains("Path=/") && !v.contains("Domain"));
