@@ -8,8 +8,9 @@
 //! after it):
 //!
 //! - `main` parses the command line ([`config`]) and calls [`run`];
-//! - [`server`] owns the connections: the listener, the lean stream writer
-//!   and the hyper fallback, connection caps, shutdown;
+//! - [`server`] owns the connections: the two listeners (buyers on
+//!   `--addr`, operators on `--admin-addr`), the lean stream writer and the
+//!   hyper fallback, connection caps, shutdown;
 //! - [`app`] builds the [`AppState`] from the configuration and starts the
 //!   background tasks, handing each only its own handles;
 //! - [`http`] is the API: routes, extractors, the one error type, the
@@ -58,6 +59,8 @@ impl Listeners {
     /// Binds `--addr` and `--admin-addr` as configured (see
     /// [`bind_admin`]).
     pub async fn bind(config: &Config) -> Result<Self, StartError> {
+        // A configuration that cannot run says so before any port is taken.
+        config.validate()?;
         let public = TcpListener::bind(config.addr).await?;
         let admin = bind_admin(config.admin_addr).await?;
         Ok(Self { public, admin })
