@@ -40,8 +40,8 @@ async function joinSolved(base) {
   assert.equal((await replay.json()).error, 'challenge_replayed');
 }
 
-async function passedChallenges(base) {
-  const text = await (await fetch(`${base}/metrics`)).text();
+async function passedChallenges(adminBase) {
+  const text = await (await fetch(`${adminBase}/metrics`)).text();
   const line = text.split('\n').find((l) => l.startsWith('waitroom_join_challenges_total{result="passed"}'));
   return line ? Number(line.split(' ').pop()) : 0;
 }
@@ -52,7 +52,7 @@ test('with --join-challenge always the page checks the browser, joins, waits and
   const { server, browser } = await setup(t, {
     serverArgs: ['--join-challenge', 'always', '--admin-token', ADMIN],
   });
-  const admin = (what) => fetch(`${server.base}/api/admin/queues/default/${what}`, {
+  const admin = (what) => fetch(`${server.admin}/api/admin/queues/default/${what}`, {
     method: 'POST',
     headers: { Authorization: `Bearer ${ADMIN}` },
   });
@@ -113,7 +113,7 @@ test('with --join-challenge always the page checks the browser, joins, waits and
   assert.equal(workerLoads, 1, 'one worker solved one challenge');
   const order = requests.filter((r) => /\/api\/queues\/default\/(challenge|entries)$/.test(r));
   assert.deepEqual(order.slice(0, 2), ['GET /api/queues/default/challenge', 'POST /api/queues/default/entries']);
-  assert.equal(await passedChallenges(server.base), 4, 'three others and the page each passed the door once');
+  assert.equal(await passedChallenges(server.admin), 4, 'three others and the page each passed the door once');
   assert.deepEqual(violations, [], 'no CSP violation');
   assertNoConsoleErrors(consoleWatch);
   await context.close();

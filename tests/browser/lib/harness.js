@@ -69,6 +69,8 @@ export async function startServer({ args = [] } = {}) {
 
 async function startOnce(extraArgs) {
   const port = await freePort();
+  // The operator listener (metrics, admin API) on a port of its own.
+  const adminPort = await freePort();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'waitroom-browser-'));
   const env = { ...process.env };
   for (const name of Object.keys(env)) {
@@ -76,6 +78,7 @@ async function startOnce(extraArgs) {
   }
   const args = [
     '--addr', `127.0.0.1:${port}`,
+    '--admin-addr', `127.0.0.1:${adminPort}`,
     '--admission-interval-ms', '700',
     '--admission-batch', '1',
     '--orders-db', path.join(dir, 'orders.db'),
@@ -110,6 +113,8 @@ async function startOnce(extraArgs) {
   const base = `http://127.0.0.1:${port}`;
   const server = {
     base,
+    /** The operator listener: /metrics, /api/admin/*, /api/tokens/*. */
+    admin: `http://127.0.0.1:${adminPort}`,
     port,
     log,
     async stop() {
