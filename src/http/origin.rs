@@ -18,7 +18,8 @@
 //! browser acting on a buyer's behalf from somewhere else.
 //!
 //! Behind a proxy, `Host` must be passed through (nginx: `proxy_set_header
-//! Host $host;`), or the public origin named in `--allowed-origins`.
+//! Host $http_host;`, which keeps the port), or the public origin named in
+//! `--allowed-origins`.
 
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;

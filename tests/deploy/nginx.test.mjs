@@ -409,9 +409,11 @@ test('through nginx over HTTP/2: join, the live place, READY, order, confirmatio
   const orderId = await orderFirstProduct(page);
   await screenshot(page, 'deploy-nginx-confirmed');
 
-  // nginx said https: the visitor cookie is Secure.
+  // nginx (a trusted proxy) said https: the visitor cookie is Secure and
+  // carries the __Host- prefix.
   const visitor = await pageVisitor(page);
-  const cookie = (await context.cookies()).find((c) => c.name === 'waitroom_visitor');
+  const cookie = (await context.cookies()).find((c) => c.name === '__Host-waitroom_visitor');
+  assert.ok(cookie, `a __Host- visitor cookie: ${(await context.cookies()).map((c) => c.name)}`);
   assert.equal(cookie.secure, true, 'the visitor cookie is Secure behind TLS');
   // The order is there for its buyer, through nginx.
   const session = connectH2();
@@ -503,11 +505,19 @@ test('nginx sets the forwarding headers, strips X-User-Id and keeps tickets out 
       'GET /api/products HTTP/1.1\r\nHost: localhost\r\nX-User-Id: alice\r\nX-User-Id: mallory\r\nConnection: close\r\n\r\n');
     assert.equal(dupH1.status, 200, `nginx removed X-User-Id (HTTP/1.1): ${dupH1.body}`);
 
-    // A ticket sent in the query string is not written to nginx's log.
+    // A ticket sent in the query string is not written to nginx's log (and
+    // waitroom ignores it unless --ticket-in-query: without the ticket
+    // cookie the poll is 401, with it 200).
     const { ticket } = JSON.parse(joined.body);
     assert.ok(ticket && ticket.length > 20);
+    const visitorOnly = cookies.map((c) => c.split(';')[0]).filter((c) => /^(__Host-)?waitroom_visitor=/.test(c));
+    assert.equal(visitorOnly.length, 1, `a visitor cookie: ${cookies}`);
+    const queryOnly = await h2(session, 'GET', `/api/queues/default/position?ticket=${encodeURIComponent(ticket)}`, {
+      cookie: visitorOnly.join('; '),
+    });
+    assert.equal(queryOnly.status, 401, `a ticket in the query is ignored: ${queryOnly.body}`);
     const polled = await h2(session, 'GET', `/api/queues/default/position?ticket=${encodeURIComponent(ticket)}`, {
-      cookie: cookies.map((c) => c.split(';')[0]).filter((c) => c.startsWith('waitroom_visitor=')).join('; '),
+      cookie: cookies.map((c) => c.split(';')[0]).join('; '),
     });
     assert.equal(polled.status, 200, polled.body);
   } finally {

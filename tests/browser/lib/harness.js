@@ -238,7 +238,8 @@ export async function screenshot(page, name) {
  */
 export async function pageVisitor(page) {
   const cookies = await page.context().cookies();
-  const visitor = cookies.find((c) => c.name === 'waitroom_visitor');
+  // `__Host-waitroom_visitor` when the page was served over HTTPS.
+  const visitor = cookies.find((c) => c.name === 'waitroom_visitor' || c.name === '__Host-waitroom_visitor');
   assert.ok(visitor, `the server set a visitor cookie (cookies: ${cookies.map((c) => c.name).join(', ')})`);
   assert.equal(visitor.httpOnly, true, 'the visitor cookie is HttpOnly');
   assert.equal(visitor.sameSite, 'Lax', 'the visitor cookie is SameSite=Lax');
