@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use super::client::Client;
 use super::cookies;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Member, OptionalJson, Queue, now_ms, raw_ticket, ticket_ended};
+use super::extract::{Member, OptionalJson, Queue, now_ms, request_ticket, ticket_ended};
 use super::identity::Joiner;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
@@ -229,14 +229,7 @@ fn holds_ticket(
     headers: &HeaderMap,
     uri: &Uri,
 ) -> bool {
-    let raw = raw_ticket(
-        headers.get("x-queue-ticket").and_then(|v| v.to_str().ok()),
-        uri.query().filter(|_| state.config().ticket_in_query),
-        headers
-            .get_all("cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok()),
-    );
-    raw.and_then(|raw| state.signer().verify(&raw, queue, now_ms()).ok())
+    request_ticket(state, headers, uri)
+        .and_then(|raw| state.signer().verify(&raw, queue, now_ms()).ok())
         .is_some_and(|ticket| &ticket.user == user)
 }

@@ -184,20 +184,27 @@ impl FromRequestParts<AppState> for Member {
         let Path(queue_raw) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| unknown_queue())?;
-        let ticket = raw_ticket(
-            parts
-                .headers
-                .get("x-queue-ticket")
-                .and_then(|v| v.to_str().ok()),
-            parts.uri.query().filter(|_| state.config().ticket_in_query),
-            parts
-                .headers
-                .get_all("cookie")
-                .iter()
-                .filter_map(|v| v.to_str().ok()),
-        );
+        let ticket = request_ticket(state, &parts.headers, &parts.uri);
         Member::authenticate(state, &queue_raw, ticket, &parts.headers)
     }
+}
+
+/// The raw ticket a request carries, from the places this instance takes
+/// it: `X-Queue-Ticket`, the cookie, and `?ticket=` only with
+/// `--ticket-in-query`. One place, so every reader follows that setting.
+pub fn request_ticket(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+) -> Option<String> {
+    raw_ticket(
+        headers.get("x-queue-ticket").and_then(|v| v.to_str().ok()),
+        uri.query().filter(|_| state.config().ticket_in_query),
+        headers
+            .get_all("cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    )
 }
 
 /// An optional small JSON body: empty, or JSON that parses as `T`
