@@ -22,6 +22,7 @@ mod orders_pg;
 mod queue;
 mod reach;
 mod shutdown;
+mod stock;
 mod sse;
 mod store_bound;
 mod tickets;
