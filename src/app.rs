@@ -357,8 +357,11 @@ impl AppState {
         {
             // Links each queue to its products' stock once at start; every
             // order and restock reports again (`http::stock`).
-            let (store, orders, queues) =
-                (self.store().clone(), orders.clone(), self.queue_names().to_vec());
+            let (store, orders, queues) = (
+                self.store().clone(),
+                orders.clone(),
+                self.queue_names().to_vec(),
+            );
             tasks.spawn(async move {
                 for queue in &queues {
                     if let Err(e) = crate::http::stock::report_from(&store, &orders, queue).await {

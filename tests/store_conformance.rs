@@ -1439,7 +1439,10 @@ mod stock {
         assert_eq!(store.stock(&q()).await.unwrap(), None, "not linked yet");
         let p = slow(10);
         let state = store.set_stock(&q(), report(3, 1)).await.unwrap();
-        assert_eq!((state.remaining, state.admissible, state.sold_out), (3, 3, false));
+        assert_eq!(
+            (state.remaining, state.admissible, state.sold_out),
+            (3, 3, false)
+        );
         let users: Vec<UserId> = (0..6).map(|i| u(&format!("s{i}"))).collect();
         // The budget would let all six in at once: the stock lets three.
         assert_eq!(enter_all(&store, &p, &users).await, 3);
@@ -1452,7 +1455,10 @@ mod stock {
         let pass = store.admit(&q(), &p, &tokens(10)).await.unwrap();
         let admitted: Vec<&str> = pass.admitted.iter().map(|a| a.user.as_str()).collect();
         assert_eq!(admitted, ["s3", "s4"]);
-        assert_eq!(rank(&store.status(&q(), &users[5], false).await.unwrap()), Some(0));
+        assert_eq!(
+            rank(&store.status(&q(), &users[5], false).await.unwrap()),
+            Some(0)
+        );
         // Four a buyer, ten units: three buyers can still buy, five hold.
         let state = store.set_stock(&q(), report(10, 4)).await.unwrap();
         assert_eq!((state.holders, state.admissible), (5, 0));
@@ -1479,7 +1485,14 @@ mod stock {
             (state.holders, state.consumed_since_report, state.admissible),
             (1, 1, 0)
         );
-        assert!(store.admit(&q(), &p, &tokens(10)).await.unwrap().admitted.is_empty());
+        assert!(
+            store
+                .admit(&q(), &p, &tokens(10))
+                .await
+                .unwrap()
+                .admitted
+                .is_empty()
+        );
         // The report after the order: one unit, held by c1.
         let state = store.set_stock(&q(), report(1, 1)).await.unwrap();
         assert_eq!((state.consumed_since_report, state.admissible), (0, 0));
@@ -1514,7 +1527,10 @@ mod stock {
             }
         }
         assert_eq!(got[0], QueueEvent::SoldOut);
-        assert!(matches!(&got[1], QueueEvent::Left { user, .. } if *user == users[3]), "{got:?}");
+        assert!(
+            matches!(&got[1], QueueEvent::Left { user, .. } if *user == users[3]),
+            "{got:?}"
+        );
         // Every read says so; the holder keeps the token, the line its order.
         let s = store.status(&q(), &users[1], true).await.unwrap();
         assert!(s.sold_out && rank(&s) == Some(0), "{s:?}");
@@ -1528,7 +1544,14 @@ mod stock {
             .await
             .unwrap();
         assert!(out.snapshot.sold_out && rank(&out.snapshot) == Some(2));
-        assert!(store.admit(&q(), &p, &tokens(10)).await.unwrap().admitted.is_empty());
+        assert!(
+            store
+                .admit(&q(), &p, &tokens(10))
+                .await
+                .unwrap()
+                .admitted
+                .is_empty()
+        );
         // A restock: the line reopens in its order.
         let state = store.set_stock(&q(), report(2, 1)).await.unwrap();
         assert!(!state.sold_out);

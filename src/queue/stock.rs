@@ -45,7 +45,12 @@ pub fn admissible(report: StockReport, holders: u64, consumed: u64) -> u64 {
 /// wherever their page is), and not until `abandon_after_ms` after the line
 /// reopened, so those who came back for a restock have the usual time to
 /// be seen again.
-pub fn may_sweep(sold_out: bool, reopened_at: Option<u64>, now: u64, abandon_after_ms: u64) -> bool {
+pub fn may_sweep(
+    sold_out: bool,
+    reopened_at: Option<u64>,
+    now: u64,
+    abandon_after_ms: u64,
+) -> bool {
     !sold_out && reopened_at.is_none_or(|at| now.saturating_sub(at) >= abandon_after_ms)
 }
 

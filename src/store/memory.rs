@@ -626,9 +626,7 @@ impl Store for MemoryStore {
     }
 
     async fn stock(&self, queue: &QueueName) -> StoreResult<Option<StockState>> {
-        Ok(self.with_queue(queue, |q, _| {
-            stock::state(&q.stock, q.tokens.len() as u64)
-        }))
+        Ok(self.with_queue(queue, |q, _| stock::state(&q.stock, q.tokens.len() as u64)))
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -99,7 +99,11 @@ async fn a_thousand_wait_for_a_hundred_and_hear_sold_out() {
     for kind in ["memory", "redis"] {
         let app = app_of(kind, &[]).await;
         let (code, body) = put_stock(&app, json!({ "remaining": 100, "maxPerBuyer": 1 })).await;
-        assert_eq!((code, body["admissible"].as_u64()), (200, Some(100)), "{body}");
+        assert_eq!(
+            (code, body["admissible"].as_u64()),
+            (200, Some(100)),
+            "{body}"
+        );
         let users = names("b", 1_000);
         let tickets = join_all_of(&app, &users).await;
         let stats = eventually(WAIT, "100 holders", || async {
@@ -138,22 +142,37 @@ async fn a_thousand_wait_for_a_hundred_and_hear_sold_out() {
 
         // The order service sold the lot.
         let (code, body) = put_stock(&app, json!({ "remaining": 0 })).await;
-        assert_eq!((code, body["soldOut"].as_bool()), (200, Some(true)), "{body}");
+        assert_eq!(
+            (code, body["soldOut"].as_bool()),
+            (200, Some(true)),
+            "{body}"
+        );
         for s in &mut streams {
             let events = s.until("gone", WAIT).await;
             let gone = events.last().unwrap();
             assert_eq!(gone.data["reason"], "sold_out", "{kind}: {events:?}");
-            assert!(s.next(Duration::from_secs(5)).await.is_none(), "ends after gone");
+            assert!(
+                s.next(Duration::from_secs(5)).await.is_none(),
+                "ends after gone"
+            );
         }
         for &i in &waiting {
             let (code, p) = app.position("default", &tickets[i]).await;
-            assert_eq!((code, p["status"].as_str()), (200, Some("SOLD_OUT")), "{kind}");
+            assert_eq!(
+                (code, p["status"].as_str()),
+                (200, Some("SOLD_OUT")),
+                "{kind}"
+            );
             assert!(p["position"].as_u64().is_some(), "the place is kept: {p}");
         }
         let (_, p) = app.position("default", &tickets[holders[0]]).await;
         assert_eq!(p["status"], "READY", "a holder keeps the token");
         let (code, body) = app.enter("default", "latecomer").await;
-        assert_eq!((code, body["status"].as_str()), (201, Some("SOLD_OUT")), "{body}");
+        assert_eq!(
+            (code, body["status"].as_str()),
+            (201, Some("SOLD_OUT")),
+            "{body}"
+        );
         let s = app.state.store().stats(&q()).await.unwrap();
         assert_eq!(s.active, 100, "{kind}: nobody admitted after");
         app.stop().await;
@@ -246,14 +265,20 @@ async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
         .await;
         restock(&app, 20).await;
         let (_, stock) = get_stock(&app).await;
-        assert_eq!((stock["remaining"].as_u64(), stock["maxPerBuyer"].as_u64()), (Some(20), Some(1)));
+        assert_eq!(
+            (stock["remaining"].as_u64(), stock["maxPerBuyer"].as_u64()),
+            (Some(20), Some(1))
+        );
         let users = names("d", 60);
         let tickets = join_all_of(&app, &users).await;
         let (bought, sold_out) = buy_until_settled(&app, &users, &tickets, &HashSet::new()).await;
         assert_eq!((bought.len(), sold_out.len()), (20, 40), "{kind}");
         let orders = app.state.orders().unwrap();
         assert_eq!(orders.order_count("demo-sneaker").await.unwrap(), 20);
-        assert_eq!(orders.product("demo-sneaker").await.unwrap().unwrap().stock, 0);
+        assert_eq!(
+            orders.product("demo-sneaker").await.unwrap().unwrap().stock,
+            0
+        );
 
         // The line's order is the entries' order: the restock must go to
         // the five at its head.
@@ -268,7 +293,10 @@ async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
         restock(&app, 5).await;
         let (more, still) = buy_until_settled(&app, &users, &tickets, &bought).await;
         assert_eq!((more.len(), still.len()), (5, 35), "{kind}");
-        assert_eq!(more, head, "{kind}: the restock went to the head of the line");
+        assert_eq!(
+            more, head,
+            "{kind}: the restock went to the head of the line"
+        );
         assert_eq!(orders.order_count("demo-sneaker").await.unwrap(), 25);
         app.stop().await;
     }
@@ -316,7 +344,10 @@ async fn a_sold_out_reported_on_one_instance_ends_the_streams_of_another() {
     assert_eq!(p["status"], "SOLD_OUT");
     let mut late = SseStream::open(&a, "default", &tickets[7], None).await;
     let first = late.next(WAIT).await.unwrap();
-    assert_eq!((first.event.as_str(), &first.data["reason"]), ("gone", &json!("sold_out")));
+    assert_eq!(
+        (first.event.as_str(), &first.data["reason"]),
+        ("gone", &json!("sold_out"))
+    );
     a.stop().await;
     b.stop().await;
 }
@@ -326,7 +357,11 @@ async fn a_sold_out_reported_on_one_instance_ends_the_streams_of_another() {
 #[tokio::test]
 async fn redis_down_is_503_not_sold_out() {
     let mut redis = RedisProcess::start(false);
-    let store = Arc::new(RedisStore::connect(&redis.url(), "stockdown").await.unwrap());
+    let store = Arc::new(
+        RedisStore::connect(&redis.url(), "stockdown")
+            .await
+            .unwrap(),
+    );
     let cfg = waitroom::Config {
         admission_interval_ms: 200,
         admin_token: Some(ADMIN.into()),
@@ -340,7 +375,10 @@ async fn redis_down_is_503_not_sold_out() {
     let ticket = body["ticket"].as_str().unwrap().to_owned();
     redis.kill();
     let (code, body) = put_stock(&app, json!({ "remaining": 0 })).await;
-    assert_eq!((code, body["error"].as_str()), (503, Some("store_unavailable")));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (503, Some("store_unavailable"))
+    );
     let r = app
         .client
         .post(app.admin_url("/api/tokens/stock"))
@@ -379,7 +417,10 @@ async fn bad_stock_reports_are_refused_and_change_nothing() {
         let (code, answer) = put_stock(&app, body.clone()).await;
         assert_eq!(code, 400, "{body}: {answer}");
         assert!(
-            matches!(answer["error"].as_str(), Some("invalid_body" | "invalid_stock")),
+            matches!(
+                answer["error"].as_str(),
+                Some("invalid_body" | "invalid_stock")
+            ),
             "{body}: {answer}"
         );
     }
@@ -394,7 +435,11 @@ async fn bad_stock_reports_are_refused_and_change_nothing() {
         .unwrap();
     assert_eq!(r.status(), 400, "truncated JSON");
     let (code, body) = get_stock(&app).await;
-    assert_eq!((code, body["error"].as_str()), (404, Some("no_stock")), "nothing was linked");
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (404, Some("no_stock")),
+        "nothing was linked"
+    );
     // The fast track still works: no stock was recorded.
     let (code, body) = app.enter("default", "free").await;
     assert_eq!((code, body["status"].as_str()), (201, Some("READY")));
@@ -429,18 +474,45 @@ async fn bad_stock_reports_are_refused_and_change_nothing() {
                 .send()
                 .await
                 .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
         }
     };
-    assert_eq!(report(ADMIN, json!({ "queue": "default", "remaining": 1 })).await.0, 401);
-    assert_eq!(report(SERVICE, json!({ "queue": "nope", "remaining": 1 })).await.0, 404);
-    assert_eq!(report(SERVICE, json!({ "queue": "default", "remaining": -1 })).await.0, 400);
+    assert_eq!(
+        report(ADMIN, json!({ "queue": "default", "remaining": 1 }))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        report(SERVICE, json!({ "queue": "nope", "remaining": 1 }))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        report(SERVICE, json!({ "queue": "default", "remaining": -1 }))
+            .await
+            .0,
+        400
+    );
     assert_eq!(report(SERVICE, json!({ "remaining": 1 })).await.0, 400);
     assert_eq!(get_stock(&app).await.0, 404, "still nothing linked");
-    let (code, body) = report(SERVICE, json!({ "queue": "default", "remaining": 3, "maxPerBuyer": 2 })).await;
+    let (code, body) = report(
+        SERVICE,
+        json!({ "queue": "default", "remaining": 3, "maxPerBuyer": 2 }),
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(
-        (body["remaining"].as_u64(), body["maxPerBuyer"].as_u64(), body["holders"].as_u64(), body["admissible"].as_u64()),
+        (
+            body["remaining"].as_u64(),
+            body["maxPerBuyer"].as_u64(),
+            body["holders"].as_u64(),
+            body["admissible"].as_u64()
+        ),
         (Some(3), Some(2), Some(1), Some(1)),
         "{body}"
     );

@@ -306,17 +306,24 @@ impl RedisStore {
             .await?;
         match reply[..] {
             [] => Ok(None),
-            [remaining, per_buyer, consumed, holders, admissible, sold_out] => {
-                Ok(Some(StockState {
-                    remaining,
-                    per_buyer,
-                    consumed_since_report: consumed,
-                    holders,
-                    admissible,
-                    sold_out: sold_out == 1,
-                }))
-            }
-            _ => Err(StoreError::Protocol(format!("stock.lua returned {reply:?}"))),
+            [
+                remaining,
+                per_buyer,
+                consumed,
+                holders,
+                admissible,
+                sold_out,
+            ] => Ok(Some(StockState {
+                remaining,
+                per_buyer,
+                consumed_since_report: consumed,
+                holders,
+                admissible,
+                sold_out: sold_out == 1,
+            })),
+            _ => Err(StoreError::Protocol(format!(
+                "stock.lua returned {reply:?}"
+            ))),
         }
     }
 }
@@ -588,8 +595,9 @@ impl Store for RedisStore {
         policy: &Policy,
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
+        let stock = vec![self.keys(queue).stock()];
         let json: String = self
-            .run_durable(&self.scripts.admit, queue, &[], vec![self.keys(queue).stock()], |inv| {
+            .run_durable(&self.scripts.admit, queue, &[], stock, |inv| {
                 inv.arg(policy.token_ttl_ms)
                     .arg(policy.batch)
                     .arg(policy.interval_ms)
@@ -647,8 +655,9 @@ impl Store for RedisStore {
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
+        let stock = vec![self.keys(queue).stock()];
         let n: i64 = self
-            .run_for(&self.scripts.consume, queue, &[user], vec![self.keys(queue).stock()], |inv| {
+            .run_for(&self.scripts.consume, queue, &[user], stock, |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
