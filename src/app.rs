@@ -352,6 +352,24 @@ impl AppState {
                     .run(self.store().clone(), self.shutdown().clone()),
             );
         }
+        if let Some(orders) = self.orders()
+            && self.config().stock_from_orders
+        {
+            // Links each queue to its products' stock once at start; every
+            // order and restock reports again (`http::stock`).
+            let (store, orders, queues) = (
+                self.store().clone(),
+                orders.clone(),
+                self.queue_names().to_vec(),
+            );
+            tasks.spawn(async move {
+                for queue in &queues {
+                    if let Err(e) = crate::http::stock::report_from(&store, &orders, queue).await {
+                        tracing::warn!(%queue, error = %e, "cannot report the demo stock");
+                    }
+                }
+            });
+        }
         if let Some(orders) = self.orders() {
             tasks.spawn(orders::reconcile::run(
                 orders.clone(),

@@ -144,6 +144,16 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ORDERS_DB", default_value = "waitroom-orders.db")]
     pub orders_db: String,
 
+    /// Links every queue to the demo order service's stock: the units its
+    /// products have left (and their largest `maxPerOrder`) are reported
+    /// at start, after every order and after every restock, so admission
+    /// admits no more buyers than can still buy and a sold-out line is
+    /// told so at once. Off: only what an operator or an order service
+    /// reports (`PUT /api/admin/queues/{queue}/stock`, `POST
+    /// /api/tokens/stock`) links a queue.
+    #[arg(long, env = "WAITROOM_STOCK_FROM_ORDERS", default_value_t = false)]
+    pub stock_from_orders: bool,
+
     /// Who a request is for: `visitor` (a signed cookie waitroom mints;
     /// `X-User-Id` ignored), `header` (`X-User-Id` from a trusted gateway
     /// that strips client-sent values) or `signed` (a JWT from the site's

@@ -13,6 +13,8 @@ const MAX_QUANTITY = 10;
 const ORDER_MEMORY_MS = 30 * 60 * 1000;
 const JOIN_RETRY_MIN_MS = 2_000;
 const JOIN_RETRY_MAX_MS = 30_000;
+/** While sold out, how often the page looks for a restock (the place is kept). */
+const SOLD_OUT_RECHECK_MS = 30_000;
 const CURRENCY = document.querySelector('meta[name="waitroom-currency"]')?.content || 'USD';
 
 const el = (id) => document.getElementById(id);
@@ -157,6 +159,10 @@ async function join({ quiet = false } = {}) {
   }
   app.joining = false;
   app.joinFailures = 0;
+  if (status?.status === 'SOLD_OUT') {
+    showGone('sold_out');
+    return;
+  }
   if (!status || (status.status !== 'WAITING' && status.status !== 'READY')) {
     showGone('not_entered');
     return;
@@ -259,6 +265,9 @@ function applyUpdate(update) {
       break;
     case 'NOT_ENTERED':
       showGone(update.reason ?? 'not_entered');
+      break;
+    case 'SOLD_OUT':
+      showGone('sold_out');
       break;
     default:
       break;
@@ -743,6 +752,11 @@ function showGone(reason) {
   setText('ended-text', copy.text);
   setText('rejoin', copy.action);
   el('view-ended').dataset.reason = shown;
+  if (reason === 'sold_out') {
+    // The place is kept while sold out: a restock answers WAITING again.
+    clearTimeout(app.joinTimer);
+    app.joinTimer = setTimeout(() => join({ quiet: true }), SOLD_OUT_RECHECK_MS);
+  }
   const changed = setView('ended', { focus: true });
   setTitle(copy.title);
   if (changed) announce(`${copy.title}. ${copy.text}`);

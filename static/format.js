@@ -134,6 +134,14 @@ export function endedCopy(reason) {
         text: 'The waiting room was opened in another browser or on another device, and that one is now keeping your place. You can carry on there, or continue here instead.',
         action: 'Continue here instead',
       };
+    // --- stock: sold out (English strings of the sold-out view) ---
+    case 'sold_out':
+      return {
+        title: 'Sold out',
+        text: "Everything has been sold, so there is nothing left to wait for. We'll keep your place in case more stock arrives — this page checks now and then.",
+        action: 'Check again',
+      };
+    // --- end of stock strings ---
     case 'not_entered':
     default:
       return {

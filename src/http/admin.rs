@@ -311,11 +311,9 @@ async fn put_product(
         stock: body.stock,
         max_per_order: body.max_per_order,
     };
-    orders
-        .upsert_product(&update)
-        .await
-        .map(Json)
-        .map_err(ApiError::from)
+    let product = orders.upsert_product(&update).await?;
+    super::stock::report_demo_stock(&state, &product.queue).await;
+    Ok(Json(product))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod orders;
 pub mod origin;
 mod page;
 pub mod security;
+pub mod stock;
 mod tokens;
 pub mod wire;
 
@@ -69,6 +70,7 @@ fn operator_only() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(health::metrics_router())
         .merge(tokens::router())
+        .merge(stock::router())
         .merge(admin::router())
 }
 

@@ -82,7 +82,10 @@ async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Respons
     let store = orders(&state)?;
     match attempt(store, &pass).await {
         Ok(order) => {
+            let queue = pass.queue().clone();
             confirm(store, &order.order_id, pass.commit_recorded().await).await;
+            // After the consume: the report then counts this order.
+            super::stock::report_demo_stock(&state, queue.as_str()).await;
             metrics::counter!("waitroom_orders_total", "result" => "created").increment(1);
             Ok((StatusCode::CREATED, Json(order)).into_response())
         }

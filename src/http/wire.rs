@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::push::View;
 use crate::queue::{Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
 
-/// The three statuses of the public API.
+/// The statuses of the public API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
@@ -24,7 +24,14 @@ pub enum Status {
     Ready,
     /// Neither: the place has ended (a stream's `gone` says why).
     NotEntered,
+    /// In line for a queue whose stock is sold out: nobody will be
+    /// admitted unless it is restocked, when the place counts again in its
+    /// order (poll now and then to see: `WAITING` again).
+    SoldOut,
 }
+
+/// How often a buyer in line for a sold-out queue may look for a restock.
+pub const SOLD_OUT_POLL_SECS: u64 = 30;
 
 /// A buyer's state: the body of a position poll (and of a join, with the
 /// ticket), and the data of the stream's `waiting` and `ready` events. Its
@@ -33,16 +40,17 @@ pub enum Status {
 #[serde(rename_all = "camelCase")]
 pub struct QueueStatus {
     pub status: Status,
-    /// Buyers ahead (0-based); `null` unless waiting.
+    /// Buyers ahead (0-based); `null` unless waiting (or `SOLD_OUT`).
     pub rank: Option<u64>,
-    /// `rank + 1`; `null` unless waiting.
+    /// `rank + 1`; `null` unless waiting (or `SOLD_OUT`).
     pub position: Option<u64>,
     /// How many wait in the whole queue.
     pub total_waiting: u64,
     /// From the observed admission rate, rounded up; `null` unless waiting
     /// or while nothing is admitted.
     pub estimated_wait_seconds: Option<u64>,
-    /// How often to poll when no stream is open; `null` unless waiting.
+    /// How often to poll when no stream is open; `null` unless waiting (or
+    /// `SOLD_OUT`: how often to look for a restock).
     pub polling_interval_seconds: Option<u64>,
     /// When the buyer joined (RFC 3339, UTC); `null` when not entered.
     pub entered_at: Option<String>,
@@ -58,6 +66,12 @@ impl QueueStatus {
     pub fn new(snapshot: &Snapshot, rate: f64) -> Self {
         let total = snapshot.total_waiting;
         match &snapshot.standing {
+            Standing::Waiting { rank, .. } if snapshot.sold_out => Self {
+                status: Status::SoldOut,
+                estimated_wait_seconds: None,
+                polling_interval_seconds: Some(SOLD_OUT_POLL_SECS),
+                ..Self::waiting(*rank, total, None, entered_at(snapshot.entered_at_ms))
+            },
             Standing::Waiting { rank, .. } => Self::waiting(
                 *rank,
                 total,
@@ -160,6 +174,9 @@ pub enum GoneReasonName {
     Replaced,
     /// Neither waiting nor holding a token.
     NotEntered,
+    /// The queue's stock ran out while the buyer waited; the place is kept
+    /// for a restock (a poll answers `SOLD_OUT` until then).
+    SoldOut,
 }
 
 /// A stream's view as an event: its name and JSON data. `entered_at` is
@@ -225,6 +242,7 @@ mod tests {
             entered_at_ms: Some(1_700_000_000_123),
             pass: 7,
             entry: Some(9),
+            sold_out: false,
         }
     }
 
@@ -324,6 +342,7 @@ mod tests {
             (GoneReason::Abandoned, GoneReasonName::Abandoned),
             (GoneReason::Replaced, GoneReasonName::Replaced),
             (GoneReason::NotEntered, GoneReasonName::NotEntered),
+            (GoneReason::SoldOut, GoneReasonName::SoldOut),
         ] {
             assert_eq!(serde_json::to_value(name).unwrap(), reason.as_str());
         }

@@ -358,6 +358,22 @@ impl OrderStore {
         row.as_ref().map(product_of).transpose()
     }
 
+    /// The stock on sale through `queue`'s entry tokens: the units its
+    /// products have left, and the most one order may take of any of them
+    /// still in stock (1 when none is).
+    pub async fn queue_stock(&self, queue: &str) -> Result<(i64, i64), sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(stock), 0) AS BIGINT) AS units,
+                    CAST(COALESCE(MAX(CASE WHEN stock > 0 THEN max_per_order END), 1) AS BIGINT)
+                      AS per
+             FROM products WHERE queue = $1",
+        )
+        .bind(queue)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.try_get("units")?, row.try_get("per")?))
+    }
+
     /// Adds or updates a product (operators restock through the admin
     /// API) and returns it as stored.
     pub async fn upsert_product(&self, update: &ProductUpdate) -> Result<Product, sqlx::Error> {

@@ -92,9 +92,11 @@ pub fn refresh_period(rank: u64) -> Duration {
     Duration::from_millis((base_ms as f64 * jitter) as u64)
 }
 
-/// The initial view for a snapshot (`None`: nothing to stream).
+/// The initial view for a snapshot (`None`: nothing to stream); a buyer in
+/// line for a sold-out queue is told so at once.
 pub fn view_of(snapshot: &Snapshot, rate: f64) -> Option<View> {
     match &snapshot.standing {
+        Standing::Waiting { .. } if snapshot.sold_out => Some(View::Gone(GoneReason::SoldOut)),
         Standing::Waiting { rank, .. } => Some(View::Waiting {
             rank: *rank,
             total: snapshot.total_waiting,
@@ -198,6 +200,14 @@ impl QueueWatchers {
                     w.show(w.id.pass, View::Gone(GoneReason::Consumed));
                 }
             }
+            QueueEvent::SoldOut => {
+                // Everyone still in line; token holders keep their tokens.
+                for w in self.by_user.values_mut() {
+                    if w.is_waiting() {
+                        w.show(w.id.pass, View::Gone(GoneReason::SoldOut));
+                    }
+                }
+            }
         }
     }
 
@@ -272,6 +282,10 @@ impl QueueWatchers {
             return;
         }
         match &snapshot.standing {
+            // A re-read is how a stream that missed the event learns it.
+            Standing::Waiting { .. } if snapshot.sold_out => {
+                w.show(snapshot.pass, View::Gone(GoneReason::SoldOut));
+            }
             Standing::Waiting { rank, seq } => {
                 let current = w.rank.saturating_sub(leaves_ahead(&self.left, w.seq));
                 // Never show the rank going up; an optimistic estimate
@@ -459,6 +473,7 @@ mod tests {
             entered_at_ms: None,
             pass: 2,
             entry: Some(3),
+            sold_out: false,
         };
         q.apply_snapshot(&u("me"), &snapshot, 1.0);
         assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
@@ -478,6 +493,7 @@ mod tests {
             entered_at_ms: None,
             pass: 2,
             entry: Some(10),
+            sold_out: false,
         };
         q.apply_snapshot(&u("me"), &fresh, 1.0);
         q.apply(
@@ -506,6 +522,7 @@ mod tests {
             entered_at_ms: None,
             pass: 2,
             entry: Some(10),
+            sold_out: false,
         };
         q.apply_snapshot(&u("me"), &stale, 1.0);
         assert!(!rx.has_changed().unwrap());
@@ -580,6 +597,7 @@ mod tests {
             total_waiting: 30,
             entered_at_ms: None,
             entry: Some(20),
+            sold_out: false,
             pass: 1,
         };
         q.apply_snapshot(&u("old"), &fresh, 1.0);
@@ -655,6 +673,7 @@ mod tests {
                                 total_waiting: line.len() as u64,
                                 entered_at_ms: None,
                                 entry: Some(seq),
+                                sold_out: false,
                                 pass: pass_no,
                             };
                             q.apply_snapshot(user, &snapshot, 1.0);
@@ -708,6 +727,7 @@ mod tests {
             entered_at_ms: None,
             pass,
             entry: Some(seq),
+            sold_out: false,
         }
     }
 
@@ -721,6 +741,7 @@ mod tests {
             entered_at_ms: None,
             pass,
             entry: Some(1),
+            sold_out: false,
         }
     }
 
@@ -731,6 +752,7 @@ mod tests {
             entered_at_ms: None,
             pass,
             entry: None,
+            sold_out: false,
         }
     }
 

@@ -17,6 +17,8 @@ pub enum GoneReason {
     Abandoned,
     Replaced,
     NotEntered,
+    /// The queue's stock ran out while the buyer waited.
+    SoldOut,
 }
 
 impl GoneReason {
@@ -29,6 +31,7 @@ impl GoneReason {
             Self::Abandoned => "abandoned",
             Self::Replaced => "replaced",
             Self::NotEntered => "not_entered",
+            Self::SoldOut => "sold_out",
         }
     }
 }

@@ -7,11 +7,13 @@
 mod eta;
 mod names;
 mod status;
+pub mod stock;
 mod ticket;
 mod token;
 
 pub use eta::RateEstimator;
 pub use names::{InvalidName, QueueName, UserId};
 pub use status::{Policy, Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
+pub use stock::StockReport;
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;

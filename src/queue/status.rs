@@ -62,6 +62,9 @@ pub struct Snapshot {
     /// gave the user when they joined, kept with their token once admitted
     /// (`None` when not entered). A ticket is good only for this entry.
     pub entry: Option<u64>,
+    /// True while the queue's stock is sold out (`crate::queue::stock`):
+    /// nobody in line will be admitted unless the stock is restocked.
+    pub sold_out: bool,
 }
 
 /// The polling interval for a client `rank` places from the front: 1 s under

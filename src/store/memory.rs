@@ -15,11 +15,13 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
     Abandoned, Admitted, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
-    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, Store, StoreEvent, StoreResult,
+    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
+    StoreResult,
 };
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
+use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, StockReport, UserId};
 
 mod door;
+mod stock;
 
 /// Users dropped as absent in one pass at most, as in the Lua script, so a
 /// pass stays short however many left at once.
@@ -90,6 +92,8 @@ struct QueueData {
     address_joins: Buckets<String>,
     /// Places per client address: user -> the entry the place was.
     address_places: HashMap<String, HashMap<UserId, u64>>,
+    /// The order service's stock, once reported (`stock.rs`).
+    stock: Option<stock::Stock>,
 }
 
 struct TokenRecord {
@@ -193,10 +197,12 @@ impl QueueData {
     }
 
     fn room(&self, policy: &Policy) -> u64 {
-        match policy.max_active {
-            Some(max) => max.saturating_sub(self.tokens.len() as u64),
+        let holders = self.tokens.len() as u64;
+        let room = match policy.max_active {
+            Some(max) => max.saturating_sub(holders),
             None => u64::MAX,
-        }
+        };
+        room.min(stock::room(&self.stock, holders))
     }
 
     fn issue(
@@ -288,6 +294,7 @@ impl QueueData {
                 entered_at_ms: Some(t.entered_at),
                 pass: self.pass,
                 entry: Some(t.entry),
+                sold_out: stock::sold_out(&self.stock),
             };
         }
         if let Some(&seq) = self.seq_of.get(user) {
@@ -300,6 +307,7 @@ impl QueueData {
                 entered_at_ms: self.entered_at.get(user).copied(),
                 pass: self.pass,
                 entry: Some(seq),
+                sold_out: stock::sold_out(&self.stock),
             };
         }
         Snapshot {
@@ -308,6 +316,7 @@ impl QueueData {
             entered_at_ms: None,
             pass: self.pass,
             entry: None,
+            sold_out: stock::sold_out(&self.stock),
         }
     }
 }
@@ -475,7 +484,9 @@ impl Store for MemoryStore {
         let pass = self.with_queue(queue, |q, now| {
             let busy = !q.line.is_empty();
             let mut abandoned = Vec::new();
-            if let Some(after) = policy.abandon_after_ms {
+            if let Some(after) = policy.abandon_after_ms
+                && stock::sweeps(&q.stock, now, after)
+            {
                 let cutoff = now.saturating_sub(after);
                 let stale: Vec<UserId> = q
                     .seen_order
@@ -568,6 +579,7 @@ impl Store for MemoryStore {
                 Some(TokenRecord { claim: Some((id, _)), .. }) if id == claim_id);
             if holds {
                 q.drop_token(user);
+                stock::note_consumed(&mut q.stock);
             }
             holds
         });
@@ -600,6 +612,21 @@ impl Store for MemoryStore {
         Ok(self.with_queue(queue, |q, _| {
             std::mem::replace(&mut q.paused, paused) != paused
         }))
+    }
+
+    async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState> {
+        let (change, state) = self.with_queue(queue, |q, now| {
+            let change = stock::report(&mut q.stock, report, now);
+            (change, stock::state(&q.stock, q.tokens.len() as u64))
+        });
+        if change == stock::Change::SoldOut {
+            self.publish(queue, QueueEvent::SoldOut);
+        }
+        state.ok_or_else(|| crate::store::StoreError::Protocol("a report left no stock".into()))
+    }
+
+    async fn stock(&self, queue: &QueueName) -> StoreResult<Option<StockState>> {
+        Ok(self.with_queue(queue, |q, _| stock::state(&q.stock, q.tokens.len() as u64)))
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
+use crate::queue::{EntryToken, Policy, QueueName, Snapshot, StockReport, UserId};
 
 /// Why a store call failed. Both variants fail closed: callers answer `503`.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +86,9 @@ pub enum QueueEvent {
     Left { user: UserId, seq: Option<u64> },
     /// A user's token was used for an order.
     Consumed { user: UserId },
+    /// The queue's stock ran out: every waiting stream ends `sold_out`
+    /// (published once, by the report that found it gone).
+    SoldOut,
 }
 
 /// What a subscription yields.
@@ -124,6 +127,24 @@ pub struct QueueStats {
     pub pass: u64,
     /// True while an operator holds admission.
     pub paused: bool,
+}
+
+/// A queue's stock as the store keeps it (`crate::queue::stock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StockState {
+    /// Units left, as last reported.
+    pub remaining: u64,
+    /// The most one buyer may take, as last reported.
+    pub per_buyer: u64,
+    /// Entry tokens used for orders since the last report.
+    pub consumed_since_report: u64,
+    /// Buyers holding an unexpired token.
+    pub holders: u64,
+    /// Buyers the stock lets admission admit now.
+    pub admissible: u64,
+    /// True while nothing is left: waiting buyers are told `sold_out`.
+    pub sold_out: bool,
 }
 
 /// A request rate kept as a GCRA ("generic cell rate") bucket: `burst`
@@ -358,6 +379,18 @@ pub trait Store: Send + Sync + 'static {
     /// while held, passes admit nobody and enters take no fast track; the
     /// line, presence and tokens already issued carry on. True if changed.
     async fn set_paused(&self, queue: &QueueName, paused: bool) -> StoreResult<bool>;
+
+    /// Links `queue` to an order service's stock, or updates it: records
+    /// `report` (forgetting the tokens used since the last one) and answers
+    /// the state after it. From then on passes and the fast track admit no
+    /// more buyers than [`crate::queue::stock::admissible`] allows. A report
+    /// of nothing left marks the queue sold out and publishes
+    /// [`QueueEvent::SoldOut`] once; a later report of units left reopens
+    /// the line for everyone still in it, in their order.
+    async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState>;
+
+    /// The stock of `queue`, `None` while no order service reported one.
+    async fn stock(&self, queue: &QueueName) -> StoreResult<Option<StockState>>;
 
     /// Answers when the store is reachable.
     async fn ping(&self) -> StoreResult<()>;

@@ -23,6 +23,7 @@ mod queue;
 mod reach;
 mod shutdown;
 mod sse;
+mod stock;
 mod store_bound;
 mod tickets;
 mod transport;

@@ -32,9 +32,9 @@ use redis::{AsyncCommands, RedisError};
 
 use super::{
     ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
-    QueueStats, Rate, Store, StoreError, StoreEvent, StoreResult,
+    QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
 };
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
+use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, StockReport, UserId};
 use conn::Conn;
 use scripts::{Publishing, Scripts};
 
@@ -101,6 +101,19 @@ impl From<RedisError> for StoreError {
 
 /// One row of `describe()` in `common.lua`.
 type Row = (String, i64, i64, i64, String, i64, i64, u64, u64);
+
+/// A reply row: `describe()` with the sold-out flag `with_stock()` appends
+/// (`common.lua`), or a refusal of `gcra.lua`, which has none.
+fn split_row(mut values: Vec<redis::Value>) -> StoreResult<(Row, bool)> {
+    let sold_out = if values.len() == 10 {
+        let flag = values.pop().unwrap_or(redis::Value::Nil);
+        redis::from_redis_value::<i64>(flag).map_err(RedisError::from)? == 1
+    } else {
+        false
+    };
+    let row = redis::from_redis_value(redis::Value::Array(values)).map_err(RedisError::from)?;
+    Ok((row, sold_out))
+}
 
 impl RedisStore {
     /// Connects to `url` with keys under `prefix`. Fails if Redis does not
@@ -268,6 +281,53 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// `lua/stock.lua`: records `report`, or only reads without one.
+    async fn run_stock(
+        &self,
+        queue: &QueueName,
+        report: Option<StockReport>,
+    ) -> StoreResult<Option<StockState>> {
+        let reply: Vec<u64> = self
+            .run_for(
+                &self.scripts.stock,
+                queue,
+                &[],
+                vec![self.keys(queue).stock()],
+                |inv| match report {
+                    Some(r) => {
+                        inv.arg(r.remaining).arg(r.per_buyer.max(1));
+                    }
+                    None => {
+                        inv.arg("").arg(0);
+                    }
+                },
+            )
+            .await?;
+        match reply[..] {
+            [] => Ok(None),
+            [
+                remaining,
+                per_buyer,
+                consumed,
+                holders,
+                admissible,
+                sold_out,
+            ] => Ok(Some(StockState {
+                remaining,
+                per_buyer,
+                consumed_since_report: consumed,
+                holders,
+                admissible,
+                sold_out: sold_out == 1,
+            })),
+            _ => Err(StoreError::Protocol(format!(
+                "stock.lua returned {reply:?}"
+            ))),
+        }
+    }
+}
+
 /// The names of one queue's keys.
 pub(crate) struct QueueKeys {
     base: String,
@@ -299,6 +359,11 @@ impl QueueKeys {
     /// The key of `user`'s token hash.
     fn token_key(&self, user: &UserId) -> String {
         format!("{}{}", self.token_prefix, user.as_str())
+    }
+
+    /// The queue's stock (`lua/stock.lua`).
+    fn stock(&self) -> String {
+        format!("{}stock", self.base)
     }
 
     /// `user`'s request budget in this queue.
@@ -341,7 +406,7 @@ fn rate_args(rate: Option<Rate>) -> (u64, u32) {
     rate.map_or((0, 0), |r| (r.period_ms.max(1), r.burst.max(1)))
 }
 
-fn snapshot(row: Row) -> StoreResult<(bool, Snapshot)> {
+fn snapshot((row, sold_out): (Row, bool)) -> StoreResult<(bool, Snapshot)> {
     // `seq` is the entry id: the line's order while waiting, the entry the
     // token was issued to once admitted.
     let (kind, created, rank, seq, token, ttl_ms, entered_at, total, pass) = row;
@@ -368,6 +433,7 @@ fn snapshot(row: Row) -> StoreResult<(bool, Snapshot)> {
             entered_at_ms,
             pass,
             entry,
+            sold_out,
         },
     ))
 }
@@ -393,7 +459,7 @@ impl Store for RedisStore {
         let places = address.and_then(|a| a.places).unwrap_or(0);
         // Without an address, placeholder keys the script does not touch.
         let address_key = address.map_or("-", |a| a.key.as_str());
-        let row: Row = self
+        let reply: Vec<redis::Value> = self
             .run_durable(
                 &self.scripts.enter,
                 queue,
@@ -402,6 +468,7 @@ impl Store for RedisStore {
                     let keys = self.keys(queue);
                     let mut extra = vec![keys.budget(user)];
                     extra.extend(keys.address(address_key));
+                    extra.push(keys.stock());
                     extra
                 },
                 |inv| {
@@ -421,7 +488,8 @@ impl Store for RedisStore {
                 },
             )
             .await?;
-        if let Some(limited) = refusal(&row)? {
+        let row = split_row(reply)?;
+        if let Some(limited) = refusal(&row.0)? {
             return Ok(Err(limited));
         }
         let (created, snapshot) = snapshot(row)?;
@@ -436,12 +504,13 @@ impl Store for RedisStore {
         budget: Option<Rate>,
     ) -> StoreResult<Result<Snapshot, Limited>> {
         let (period, burst) = rate_args(budget);
-        let row: Row = self
+        let keys = self.keys(queue);
+        let reply: Vec<redis::Value> = self
             .run_for(
                 &self.scripts.status,
                 queue,
                 &[user],
-                vec![self.keys(queue).budget(user)],
+                vec![keys.budget(user), keys.stock()],
                 |inv| {
                     inv.arg(user.as_str())
                         .arg(if touch { "1" } else { "0" })
@@ -450,7 +519,8 @@ impl Store for RedisStore {
                 },
             )
             .await?;
-        if let Some(limited) = refusal(&row)? {
+        let row = split_row(reply)?;
+        if let Some(limited) = refusal(&row.0)? {
             return Ok(Err(limited));
         }
         Ok(Ok(snapshot(row)?.1))
@@ -478,12 +548,12 @@ impl Store for RedisStore {
         if users.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<Row> = self
+        let rows: Vec<Vec<redis::Value>> = self
             .run_for(
                 &self.scripts.statuses,
                 queue,
                 &users.iter().collect::<Vec<_>>(),
-                Vec::new(),
+                vec![self.keys(queue).stock()],
                 |inv| {
                     for u in users {
                         inv.arg(u.as_str());
@@ -491,7 +561,9 @@ impl Store for RedisStore {
                 },
             )
             .await?;
-        rows.into_iter().map(|r| snapshot(r).map(|s| s.1)).collect()
+        rows.into_iter()
+            .map(|r| snapshot(split_row(r)?).map(|s| s.1))
+            .collect()
     }
 
     async fn touch(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<()> {
@@ -523,8 +595,9 @@ impl Store for RedisStore {
         policy: &Policy,
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
+        let stock = vec![self.keys(queue).stock()];
         let json: String = self
-            .run_durable(&self.scripts.admit, queue, &[], Vec::new(), |inv| {
+            .run_durable(&self.scripts.admit, queue, &[], stock, |inv| {
                 inv.arg(policy.token_ttl_ms)
                     .arg(policy.batch)
                     .arg(policy.interval_ms)
@@ -582,8 +655,9 @@ impl Store for RedisStore {
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
+        let stock = vec![self.keys(queue).stock()];
         let n: i64 = self
-            .run_for(&self.scripts.consume, queue, &[user], Vec::new(), |inv| {
+            .run_for(&self.scripts.consume, queue, &[user], stock, |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
@@ -617,6 +691,16 @@ impl Store for RedisStore {
             })
             .await?;
         Ok(changed == 1)
+    }
+
+    async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState> {
+        self.run_stock(queue, Some(report))
+            .await?
+            .ok_or_else(|| StoreError::Protocol("stock.lua recorded no stock".into()))
+    }
+
+    async fn stock(&self, queue: &QueueName) -> StoreResult<Option<StockState>> {
+        self.run_stock(queue, None).await
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -48,6 +48,7 @@ pub(super) struct Scripts {
     pub pause: Script,
     pub renew_claim: Script,
     pub spend: Script,
+    pub stock: Script,
 }
 
 impl Scripts {
@@ -70,6 +71,7 @@ impl Scripts {
             pause: with_common(include_str!("lua/pause.lua")),
             renew_claim: with_common(include_str!("lua/renew_claim.lua")),
             spend: Script::new(&format!("{GCRA}\n{}", include_str!("lua/spend.lua"))),
+            stock: with_common(include_str!("lua/stock.lua")),
         }
     }
 }

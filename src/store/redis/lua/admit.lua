@@ -1,5 +1,5 @@
 -- admit.lua: one admission pass.
--- KEYS, ARGV[1..2]: see common.lua.
+-- KEYS, ARGV[1..2]: see common.lua.   KEYS[9] the queue's stock HASH (common.lua)
 -- ARGV[3] token TTL ms  ARGV[4] batch  ARGV[5] interval ms
 -- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
 -- ARGV[8..] fresh entry tokens, one per user that may be admitted
@@ -24,7 +24,7 @@ local busy = redis.call('ZCARD', K.waiting) > 0
 -- Absent users don't hold the line: drop those not seen for abandon_after
 -- (bounded per pass so a pass stays short).
 local abandoned = {}
-if abandon_after > 0 then
+if abandon_after > 0 and stock_sweeps(KEYS[9], now, abandon_after) then
   local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. (now - abandon_after), 'LIMIT', 0, 500)
   for _, user in ipairs(stale) do
     local seq = unline(user)
@@ -36,7 +36,7 @@ end
 
 local admitted = {}
 local level, at = refill(batch, interval, now)
-local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch)
+local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_room(KEYS[9]))
 if redis.call('EXISTS', K.paused) == 1 then
   n = 0 -- held by an operator: the line waits, presence still counts
 end

@@ -130,3 +130,42 @@ end
 local function totals()
   return redis.call('ZCARD', K.waiting), tonumber(redis.call('GET', K.pass) or '0')
 end
+
+-- Stock (crate::queue::stock; set by stock.lua): a HASH per queue, in the
+-- queue's hash tag, passed by the scripts that read it as their last KEY:
+-- remaining, per (most one buyer takes), consumed (tokens used since the
+-- report), soldout (1/0), reopened (ms). Absent: the queue is not linked.
+-- Buyers the stock lets in beside the holders: ceil(remaining / per) less
+-- the holders and the tokens used since the report, math.huge when not
+-- linked. Call after expire_active.
+local function stock_room(key)
+  local s = redis.call('HMGET', key, 'remaining', 'per', 'consumed')
+  local remaining = tonumber(s[1])
+  if not remaining then
+    return math.huge
+  end
+  local per = math.max(1, tonumber(s[2]) or 1)
+  local room = math.ceil(remaining / per) - redis.call('ZCARD', K.active) - (tonumber(s[3]) or 0)
+  return math.max(0, room)
+end
+
+local function sold_out(key)
+  return redis.call('HGET', key, 'soldout') == '1'
+end
+
+-- A describe() row with the sold-out flag appended (1/0).
+local function with_stock(row, key)
+  row[#row + 1] = sold_out(key) and 1 or 0
+  return row
+end
+
+-- Whether a pass may drop absent buyers: not while sold out, nor for
+-- abandon_after after a restock reopened the line.
+local function stock_sweeps(key, now, abandon_after)
+  local s = redis.call('HMGET', key, 'soldout', 'reopened')
+  if s[1] == '1' then
+    return false
+  end
+  local at = tonumber(s[2])
+  return not at or now - at >= abandon_after
+end

@@ -1,5 +1,7 @@
 -- consume.lua: deletes a claimed token after its order committed.
 -- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
+-- KEYS[10] the queue's stock HASH (see common.lua): a used token is counted
+-- there until the order service's next report (which may not show its order)
 -- Returns 1 if the token was deleted, 0 if this claim no longer holds it
 -- (gone, or claimed anew); publishes {"kind":"consumed","user":..} when 1.
 -- The lease is not checked: a lapsed claim still deletes its token while no
@@ -15,5 +17,8 @@ if redis.call('HGET', key, 'claim') ~= claim_id then
 end
 redis.call('DEL', key)
 redis.call('ZREM', K.active, user)
+if redis.call('EXISTS', KEYS[10]) == 1 then
+  redis.call('HINCRBY', KEYS[10], 'consumed', 1)
+end
 publish(cjson.encode({kind = 'consumed', user = user}))
 return 1

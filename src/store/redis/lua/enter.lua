@@ -5,13 +5,14 @@
 -- KEYS[10] the user's request budget (STRING, see gcra.lua)
 -- KEYS[11] the client address's join rate (STRING, see gcra.lua)
 -- KEYS[12] the client address's places: ZSET user -> entry id
+-- KEYS[13] the queue's stock HASH (see common.lua): no fast track past it
 -- ARGV[3] user   ARGV[4] fast-track token   ARGV[5] token TTL ms
 -- ARGV[6] batch  ARGV[7] interval ms        ARGV[8] max active (-1 = unlimited)
 -- ARGV[9] first entry id, used only if the entry counter does not exist yet
 -- ARGV[10] budget period ms (0: none)  ARGV[11] budget burst  ARGV[12] grace ms
 -- ARGV[13] address join period ms (0: none)  ARGV[14] address join burst
 -- ARGV[15] places per address (0: none)
--- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass},
+-- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
 -- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing.
 -- A new entry (in line or on the fast track) takes the next entry id; so
 -- does a token issued by a version without entry ids, on its holder's next
@@ -53,7 +54,7 @@ if has_token or redis.call('ZSCORE', K.waiting, user) then
   end
   redis.call('ZADD', K.seen, 'XX', now, user)
   local total, pass = totals()
-  return describe(user, tokkey, now, 0, total, pass)
+  return with_stock(describe(user, tokkey, now, 0, total, pass), KEYS[13])
 end
 
 -- A new place: the client address's limits first.
@@ -90,7 +91,7 @@ local function counted(entry)
 end
 
 if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
-    and redis.call('EXISTS', K.paused) == 0 then
+    and redis.call('EXISTS', K.paused) == 0 and stock_room(KEYS[13]) > 0 then
   local level, at = refill(batch, interval, now)
   if level >= 1 then
     save_bucket(level - 1, at)
@@ -98,7 +99,7 @@ if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
     issue(tokkey, user, ARGV[4], now, ttl, now, entry)
     counted(entry)
     local total, pass = totals()
-    return describe(user, tokkey, now, 1, total, pass)
+    return with_stock(describe(user, tokkey, now, 1, total, pass), KEYS[13])
   end
 end
 
@@ -108,4 +109,4 @@ redis.call('HSET', K.entered, user, now)
 redis.call('ZADD', K.seen, now, user)
 counted(seq)
 local total, pass = totals()
-return describe(user, tokkey, now, 1, total, pass)
+return with_stock(describe(user, tokkey, now, 1, total, pass), KEYS[13])

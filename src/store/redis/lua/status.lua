@@ -2,9 +2,10 @@
 -- optionally spends one from the user's request budget first.
 -- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's token key
 -- KEYS[10] the user's budget (STRING, see gcra.lua; in the queue's hash tag)
+-- KEYS[11] the queue's stock HASH (see common.lua)
 -- ARGV[3] user   ARGV[4] touch (1/0)
 -- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
--- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass},
+-- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
 -- or limited('buyer', ms to wait) with nothing read or touched.
 -- Atomic so the token look-up and the rank are read at one instant: read
 -- apart, a user admitted in between would look NOT_ENTERED; the budget is
@@ -23,4 +24,4 @@ if ARGV[4] == '1' then
   redis.call('ZADD', K.seen, 'XX', now, user)
 end
 local total, pass = totals()
-return describe(user, K.token, now, 0, total, pass)
+return with_stock(describe(user, K.token, now, 0, total, pass), KEYS[11])
