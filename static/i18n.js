@@ -1,0 +1,138 @@
+// The page's languages. Every word the page shows comes from a dictionary,
+// i18n/<lang>.json (the languages offered are i18n/languages.json; an
+// operator's --page-dir may replace or add files), overlaid with the
+// queue's branding texts. The language is the one the buyer picked with
+// the switch (kept in localStorage), else the first of the browser's
+// languages the page speaks, else English; <html lang> follows it.
+
+import { api } from './api.js';
+import { translator, useMessages } from './format.js';
+
+const STORAGE_KEY = 'waitroom.lang';
+const FALLBACK = 'en';
+
+let current = FALLBACK;
+let translate = (key) => key;
+let languages = { [FALLBACK]: 'English' };
+let brandTexts = {};
+const listeners = [];
+
+/** The message `key` in the page's language, with `{name}` placeholders filled from `vars`. */
+export function t(key, vars) {
+  return translate(key, vars);
+}
+
+/** The page's language tag. */
+export function lang() {
+  return current;
+}
+
+/** Call `fn` after every language switch (to redraw what the page shows now). */
+export function onLanguageChange(fn) {
+  listeners.push(fn);
+}
+
+function stored() {
+  try {
+    return localStorage.getItem(STORAGE_KEY);
+  } catch {
+    return null;
+  }
+}
+
+function store(tag) {
+  try {
+    localStorage.setItem(STORAGE_KEY, tag);
+  } catch {
+    // Private mode: the switch still works for this page.
+  }
+}
+
+/** The first of `wanted` (language tags) the page speaks, by exact tag or by primary language. */
+export function pickLanguage(wanted, offered) {
+  for (const tag of wanted) {
+    if (typeof tag !== 'string') continue;
+    if (offered.includes(tag)) return tag;
+    const primary = tag.toLowerCase().split('-')[0];
+    if (offered.includes(primary)) return primary;
+  }
+  return FALLBACK;
+}
+
+async function dictionary(tag) {
+  try {
+    return (await api.pageFile(`i18n/${tag}.json`)) ?? {};
+  } catch {
+    return {};
+  }
+}
+
+async function load(tag) {
+  const base = await dictionary(FALLBACK);
+  const own = tag === FALLBACK ? {} : await dictionary(tag);
+  // The brand's English texts stand in for the defaults, its texts in the
+  // buyer's language for those: a brand that speaks only English does not
+  // turn a Korean page English.
+  const messages = { ...base, ...brandTexts[FALLBACK], ...own, ...(tag === FALLBACK ? {} : brandTexts[tag]) };
+  current = tag;
+  translate = translator(messages, tag);
+  useMessages(translate, tag);
+  document.documentElement.lang = tag;
+  applyDom();
+}
+
+/** Fills every element marked data-i18n="key" (its text) and data-i18n-attr="attr:key;…". */
+export function applyDom(root = document) {
+  for (const node of root.querySelectorAll('[data-i18n]')) {
+    const text = t(node.dataset.i18n);
+    if (node.textContent !== text) node.textContent = text;
+  }
+  for (const node of root.querySelectorAll('[data-i18n-attr]')) {
+    for (const pair of node.dataset.i18nAttr.split(';')) {
+      const [attr, key] = pair.split(':').map((s) => s.trim());
+      if (attr && key) node.setAttribute(attr, t(key));
+    }
+  }
+}
+
+/** Switches to `tag`, remembers it, and redraws. */
+export async function setLanguage(tag) {
+  if (!Object.hasOwn(languages, tag)) return;
+  store(tag);
+  await load(tag);
+  const select = document.getElementById('lang');
+  if (select) select.value = tag;
+  for (const fn of listeners) fn(tag);
+}
+
+function fillSwitch() {
+  const select = document.getElementById('lang');
+  if (!select) return;
+  const options = Object.entries(languages).map(([tag, name]) => {
+    const option = document.createElement('option');
+    option.value = tag;
+    option.lang = tag;
+    option.textContent = name;
+    return option;
+  });
+  select.replaceChildren(...options);
+  select.value = current;
+  select.addEventListener('change', () => setLanguage(select.value));
+  select.closest('.lang-switch')?.removeAttribute('hidden');
+}
+
+/** Loads the languages and the buyer's dictionary; `texts` are the brand's, per language. */
+export async function initLanguages(texts = {}) {
+  brandTexts = texts && typeof texts === 'object' ? texts : {};
+  try {
+    const offered = await api.pageFile('i18n/languages.json');
+    if (offered && typeof offered === 'object') languages = { ...offered };
+  } catch {
+    // Only English, then.
+  }
+  const offered = Object.keys(languages);
+  const saved = stored();
+  const tag = saved && offered.includes(saved) ? saved : pickLanguage(navigator.languages ?? [navigator.language], offered);
+  await load(tag);
+  fillSwitch();
+}
