@@ -19,11 +19,14 @@
 //! - pass sizes: passes admit `b̄` on average with variance `σ²`, so
 //!   admitting `k'` takes `k'/b̄` passes with variance `k'·σ²/b̄³`, plus the
 //!   binomial spread of who gives up and the error of `b̄` itself;
-//! - the next pass may be anywhere in the coming interval `Δ`.
+//! - the buyer is admitted by the pass after the whole passes ahead, and
+//!   the next pass may come anywhere in the coming interval `Δ`.
 //!
-//! The range is the normal 80 % band of the pass count, times `Δ`, widened
-//! by one interval for the unknown phase. Its width falls as the rank does:
-//! the relative error of a sum of `n` passes shrinks with `√n`.
+//! The range is the normal 80 % band of the pass count, in whole passes,
+//! times `Δ`, and one interval more at the top for the pass that admits:
+//! with even passes exactly the interval the buyer's pass falls in. Its
+//! width falls as the rank does: the relative error of a sum of `n` passes
+//! shrinks with `√n`.
 
 use std::collections::VecDeque;
 
@@ -124,8 +127,10 @@ impl Forecast {
             + rank as f64 * kept * (1.0 - kept) / s.batch.powi(2)
             + passes * passes * s.mean_var / s.batch.powi(2);
         let half = Z80 * var.sqrt();
-        let low = ((passes - half) * s.interval_s).max(0.0);
-        let high = (passes + half + 1.0) * s.interval_s;
+        // The buyer is admitted in the pass after the whole passes ahead,
+        // which comes anywhere within the next interval.
+        let low = (passes - half).max(0.0).floor() * s.interval_s;
+        let high = ((passes + half).floor() + 1.0) * s.interval_s;
         Some(WaitRange {
             low: low.floor() as u64,
             high: high.ceil() as u64,

@@ -76,12 +76,12 @@ fn sale(seed: u64, batch: (u64, u64), abandon: f64, leave: f64) -> (Hits, Hits) 
         arrive(&mut line, &mut rng, 0);
     }
     let (mut last, mut far) = (Hits::default(), Hits::default());
-    let tick = 100;
+    let tick = 250;
     let mut now = 0;
     while !line.is_empty() && now < 3_600_000 {
         now += tick;
         if now < 60_000 && rng.random_bool(0.5) {
-            for _ in 0..rng.random_range(0..40) {
+            for _ in 0..rng.random_range(0..100) {
                 arrive(&mut line, &mut rng, now);
             }
         }
@@ -143,7 +143,7 @@ fn check(seed: u64, batch: (u64, u64), abandon: f64, leave: f64) {
 
 #[test]
 fn most_buyers_are_admitted_within_the_range_they_were_last_shown() {
-    for seed in 1..=4 {
+    for seed in 1..=2 {
         check(seed, (20, 80), 0.002, 0.0002);
     }
 }
