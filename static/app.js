@@ -6,7 +6,7 @@ import { StatusFeed } from './feed.js';
 import { TabBus } from './tabs.js';
 import * as fmt from './format.js';
 import { applyBrand } from './brand.js';
-import { initLanguages, onLanguageChange, t } from './i18n.js';
+import { loadLanguage, onLanguageChange, startLanguage, t } from './i18n.js';
 
 const QUEUE_NAME = /^[a-z0-9_-]{1,64}$/;
 /** Most items one order may ask for, whatever the stock. */
@@ -802,8 +802,9 @@ async function boot() {
   const valid = QUEUE_NAME.test(queue);
   // The queue's branding, then the words: the page shows its own defaults
   // (English, unbranded) until both are in, and keeps them if either fails.
+  const words = loadLanguage(startLanguage());
   const brand = valid ? await api.page(queue).catch(() => ({})) : {};
-  await initLanguages(applyBrand(brand));
+  await words.ready(applyBrand(brand));
   onLanguageChange(redraw);
   if (queue !== 'default') {
     setText('queue-name', queue);

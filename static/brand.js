@@ -21,6 +21,7 @@ function applyColors(colors) {
     root.setProperty('--accent', accent);
     root.setProperty('--accent-strong', accent);
     root.setProperty('--accent-gradient', `linear-gradient(90deg, ${accent}, ${accent})`);
+    root.setProperty('--accent-soft', `${accent}1f`);
     root.setProperty('--ring', `0 0 0 3px ${accent}59`);
   }
   const accentText = fullHex(colors?.accentText);

@@ -1,9 +1,9 @@
 // The page's languages. Every word the page shows comes from a dictionary,
-// i18n/<lang>.json (the languages offered are i18n/languages.json; an
-// operator's --page-dir may replace or add files), overlaid with the
-// queue's branding texts. The language is the one the buyer picked with
-// the switch (kept in localStorage), else the first of the browser's
-// languages the page speaks, else English; <html lang> follows it.
+// i18n/<lang>.json (the languages offered are the options of the switch in
+// index.html; an operator's --page-dir may replace or add files), overlaid
+// with the queue's branding texts. The language is the one the buyer
+// picked with the switch (kept in localStorage), else the first of the
+// browser's languages the page speaks, else English; <html lang> follows.
 
 import { api } from './api.js';
 import { translator, useMessages } from './format.js';
@@ -11,20 +11,13 @@ import { translator, useMessages } from './format.js';
 const STORAGE_KEY = 'waitroom.lang';
 const FALLBACK = 'en';
 
-let current = FALLBACK;
 let translate = (key) => key;
-let languages = { [FALLBACK]: 'English' };
 let brandTexts = {};
 const listeners = [];
 
 /** The message `key` in the page's language, with `{name}` placeholders filled from `vars`. */
 export function t(key, vars) {
   return translate(key, vars);
-}
-
-/** The page's language tag. */
-export function lang() {
-  return current;
 }
 
 /** Call `fn` after every language switch (to redraw what the page shows now). */
@@ -67,14 +60,16 @@ async function dictionary(tag) {
   }
 }
 
-async function load(tag) {
-  const base = await dictionary(FALLBACK);
-  const own = tag === FALLBACK ? {} : await dictionary(tag);
+/** The dictionaries `tag` needs, fetched at once: English under it (what a dictionary lacks), its own. */
+function fetchWords(tag) {
+  return Promise.all([dictionary(FALLBACK), tag === FALLBACK ? {} : dictionary(tag)]);
+}
+
+function use(tag, [base, own]) {
   // The brand's English texts stand in for the defaults, its texts in the
   // buyer's language for those: a brand that speaks only English does not
   // turn a Korean page English.
   const messages = { ...base, ...brandTexts[FALLBACK], ...own, ...(tag === FALLBACK ? {} : brandTexts[tag]) };
-  current = tag;
   translate = translator(messages, tag);
   useMessages(translate, tag);
   document.documentElement.lang = tag;
@@ -95,44 +90,44 @@ export function applyDom(root = document) {
   }
 }
 
+/** The languages the switch offers. */
+function offered() {
+  const select = document.getElementById('lang');
+  return select ? [...select.options].map((o) => o.value) : [FALLBACK];
+}
+
 /** Switches to `tag`, remembers it, and redraws. */
 export async function setLanguage(tag) {
-  if (!Object.hasOwn(languages, tag)) return;
+  if (!offered().includes(tag)) return;
   store(tag);
-  await load(tag);
+  use(tag, await fetchWords(tag));
   const select = document.getElementById('lang');
   if (select) select.value = tag;
   for (const fn of listeners) fn(tag);
 }
 
-function fillSwitch() {
-  const select = document.getElementById('lang');
-  if (!select) return;
-  const options = Object.entries(languages).map(([tag, name]) => {
-    const option = document.createElement('option');
-    option.value = tag;
-    option.lang = tag;
-    option.textContent = name;
-    return option;
-  });
-  select.replaceChildren(...options);
-  select.value = current;
-  select.addEventListener('change', () => setLanguage(select.value));
-  select.closest('.lang-switch')?.removeAttribute('hidden');
+/** The language to start in: the one picked before, else the browser's. */
+export function startLanguage() {
+  const languages = offered();
+  const saved = stored();
+  return saved && languages.includes(saved) ? saved : pickLanguage(navigator.languages ?? [navigator.language], languages);
 }
 
-/** Loads the languages and the buyer's dictionary; `texts` are the brand's, per language. */
-export async function initLanguages(texts = {}) {
-  brandTexts = texts && typeof texts === 'object' ? texts : {};
-  try {
-    const offered = await api.pageFile('i18n/languages.json');
-    if (offered && typeof offered === 'object') languages = { ...offered };
-  } catch {
-    // Only English, then.
-  }
-  const offered = Object.keys(languages);
-  const saved = stored();
-  const tag = saved && offered.includes(saved) ? saved : pickLanguage(navigator.languages ?? [navigator.language], offered);
-  await load(tag);
-  fillSwitch();
+/**
+ * Starts fetching the words of `tag`; `ready(texts)` (the brand's texts,
+ * per language) then puts them on the page and shows the switch.
+ */
+export function loadLanguage(tag) {
+  const words = fetchWords(tag);
+  return {
+    async ready(texts = {}) {
+      brandTexts = texts && typeof texts === 'object' ? texts : {};
+      use(tag, await words);
+      const select = document.getElementById('lang');
+      if (!select) return;
+      select.value = tag;
+      select.addEventListener('change', () => setLanguage(select.value));
+      select.closest('.lang-switch')?.removeAttribute('hidden');
+    },
+  };
 }

@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { assertNoConsoleErrors, screenshot, setup, waitForState, watchConsole } from './lib/harness.js';
+import { assertNoConsoleErrors, enterQueue, screenshot, setup, waitForState, watchConsole } from './lib/harness.js';
 
 const LONG_WORD = 'Donaudampfschifffahrtsgesellschaftskapitänswitwenrentenversicherungsanstalt';
 const LOGO = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 32" width="64" height="32">
@@ -75,6 +75,8 @@ test('a branded queue shows its name, logo, colours and texts under the CSP', { 
   assert.equal((await fetch(`${server.base}/queues/drop.json`)).status, 404, 'brandings are read through the API only');
   assert.equal((await fetch(`${server.base}/img/..%2F..%2Fetc%2Fpasswd`)).status, 404);
 
+  // Others ahead, so the page waits (one admission per 700 ms).
+  for (let i = 0; i < 8; i += 1) await enterQueue(server.base, `ahead-${i}`, 'drop');
   const context = await browser.newContext({ locale: 'en-US', viewport: { width: 1024, height: 860 }, colorScheme: 'light' });
   const page = await context.newPage();
   const consoleWatch = watchConsole(page);
@@ -115,6 +117,7 @@ test('a branded queue shows its name, logo, colours and texts under the CSP', { 
 test('long words wrap on a narrow phone', { timeout: 120_000 }, async (t) => {
   const dir = pageDir(t);
   const { server, browser } = await setup(t, { serverArgs: ['--queues', 'default,drop,long', '--page-dir', dir] });
+  for (let i = 0; i < 8; i += 1) await enterQueue(server.base, `ahead-${i}`, 'long');
   const context = await browser.newContext({
     locale: 'de-DE',
     viewport: { width: 320, height: 700 },

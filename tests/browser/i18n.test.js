@@ -88,6 +88,7 @@ test('a Korean browser gets Korean; the switch changes to Japanese and is rememb
   await waitForState(page, 'ended', 10_000);
   assert.equal(await page.textContent('#ended-heading'), ja['ended.left.title']);
   await page.selectOption('#lang', 'en');
+  await page.waitForFunction(() => document.documentElement.lang === 'en');
   assert.equal(await page.textContent('#ended-heading'), en['ended.left.title']);
   assert.equal(await page.textContent('#rejoin'), en['ended.left.action']);
   assertNoConsoleErrors(consoleWatch);
