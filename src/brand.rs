@@ -172,7 +172,9 @@ impl Branding {
 
 fn check_logo(dir: &Path, logo: &str) -> Result<(), BrandError> {
     let Some(relative) = plain_relative(logo) else {
-        return refuse(format!("logo: {logo:?} is not a plain path inside the page directory"));
+        return refuse(format!(
+            "logo: {logo:?} is not a plain path inside the page directory"
+        ));
     };
     let ext = relative
         .extension()
@@ -183,7 +185,9 @@ fn check_logo(dir: &Path, logo: &str) -> Result<(), BrandError> {
         return refuse(format!("logo: {logo:?} is not one of {LOGO_TYPES:?}"));
     }
     if resolve(dir, &relative).is_none() {
-        return refuse(format!("logo: {logo:?} is not a file inside the page directory"));
+        return refuse(format!(
+            "logo: {logo:?} is not a file inside the page directory"
+        ));
     }
     Ok(())
 }
@@ -254,7 +258,10 @@ fn read_brand(
     queues: &[QueueName],
 ) -> Result<(QueueName, Branding), BrandError> {
     let at = |m: String| BrandError(format!("{}: {m}", path.display()));
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
     let queue = QueueName::parse(stem).map_err(|_| at("not a queue name".into()))?;
     if !queues.contains(&queue) {
         return Err(at(format!("no queue {queue} is configured")));
@@ -315,7 +322,15 @@ mod tests {
             assert!(is_color(good), "{good}");
         }
         for bad in [
-            "fff", "#ffff", "#ggg", "#12345", "red", "#fff;x", "", "#", "#ffffff00",
+            "fff",
+            "#ffff",
+            "#ggg",
+            "#12345",
+            "red",
+            "#fff;x",
+            "",
+            "#",
+            "#ffffff00",
         ] {
             assert!(!is_color(bad), "{bad}");
         }
@@ -336,8 +351,17 @@ mod tests {
         assert_eq!(brand.texts["ko"]["waiting.heading"], "잠시만요");
         assert!(page.brand(&QueueName::parse("default").unwrap()).is_none());
         assert!(page.file("img/logo.svg").is_some());
-        assert!(page.file("queues/drop.json").is_none(), "branding is not a file");
-        for bad in ["../etc/passwd", "/etc/passwd", "img/../../x", "img\\logo.svg", ""] {
+        assert!(
+            page.file("queues/drop.json").is_none(),
+            "branding is not a file"
+        );
+        for bad in [
+            "../etc/passwd",
+            "/etc/passwd",
+            "img/../../x",
+            "img\\logo.svg",
+            "",
+        ] {
             assert!(page.file(bad).is_none(), "{bad}");
         }
     }
@@ -375,9 +399,19 @@ mod tests {
     fn a_branding_for_an_unknown_queue_or_a_missing_dir_is_refused() {
         let d = dir();
         d.write("queues/nope.json", "{}");
-        assert!(PageDir::open(d.path(), &queues()).unwrap_err().0.contains("no queue"));
+        assert!(
+            PageDir::open(d.path(), &queues())
+                .unwrap_err()
+                .0
+                .contains("no queue")
+        );
         let gone = d.path().join("absent");
-        assert!(PageDir::open(&gone, &queues()).unwrap_err().0.contains("not a directory"));
+        assert!(
+            PageDir::open(&gone, &queues())
+                .unwrap_err()
+                .0
+                .contains("not a directory")
+        );
     }
 
     #[cfg(unix)]

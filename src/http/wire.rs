@@ -283,7 +283,10 @@ mod tests {
 
     #[test]
     fn waiting_status() {
-        let s = QueueStatus::new(&snap(Standing::Waiting { rank: 120, seq: 9 }), Forecast::at_rate(50.0));
+        let s = QueueStatus::new(
+            &snap(Standing::Waiting { rank: 120, seq: 9 }),
+            Forecast::at_rate(50.0),
+        );
         assert_eq!(s.status, Status::Waiting);
         assert_eq!((s.rank, s.position), (Some(120), Some(121)));
         assert_eq!(s.polling_interval_seconds, Some(3));
@@ -326,7 +329,8 @@ mod tests {
     #[test]
     fn stream_events_carry_the_polled_status() {
         let snapshot = snap(Standing::Waiting { rank: 120, seq: 9 });
-        let polled = serde_json::to_value(QueueStatus::new(&snapshot, Forecast::at_rate(50.0))).unwrap();
+        let polled =
+            serde_json::to_value(QueueStatus::new(&snapshot, Forecast::at_rate(50.0))).unwrap();
         let view = View::Waiting {
             rank: 120,
             total: 500,
@@ -345,7 +349,8 @@ mod tests {
             token: token.clone(),
             expires_in_ms: 300_000,
         });
-        let polled = serde_json::to_value(QueueStatus::new(&snapshot, Forecast::at_rate(50.0))).unwrap();
+        let polled =
+            serde_json::to_value(QueueStatus::new(&snapshot, Forecast::at_rate(50.0))).unwrap();
         let view = View::Ready {
             token: token.as_str().to_owned(),
             expires_at: Instant::now() + Duration::from_millis(300_000),

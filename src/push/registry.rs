@@ -344,7 +344,7 @@ mod tests {
             rank,
             total: 10,
             eta: None,
- range: None,
+            range: None,
         };
         let (tx, rx) = watch::channel(Update {
             id: EventId { pass: 1, n: 0 },
@@ -417,7 +417,7 @@ mod tests {
                 rank: 2,
                 total: 6,
                 eta: Some(2),
- range: None,
+                range: None,
             }
         );
         assert_eq!(update.id.to_string(), "2");
@@ -447,7 +447,7 @@ mod tests {
                 rank: 1,
                 total: 4,
                 eta: Some(1),
- range: None,
+                range: None,
             }
         );
         assert_eq!(update.id.to_string(), "3");
@@ -471,7 +471,10 @@ mod tests {
         };
         q.apply_snapshot(&u("me"), &snapshot, at(1.0));
         assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
-        q.apply(&pass(2, vec![("me", 3, token.as_str())], vec![], 0), at(1.0));
+        q.apply(
+            &pass(2, vec![("me", 3, token.as_str())], vec![], 0),
+            at(1.0),
+        );
         assert!(!rx.has_changed().unwrap(), "ready sent twice");
     }
 
@@ -793,7 +796,7 @@ mod tests {
                 rank: 1_500,
                 total: 4_000,
                 eta: Some(30),
- range: None,
+                range: None,
             })
         );
         assert_eq!(
@@ -802,7 +805,7 @@ mod tests {
                 rank: 1_500,
                 total: 4_000,
                 eta: None,
- range: None,
+                range: None,
             })
         );
         let token = EntryToken::generate();
@@ -832,7 +835,11 @@ mod tests {
         let mut q = QueueWatchers::default();
         let (w, mut rx) = watcher(20_000, 9_999);
         q.insert(u("me"), w);
-        q.apply_snapshot(&u("me"), &waiting_snapshot(5_000, 20_000, 8_000, 1), at(50.0));
+        q.apply_snapshot(
+            &u("me"),
+            &waiting_snapshot(5_000, 20_000, 8_000, 1),
+            at(50.0),
+        );
         rx.borrow_and_update();
         let due = q.by_user[&u("me")].next_refresh;
         assert!(
@@ -860,7 +867,7 @@ mod tests {
                 rank: 4_949,
                 total: 7_947,
                 eta: Some(99),
- range: None,
+                range: None,
             }
         );
         assert_eq!(update.id, EventId { pass: 2, n: 0 });
@@ -923,7 +930,7 @@ mod tests {
                 rank: 0,
                 total: 1,
                 eta: Some(0),
- range: None,
+                range: None,
             }
         );
         assert!(!admitted_rx.has_changed().unwrap() && !dropped_rx.has_changed().unwrap());
@@ -942,7 +949,7 @@ mod tests {
                 rank: 6,
                 total: 7,
                 eta: Some(6),
- range: None,
+                range: None,
             }
         );
     }
@@ -981,7 +988,7 @@ mod tests {
                 rank: 30,
                 total: 90,
                 eta: Some(30),
- range: None,
+                range: None,
             }
         );
         let next = q.by_user[&u("me")].next_refresh;

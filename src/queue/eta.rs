@@ -118,11 +118,7 @@ impl Forecast {
             return None;
         }
         let passes = needed / s.batch;
-        let kept = if rank == 0 {
-            1.0
-        } else {
-            needed / rank as f64
-        };
+        let kept = if rank == 0 { 1.0 } else { needed / rank as f64 };
         let var = needed * s.batch_var / s.batch.powi(3)
             + rank as f64 * kept * (1.0 - kept) / s.batch.powi(2)
             + passes * passes * s.mean_var / s.batch.powi(2);
@@ -222,8 +218,8 @@ impl RateEstimator {
             .map(|p| (p.admitted as f64 - batch).powi(2))
             .sum::<f64>()
             / (n - 1.0).max(1.0);
-        let waiting = self.passes.iter().map(|p| p.waiting).sum::<u64>() as f64
-            / self.passes.len() as f64;
+        let waiting =
+            self.passes.iter().map(|p| p.waiting).sum::<u64>() as f64 / self.passes.len() as f64;
         let hazard = if waiting > 0.0 {
             departed as f64 / (waiting * span_s)
         } else {
@@ -332,7 +328,11 @@ mod tests {
     fn steady(batch: u64, jitter: u64, departed: u64, waiting: u64) -> Forecast {
         let mut e = RateEstimator::new(30_000);
         for i in 0..31u64 {
-            let admitted = if i % 2 == 0 { batch + jitter } else { batch - jitter };
+            let admitted = if i % 2 == 0 {
+                batch + jitter
+            } else {
+                batch - jitter
+            };
             e.record(i * 1_000, admitted, departed, waiting);
         }
         e.forecast(1.0)
@@ -389,7 +389,13 @@ mod tests {
     fn steady_passes_give_a_tight_range_and_uneven_ones_a_wider_one() {
         let even = steady(50, 0, 0, 5_000).wait_range(5_000).unwrap();
         let uneven = steady(50, 40, 0, 5_000).wait_range(5_000).unwrap();
-        assert_eq!(even, WaitRange { low: 100, high: 101 });
+        assert_eq!(
+            even,
+            WaitRange {
+                low: 100,
+                high: 101
+            }
+        );
         assert!(uneven.low < 100 && uneven.high > 101, "{uneven:?}");
     }
 
@@ -398,9 +404,15 @@ mod tests {
         let stay = steady(50, 10, 0, 2_000);
         let leave = steady(50, 10, 20, 2_000);
         assert_eq!(stay.wait_secs(2_000), Some(40));
-        let (a, b) = (leave.wait_secs(2_000).unwrap(), stay.wait_secs(2_000).unwrap());
+        let (a, b) = (
+            leave.wait_secs(2_000).unwrap(),
+            stay.wait_secs(2_000).unwrap(),
+        );
         assert!(a < b, "{a} {b}");
-        let (a, b) = (leave.wait_range(2_000).unwrap(), stay.wait_range(2_000).unwrap());
+        let (a, b) = (
+            leave.wait_range(2_000).unwrap(),
+            stay.wait_range(2_000).unwrap(),
+        );
         assert!(a.high < b.high, "{a:?} {b:?}");
         // The rate is what was admitted, departures aside.
         assert!((leave.rate() - 50.0).abs() < 1e-9);

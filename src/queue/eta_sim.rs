@@ -131,7 +131,11 @@ fn check(seed: u64, batch: (u64, u64), abandon: f64, leave: f64) {
     let (last, far) = sale(seed, batch, abandon, leave);
     for (what, hits, least) in [("last", last, 3_000), ("far", far, 1_000)] {
         let share = hits.within as f64 / hits.shown as f64;
-        assert!(hits.shown > least, "{what}: {} admitted after a range", hits.shown);
+        assert!(
+            hits.shown > least,
+            "{what}: {} admitted after a range",
+            hits.shown
+        );
         assert!(
             share >= 0.8,
             "seed {seed}, {what}: {} of {} ({share:.3})",

@@ -14,7 +14,10 @@ async fn ticket(app: &TestApp, user: &str) -> String {
 
 fn check_range(status: &serde_json::Value) -> (u64, u64) {
     let range = &status["estimatedWaitRange"];
-    let (low, high) = (range["low"].as_u64().unwrap(), range["high"].as_u64().unwrap());
+    let (low, high) = (
+        range["low"].as_u64().unwrap(),
+        range["high"].as_u64().unwrap(),
+    );
     let eta = status["estimatedWaitSeconds"].as_u64().unwrap();
     assert!(low <= eta && eta <= high, "{status}");
     (low, high)

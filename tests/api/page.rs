@@ -14,7 +14,8 @@ struct PageDir(PathBuf);
 
 impl PageDir {
     fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!("waitroom-page-{:016x}", rand::random::<u64>()));
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-page-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(dir.join("queues")).unwrap();
         Self(dir)
     }
@@ -74,7 +75,10 @@ async fn a_branded_queue_is_served_its_branding_and_files_override_the_page() {
 
     // The directory's file wins, under the same policy; the rest is embedded.
     let (status, body, csp) = get(&app, "/styles.css").await;
-    assert_eq!((status, body.as_str()), (200, "/* operator */ body { margin: 0 }"));
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "/* operator */ body { margin: 0 }")
+    );
     assert!(csp.unwrap().contains("style-src 'self'"));
     let (status, body, _) = get(&app, "/app.js").await;
     assert_eq!(status, 200);
@@ -95,7 +99,11 @@ async fn a_branded_queue_is_served_its_branding_and_files_override_the_page() {
 #[tokio::test]
 async fn a_bad_branding_stops_the_start() {
     for (file, json, why) in [
-        ("queues/default.json", r#"{"colors":{"accent":"red"}}"#, "colors.accent"),
+        (
+            "queues/default.json",
+            r#"{"colors":{"accent":"red"}}"#,
+            "colors.accent",
+        ),
         ("queues/default.json", r#"{"logo":"../etc/passwd"}"#, "logo"),
         ("queues/default.json", r#"{"logo":"nope.svg"}"#, "logo"),
         ("queues/default.json", "{not json", "default.json"),
