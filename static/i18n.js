@@ -42,7 +42,7 @@ function store(tag) {
 }
 
 /** The first of `wanted` (language tags) the page speaks, by exact tag or by primary language. */
-export function pickLanguage(wanted, offered) {
+function pickLanguage(wanted, offered) {
   for (const tag of wanted) {
     if (typeof tag !== 'string') continue;
     if (offered.includes(tag)) return tag;
@@ -77,7 +77,7 @@ function use(tag, [base, own]) {
 }
 
 /** Fills every element marked data-i18n="key" (its text) and data-i18n-attr="attr:key;…". */
-export function applyDom(root = document) {
+function applyDom(root = document) {
   for (const node of root.querySelectorAll('[data-i18n]')) {
     const text = t(node.dataset.i18n);
     if (node.textContent !== text) node.textContent = text;
@@ -97,7 +97,7 @@ function offered() {
 }
 
 /** Switches to `tag`, remembers it, and redraws. */
-export async function setLanguage(tag) {
+async function setLanguage(tag) {
   if (!offered().includes(tag)) return;
   store(tag);
   use(tag, await fetchWords(tag));
