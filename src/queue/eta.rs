@@ -30,7 +30,7 @@
 
 use std::collections::VecDeque;
 
-/// The two-sided 80 % quantile of the standard normal distribution.
+/// The standard normal's 90th percentile: the central 80 % lies within ±this.
 const Z80: f64 = 1.281_551_565_5;
 
 /// One observed pass: when it ran, what it admitted, who left since the
