@@ -36,6 +36,8 @@ pub enum StartError {
     Orders(#[from] sqlx::Error),
     #[error("cannot serve: {0}")]
     Io(#[from] std::io::Error),
+    #[error("--page-dir: {0}")]
+    Page(#[from] crate::brand::BrandError),
 }
 
 /// Everything a request handler or background task needs; cheap to clone.
@@ -64,6 +66,8 @@ struct Inner {
     /// Join challenges: issued and checked by `door`, asked for by `door_switch`.
     door: challenge::Door,
     door_switch: Arc<auto::Switch>,
+    /// `--page-dir`: page files and brandings, checked at start-up.
+    page_dir: Option<crate::brand::PageDir>,
 }
 
 impl AppState {
@@ -158,6 +162,10 @@ impl AppState {
             ))
             .into());
         }
+        let page_dir = match &config.page_dir {
+            Some(dir) => Some(crate::brand::PageDir::open(dir, &queues)?),
+            None => None,
+        };
         let policy = config.policy();
         let proxies = TrustedProxies::new(config.proxy_nets()?, config.client_address_header);
         let limits = RequestLimits::new(
@@ -198,6 +206,7 @@ impl AppState {
                 shutdown,
                 door,
                 door_switch,
+                page_dir,
             }),
         })
     }
@@ -303,6 +312,11 @@ impl AppState {
         &self.inner.door_switch
     }
 
+    /// `--page-dir`, when set.
+    pub fn page_dir(&self) -> Option<&crate::brand::PageDir> {
+        self.inner.page_dir.as_ref()
+    }
+
     /// The per-instance event hub.
     pub fn hub(&self) -> &Arc<push::Hub> {
         &self.inner.hub
@@ -316,9 +330,15 @@ impl AppState {
     /// Admissions per second to estimate waits with: observed, or the
     /// configured rate until there is data.
     pub fn admission_rate(&self, queue: &QueueName) -> f64 {
+        self.forecast(queue).rate()
+    }
+
+    /// The wait forecast of `queue`: from its observed passes, or a point
+    /// estimate at the configured rate until there is data.
+    pub fn forecast(&self, queue: &QueueName) -> crate::queue::Forecast {
         self.inner
             .hub
-            .rate(queue, self.inner.policy.configured_rate())
+            .forecast(queue, self.inner.policy.configured_rate())
     }
 
     /// Starts the admission loop, the event subscription, the request

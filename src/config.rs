@@ -284,6 +284,13 @@ pub struct Config {
     /// the threshold.
     #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_HOLD_SECS", default_value_t = 60)]
     pub join_challenge_hold_secs: u64,
+
+    /// A directory whose files override the embedded page's (same paths:
+    /// `styles.css`, `i18n/ko.json`, a logo), read as they are asked for,
+    /// and whose `queues/<queue>.json` brand a queue's page (name, logo,
+    /// colours, texts per language; checked at start-up).
+    #[arg(long, env = "WAITROOM_PAGE_DIR")]
+    pub page_dir: Option<PathBuf>,
 }
 
 pub use crate::challenge::auto::Mode as JoinChallenge;

@@ -22,10 +22,12 @@
 //!   admission passes; [`orders`] is the demo order service;
 //! - [`store`] keeps the state (Redis, or memory for one instance);
 //! - [`queue`] holds the rules, knowing neither Redis nor HTTP;
+//! - [`brand`] reads and checks operators' page branding (`--page-dir`);
 //! - [`telemetry`] sets up logs and metrics.
 
 pub mod admission;
 pub mod app;
+pub mod brand;
 pub mod challenge;
 pub mod config;
 pub mod gate;

@@ -103,6 +103,18 @@ export const api = {
     await request('DELETE', `${queuePath(queue)}/entries/me`, { headers });
   },
 
+  /** The queue's page branding ({} when it has none). */
+  async page(queue) {
+    const res = await request('GET', `${queuePath(queue)}/page`);
+    return res && res.data && typeof res.data === 'object' ? res.data : {};
+  },
+
+  /** A JSON file of the page (a dictionary of i18n/), or null when it is missing. */
+  async pageFile(path) {
+    const res = await request('GET', path);
+    return res && res.data && typeof res.data === 'object' ? res.data : null;
+  },
+
   /** The SSE stream's URL; the ticket cookie set on enter authenticates it. */
   eventsUrl(queue) {
     return url(`${queuePath(queue)}/events`);

@@ -5,6 +5,8 @@ import { enterThroughDoor } from './challenge.js';
 import { StatusFeed } from './feed.js';
 import { TabBus } from './tabs.js';
 import * as fmt from './format.js';
+import { applyBrand } from './brand.js';
+import { loadLanguage, onLanguageChange, startLanguage, t } from './i18n.js';
 
 const QUEUE_NAME = /^[a-z0-9_-]{1,64}$/;
 /** Most items one order may ask for, whatever the stock. */
@@ -97,6 +99,8 @@ const app = {
   ordering: false,
   /** An ending learnt while an order was in flight (its token was just used): shown only if the order fails. */
   goneWhileOrdering: null,
+  /** Sets the current view's words again (after a language switch). */
+  redraw: null,
 };
 
 // --- view plumbing ---------------------------------------------------------
@@ -115,7 +119,7 @@ function setView(name, { focus = false } = {}) {
 }
 
 function setTitle(prefix) {
-  document.title = prefix ? `${prefix} · Waiting room` : 'Waiting room';
+  document.title = prefix ? t('title.with', { prefix }) : t('title.base');
 }
 
 let announceTimer = null;
@@ -144,10 +148,8 @@ async function join({ quiet = false } = {}) {
   app.feed = null;
   if (!quiet) {
     setView('joining');
-    setText('joining-heading', 'Finding your place in line…');
-    setText('joining-text', 'This only takes a moment.');
     el('joining-retry').hidden = true;
-    setTitle('Joining');
+    showJoining(['joining.heading'], ['joining.text']);
   }
   let status;
   try {
@@ -173,17 +175,22 @@ async function join({ quiet = false } = {}) {
   bus.post('joined', { tabGroup });
 }
 
+/** The joining view's words, as message keys and their values. */
+function showJoining(heading, text) {
+  setText('joining-heading', t(...heading));
+  setText('joining-text', t(...text));
+  setTitle(t('title.joining'));
+  app.redraw = () => showJoining(heading, text);
+}
+
 function joinFailed(err, { quiet }) {
   if (err.status === 404) {
-    showError(
-      "This waiting room doesn't exist",
-      `There's no queue called “${queue}” here. Please check the link you followed.`,
-      { retry: false },
-    );
+    showError(['error.noQueue.title'], ['error.noQueue.text', { queue }], { retry: false });
     return;
   }
   if (!err.transient) {
-    showError("We couldn't add you to the line", `${err.message || 'The waiting room refused the request.'} Please try again.`);
+    const message = err.message || t('error.refused.default');
+    showError(['error.refused.title'], ['error.refused.text', { message }]);
     return;
   }
   app.joinFailures += 1;
@@ -194,13 +201,9 @@ function joinFailed(err, { quiet }) {
     setMode('reconnecting', { viaOtherTab: false });
   } else {
     setView('joining');
-    setText(
-      'joining-heading',
-      err.status === 0 ? "We can't reach the waiting room" : 'The waiting room is very busy',
-    );
-    setText(
-      'joining-text',
-      `No need to do anything — we'll try again in about ${Math.max(1, Math.round(delay / 1000))} seconds.`,
+    showJoining(
+      [err.status === 0 ? 'joining.unreachable' : 'joining.busy'],
+      ['joining.retryIn', { n: Math.max(1, Math.round(delay / 1000)) }],
     );
     el('joining-retry').hidden = false;
   }
@@ -285,29 +288,18 @@ function showElsewhere(yielded) {
   const box = el('elsewhere');
   if (box.hidden === !yielded) return;
   box.hidden = !yielded;
-  if (yielded) announce('Live updates moved to another window. Your place is kept; this page still checks it.');
+  if (yielded) announce(t('elsewhere.announce'));
 }
 
-const MODE_TEXT = {
-  connecting: 'Connecting…',
-  live: 'Live',
-  reconnecting: 'Reconnecting…',
-  polling: 'Auto-refresh',
-};
-const MODE_TITLE = {
-  connecting: 'Connecting to the waiting room',
-  live: 'Connected: updates arrive the moment they happen',
-  reconnecting: 'The connection dropped; reconnecting. Your place is safe.',
-  polling: 'Live updates are unavailable, so this page checks your place every few seconds',
-};
+const MODES = ['connecting', 'live', 'reconnecting', 'polling'];
 
 function setMode(mode, { viaOtherTab = false } = {}) {
   const conn = el('conn');
-  if (!MODE_TEXT[mode]) return;
+  if (!MODES.includes(mode)) return;
   conn.dataset.mode = mode;
   conn.dataset.shared = String(Boolean(viaOtherTab));
-  setText('conn-text', MODE_TEXT[mode]);
-  conn.title = MODE_TITLE[mode] + (viaOtherTab ? ' (shared with your other open tab)' : '');
+  setText('conn-text', t(`conn.${mode}`));
+  conn.title = t(`conn.${mode}Title`) + (viaOtherTab ? t('conn.shared') : '');
 }
 
 function showWaiting(w) {
@@ -321,28 +313,31 @@ function showWaiting(w) {
   el('position').dataset.position = position === null ? '' : String(position);
   const rank = Number.isFinite(w.rank) ? w.rank : position === null ? null : position - 1;
   setText('ahead', fmt.peopleAhead(rank));
-  const words = fmt.waitInWords(w.estimatedWaitSeconds);
+  const range = w.estimatedWaitRange;
+  const words = range ? fmt.waitRangeInWords(range.low, range.high) : fmt.waitInWords(w.estimatedWaitSeconds);
   setText('eta', words);
+  el('eta').dataset.low = range ? String(range.low) : '';
+  el('eta').dataset.high = range ? String(range.high) : '';
   setText('total', fmt.formatCount(w.totalWaiting));
 
   const fraction = fmt.progressFraction(app.start.position, position);
   el('progress-fill').style.transform = `scaleX(${Math.max(0.015, fraction)})`;
   const progress = el('progress');
   progress.setAttribute('aria-valuenow', String(Math.round(fraction * 100)));
-  progress.setAttribute('aria-valuetext', `${Math.round(fraction * 100)}% of the way to the front`);
-  setText('progress-start', `Joined at #${fmt.formatCount(app.start.position)}`);
+  progress.setAttribute('aria-valuetext', t('waiting.progressValue', { percent: Math.round(fraction * 100) }));
+  setText('progress-start', t('waiting.joinedAtPosition', { position: fmt.formatCount(app.start.position) }));
 
-  if (position !== null) setTitle(`#${fmt.formatCount(position)} in line`);
+  if (position !== null) setTitle(t('title.position', { position: fmt.formatCount(position) }));
+  app.redraw = () => showWaiting(w);
 
   const mark = fmt.milestone(position);
+  const spoken = fmt.formatCount(position);
   if (firstTime) {
-    announce(`You're in line, number ${fmt.formatCount(position)}. Estimated wait: ${words}.`);
+    announce(t('waiting.announceJoined', { position: spoken, wait: words }));
     app.lastMilestone = mark;
   } else if (mark !== null && (app.lastMilestone === null || mark < app.lastMilestone)) {
     announce(
-      position === 1
-        ? "You're next in line."
-        : `You're now number ${fmt.formatCount(position)} in line. Estimated wait: ${words}.`,
+      position === 1 ? t('waiting.announceNext') : t('waiting.announceMoved', { position: spoken, wait: words }),
     );
     app.lastMilestone = mark;
   }
@@ -376,9 +371,7 @@ async function leaveQueue() {
     // 401/404: there was no place to give up, which is what was asked.
     if (err.status !== 401 && err.status !== 404) {
       const box = el('leave-error');
-      box.textContent = err.transient
-        ? "We couldn't reach the waiting room, so you're still in line. Please try again."
-        : `That didn't work (${err.message}). You're still in line.`;
+      box.textContent = err.transient ? t('leave.unreachable') : t('leave.failed', { message: err.message });
       box.hidden = false;
       return;
     }
@@ -404,11 +397,16 @@ function showReady(r) {
   const firstTime = setView('ready', { focus: true });
   if (firstTime) {
     hideOrderError();
-    setTitle("It's your turn!");
-    announce(`It's your turn! You have ${fmt.durationInWords(seconds)} to place your order.`);
+    setTitle(t('title.ready'));
+    announce(t('ready.announce', { duration: fmt.durationInWords(seconds) }));
     loadProducts();
     updateOrderButton();
   }
+  app.redraw = () => {
+    setTitle(t('title.ready'));
+    if (app.products) renderProducts();
+    updateOrderButton();
+  };
   startCountdown();
 }
 
@@ -436,7 +434,7 @@ function tickCountdown() {
   el('countdown').dataset.urgent = String(urgent);
   if (urgent && !r.warned && left > 0) {
     r.warned = true;
-    announce('One minute left to place your order.');
+    announce(t('ready.oneMinute'));
   }
   if (left <= 0 && !app.ordering) {
     stopCountdown();
@@ -459,7 +457,7 @@ async function loadProducts() {
   app.productsLoading = true;
   const box = el('products');
   box.setAttribute('aria-busy', 'true');
-  if (!app.products) box.replaceChildren(statusLine("Loading what's on sale…"));
+  if (!app.products) box.replaceChildren(statusLine(t('order.loading')));
   try {
     const all = await api.products();
     app.products = all.filter((p) => p && typeof p.id === 'string' && (p.queue ?? 'default') === queue);
@@ -469,9 +467,9 @@ async function loadProducts() {
       const retry = document.createElement('button');
       retry.type = 'button';
       retry.className = 'button secondary small';
-      retry.textContent = 'Try again';
+      retry.textContent = t('order.tryAgain');
       retry.addEventListener('click', () => loadProducts());
-      const line = statusLine("We couldn't load what's on sale. Your turn is still reserved.");
+      const line = statusLine(t('order.loadFailed'));
       line.append(retry);
       box.replaceChildren(line);
     }
@@ -500,10 +498,10 @@ function hueOf(text) {
 }
 
 function stockText(p) {
-  if (!Number.isFinite(p.stock)) return 'Available';
-  if (p.stock <= 0) return 'Sold out';
-  if (p.stock <= 20) return `Only ${fmt.formatCount(p.stock)} left`;
-  return `${fmt.formatCount(p.stock)} available`;
+  if (!Number.isFinite(p.stock)) return t('stock.available');
+  if (p.stock <= 0) return t('stock.soldOut');
+  if (p.stock <= 20) return t('stock.few', { n: p.stock });
+  return t('stock.many', { n: p.stock });
 }
 
 function renderProducts() {
@@ -511,7 +509,7 @@ function renderProducts() {
   const list = app.products ?? [];
   if (list.length === 0) {
     app.selectedId = null;
-    box.replaceChildren(statusLine('Nothing is on sale in this queue right now.'));
+    box.replaceChildren(statusLine(t('order.nothing')));
     updateSummary();
     return;
   }
@@ -596,7 +594,7 @@ function updateOrderButton() {
   const button = el('place-order');
   button.disabled = app.ordering || !selectedProduct();
   button.setAttribute('aria-busy', String(app.ordering));
-  setText('place-order', app.ordering ? 'Placing your order…' : 'Place order');
+  setText('place-order', app.ordering ? t('order.placing') : t('order.place'));
 }
 
 function showOrderError(text) {
@@ -614,7 +612,7 @@ async function placeOrder(event) {
   if (app.ordering || !app.ready) return;
   const product = selectedProduct();
   if (!product) {
-    showOrderError('Please choose an item first.');
+    showOrderError(t('order.chooseFirst'));
     return;
   }
   const quantity = clampQuantity();
@@ -657,16 +655,14 @@ async function orderFailed(err, product, quantity) {
       await loadProducts();
       const now = app.products?.find((p) => p.id === product.id);
       if (now && Number.isFinite(now.stock) && now.stock > 0) {
-        showOrderError(
-          `Sorry, there aren't ${quantity} left any more — only ${fmt.formatCount(now.stock)}. Your turn is still reserved: try a smaller quantity.`,
-        );
+        showOrderError(t('order.notEnough', { quantity, n: now.stock }));
       } else {
-        showOrderError(`Sorry, “${product.name || product.id}” has just sold out. Your turn is still reserved if you'd like something else.`);
+        showOrderError(t('order.soldOut', { product: product.name || product.id }));
       }
       return;
     }
     case 'token_in_use':
-      showOrderError('An order with your pass is already on its way, perhaps from another tab. Give it a moment, then try again if nothing happens.');
+      showOrderError(t('order.inUse'));
       return;
     case 'invalid_token':
     case 'missing_token':
@@ -674,10 +670,10 @@ async function orderFailed(err, product, quantity) {
       return;
     case 'unknown_product':
       await loadProducts();
-      showOrderError("That item isn't available any more. Please choose another.");
+      showOrderError(t('order.unknownProduct'));
       return;
     case 'invalid_body':
-      showOrderError(`That order couldn't be accepted (${err.message}). Please check the quantity and try again.`);
+      showOrderError(t('order.invalid', { message: err.message }));
       return;
     default:
       break;
@@ -685,11 +681,11 @@ async function orderFailed(err, product, quantity) {
   if (err.status === 401) {
     showGone('invalid');
   } else if (err.status === 0) {
-    showOrderError("We couldn't reach the store. Check your connection and try again — your turn is still reserved.");
+    showOrderError(t('order.unreachable'));
   } else if (err.status === 503 || err.status === 429 || err.status >= 500) {
-    showOrderError('The store is very busy right now. Your turn is still reserved — please try again in a few seconds.');
+    showOrderError(t('order.busy'));
   } else {
-    showOrderError(`Something went wrong (${err.message}). Please try again.`);
+    showOrderError(t('order.failed', { message: err.message }));
   }
 }
 
@@ -705,12 +701,6 @@ function loadOrderRecord() {
   return record;
 }
 
-function formatTime(iso) {
-  const date = new Date(iso);
-  if (Number.isNaN(date.getTime())) return '–';
-  return date.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
-}
-
 function showConfirmed(record) {
   app.feed?.stop();
   app.ready = null;
@@ -720,10 +710,11 @@ function showConfirmed(record) {
   setText('receipt-item', record.productName ?? record.productId);
   setText('receipt-quantity', fmt.formatCount(record.quantity));
   setText('receipt-total', Number.isFinite(record.totalCents) ? fmt.formatMoney(record.totalCents, CURRENCY) : '–');
-  setText('receipt-time', formatTime(record.createdAt));
+  setText('receipt-time', fmt.formatTime(record.createdAt));
   const changed = setView('confirmed', { focus: true });
-  setTitle('Order confirmed');
-  if (changed) announce(`Your order is confirmed. Order number ${record.orderId}.`);
+  setTitle(t('title.confirmed'));
+  app.redraw = () => showConfirmed(record);
+  if (changed) announce(t('confirmed.announce', { id: record.orderId }));
 }
 
 function showGone(reason) {
@@ -747,10 +738,7 @@ function showGone(reason) {
     }
   }
   const shown = reason === 'not_entered' && wasReady ? 'invalid' : reason;
-  const copy = fmt.endedCopy(shown);
-  setText('ended-heading', copy.title);
-  setText('ended-text', copy.text);
-  setText('rejoin', copy.action);
+  const copy = showEnded(shown);
   el('view-ended').dataset.reason = shown;
   if (reason === 'sold_out') {
     // The place is kept while sold out: a restock answers WAITING again.
@@ -758,18 +746,32 @@ function showGone(reason) {
     app.joinTimer = setTimeout(() => join({ quiet: true }), SOLD_OUT_RECHECK_MS);
   }
   const changed = setView('ended', { focus: true });
-  setTitle(copy.title);
   if (changed) announce(`${copy.title}. ${copy.text}`);
 }
 
+function showEnded(reason) {
+  const copy = fmt.endedCopy(reason);
+  setText('ended-heading', copy.title);
+  setText('ended-text', copy.text);
+  setText('rejoin', copy.action);
+  setTitle(copy.title);
+  app.redraw = () => showEnded(reason);
+  return copy;
+}
+
+/** The error view; `title` and `text` are message keys with their values. */
 function showError(title, text, { retry = true } = {}) {
   app.feed?.stop();
-  setText('error-heading', title);
-  setText('error-text', text);
   el('error-retry').hidden = !retry;
+  const words = () => {
+    setText('error-heading', t(...title));
+    setText('error-text', t(...text));
+    setTitle(t(...title));
+  };
+  words();
+  app.redraw = words;
   setView('error', { focus: true });
-  setTitle(title);
-  announce(`${title}. ${text}`);
+  announce(`${t(...title)}. ${t(...text)}`);
 }
 
 function joinAgain() {
@@ -803,7 +805,21 @@ bus.on('joined', (m) => {
 
 // --- wiring ----------------------------------------------------------------
 
-function boot() {
+/** After a language switch: the connection badge and the current view's words. */
+function redraw() {
+  const conn = el('conn');
+  setMode(conn.dataset.mode, { viaOtherTab: conn.dataset.shared === 'true' });
+  app.redraw?.();
+}
+
+async function boot() {
+  const valid = QUEUE_NAME.test(queue);
+  // The queue's branding, then the words: the page shows its own defaults
+  // (English, unbranded) until both are in, and keeps them if either fails.
+  const words = loadLanguage(startLanguage());
+  const brand = valid ? await api.page(queue).catch(() => ({})) : {};
+  await words.ready(applyBrand(brand));
+  onLanguageChange(redraw);
   if (queue !== 'default') {
     setText('queue-name', queue);
     el('queue-chip').hidden = false;
@@ -834,10 +850,8 @@ function boot() {
     if (/^\d+$/.test(el('quantity').value)) updateSummary();
   });
 
-  if (!QUEUE_NAME.test(queue)) {
-    showError("This waiting room link isn't right", 'The queue name in the address is not valid. Please check the link you followed.', {
-      retry: false,
-    });
+  if (!valid) {
+    showError(['error.badLink.title'], ['error.badLink.text'], { retry: false });
     return;
   }
 

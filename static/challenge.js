@@ -7,6 +7,7 @@
 // is a file of the same origin, nothing is loaded from elsewhere.
 
 import { api } from './api.js';
+import { t } from './i18n.js';
 
 const el = (id) => document.getElementById(id);
 
@@ -29,27 +30,27 @@ function showChecking(maxnumber) {
   const heading = el('joining-heading');
   const text = el('joining-text');
   const before = { heading: heading.textContent, text: text.textContent };
-  heading.textContent = 'Checking your browser…';
-  text.textContent = 'A quick automatic check keeps bots out of the line. It takes a few seconds; no need to do anything.';
-  document.title = 'Checking your browser · Waiting room';
+  heading.textContent = t('challenge.heading');
+  text.textContent = t('challenge.text');
+  document.title = t('title.with', { prefix: t('title.checking') });
 
   const progress = document.createElement('progress');
   progress.id = 'challenge-progress';
   progress.max = maxnumber + 1;
   progress.value = 0;
-  progress.setAttribute('aria-label', 'Checking your browser');
+  progress.setAttribute('aria-label', t('challenge.label'));
   const status = document.createElement('p');
   status.id = 'challenge-status';
   status.className = 'lede';
   status.setAttribute('role', 'status');
-  status.textContent = 'Checking…';
+  status.textContent = t('challenge.status');
   view.append(progress, status);
   return {
     update(tried) {
       progress.value = Math.min(tried, progress.max);
     },
     done(ok) {
-      status.textContent = ok ? 'Check complete. Joining the line…' : '';
+      status.textContent = ok ? t('challenge.done') : '';
       progress.value = progress.max;
       progress.remove();
       status.remove();
@@ -70,11 +71,11 @@ function solve(challenge, onProgress) {
     worker.onmessage = ({ data }) => {
       if (data.type === 'progress') onProgress(data.tried);
       else if (data.type === 'solved') finish(resolve, encodePayload(challenge, data.number, data.took));
-      else finish(reject, new Error(data.reason || 'The browser check failed.'));
+      else finish(reject, new Error(t('challenge.failed')));
     };
     worker.onerror = (event) => {
       event.preventDefault();
-      finish(reject, new Error('The browser check could not run.'));
+      finish(reject, new Error(t('challenge.noRun')));
     };
     worker.postMessage({ challenge: challenge.challenge, salt: challenge.salt, maxnumber: challenge.maxnumber });
   });

@@ -1,7 +1,45 @@
 // Pure formatting helpers for the waiting-room page. No DOM, no imports, so
 // they can be exercised directly by unit tests.
+//
+// Every word comes from the language's messages (i18n/<lang>.json, see
+// i18n.js), set with useMessages(); numbers, money and times follow the
+// language through Intl.
 
-const integerFormat = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
+/**
+ * A translator for one dictionary: t(key, vars) with "{name}" placeholders;
+ * a message may be plural forms ({"one": …, "other": …}) picked by vars.n
+ * through Intl.PluralRules. A missing key reads as the key itself, so a gap
+ * shows up instead of breaking the page.
+ */
+export function translator(messages, locale) {
+  const plurals = new Intl.PluralRules(locale);
+  const numbers = new Intl.NumberFormat(locale, { maximumFractionDigits: 0 });
+  return (key, vars = {}) => {
+    let message = messages[key];
+    if (message && typeof message === 'object') {
+      message = message[plurals.select(Number(vars.n))] ?? message.other;
+    }
+    if (typeof message !== 'string') return key;
+    return message.replace(/\{(\w+)\}/g, (whole, name) => {
+      const value = vars[name];
+      if (value === undefined) return whole;
+      return typeof value === 'number' ? numbers.format(value) : String(value);
+    });
+  };
+}
+
+let t = (key) => key;
+let locale;
+let integerFormat = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
+const moneyFormats = new Map();
+
+/** Use `translate` (from translator()) and `lang` for everything below. */
+export function useMessages(translate, lang) {
+  t = translate;
+  locale = lang;
+  integerFormat = new Intl.NumberFormat(lang, { maximumFractionDigits: 0 });
+  moneyFormats.clear();
+}
 
 /** A whole number with the reader's grouping ("12,345"), or an en dash when unknown. */
 export function formatCount(n) {
@@ -14,24 +52,45 @@ export function formatCount(n) {
  * that counts seconds.
  */
 export function waitInWords(seconds) {
-  if (seconds == null || !Number.isFinite(seconds) || seconds < 0) return 'working it out…';
-  if (seconds === 0) return 'any moment now';
-  if (seconds < 60) return 'less than a minute';
+  if (seconds == null || !Number.isFinite(seconds) || seconds < 0) return t('eta.unknown');
+  if (seconds === 0) return t('eta.now');
+  if (seconds < 60) return t('eta.underMinute');
   const minutes = Math.round(seconds / 60);
-  if (minutes <= 1) return 'about a minute';
-  if (minutes < 55) return `about ${minutes} minutes`;
-  if (minutes < 90) return 'about an hour';
+  if (minutes <= 1) return t('eta.minutes', { n: 1 });
+  if (minutes < 55) return t('eta.minutes', { n: minutes });
+  if (minutes < 90) return t('eta.hour');
   const hours = Math.round(seconds / 3600);
-  if (hours >= 24) return 'more than a day';
-  return `about ${hours} hours`;
+  if (hours >= 24) return t('eta.days');
+  return t('eta.hours', { n: hours });
+}
+
+/**
+ * An 80 % range of the wait in words ("about 12–18 minutes"): whole
+ * minutes under an hour and a half, else whole hours; the point estimate's
+ * words when the range rounds to one value.
+ */
+export function waitRangeInWords(low, high) {
+  if (!Number.isFinite(low) || !Number.isFinite(high) || low < 0 || high < low) return t('eta.unknown');
+  if (high < 60) return high === 0 ? t('eta.now') : t('eta.underMinute');
+  if (high < 90 * 60) {
+    const lo = Math.floor(low / 60);
+    const hi = Math.max(1, Math.ceil(high / 60));
+    if (lo === hi) return t('eta.minutes', { n: hi });
+    if (lo === 0) return t('eta.upToMinutes', { n: hi });
+    return t('eta.rangeMinutes', { low: lo, high: hi, n: hi });
+  }
+  const lo = Math.max(1, Math.floor(low / 3600));
+  const hi = Math.max(1, Math.ceil(high / 3600));
+  if (lo >= 24) return t('eta.days');
+  if (lo === hi) return t('eta.hours', { n: hi });
+  return t('eta.rangeHours', { low: lo, high: hi, n: hi });
 }
 
 /** How many people are ahead, as a phrase ("No one", "1 person", "46 people"). */
 export function peopleAhead(rank) {
   if (!Number.isFinite(rank)) return '–';
-  if (rank <= 0) return 'No one';
-  if (rank === 1) return '1 person';
-  return `${formatCount(rank)} people`;
+  if (rank <= 0) return t('ahead.none');
+  return t('ahead.people', { n: rank });
 }
 
 /** A countdown clock "m:ss" (or "h:mm:ss"), rounding up so 0:00 means time is up. */
@@ -50,22 +109,27 @@ export function durationInWords(seconds) {
   const m = Math.floor(total / 60);
   const s = total % 60;
   const parts = [];
-  if (m > 0) parts.push(m === 1 ? '1 minute' : `${m} minutes`);
-  if (s > 0 || m === 0) parts.push(s === 1 ? '1 second' : `${s} seconds`);
-  return parts.join(' ');
+  if (m > 0) parts.push(t('duration.minutes', { n: m }));
+  if (s > 0 || m === 0) parts.push(t('duration.seconds', { n: s }));
+  return parts.join(t('duration.join'));
 }
-
-const moneyFormats = new Map();
 
 /** Cents as money in the reader's locale ("$129.00"). */
 export function formatMoney(cents, currency = 'USD') {
   if (!Number.isFinite(cents)) return '–';
   let f = moneyFormats.get(currency);
   if (!f) {
-    f = new Intl.NumberFormat(undefined, { style: 'currency', currency });
+    f = new Intl.NumberFormat(locale, { style: 'currency', currency });
     moneyFormats.set(currency, f);
   }
   return f.format(cents / 100);
+}
+
+/** A date and time in the reader's language, or an en dash. */
+export function formatTime(iso) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return '–';
+  return date.toLocaleString(locale, { dateStyle: 'medium', timeStyle: 'short' });
 }
 
 /**
@@ -95,59 +159,14 @@ export function progressFraction(startPosition, position) {
   return Math.min(1, Math.max(0, done));
 }
 
+const ENDINGS = ['left', 'expired', 'invalid', 'consumed', 'abandoned', 'replaced', 'sold_out', 'not_entered'];
+
 /** The reason a place ended, as a heading, an explanation and an action. */
 export function endedCopy(reason) {
-  switch (reason) {
-    case 'left':
-      return {
-        title: "You've left the queue",
-        text: "Your place has been given up. If you change your mind you're welcome back — you'll join at the end of the line.",
-        action: 'Join the queue again',
-      };
-    case 'expired':
-      return {
-        title: 'Your turn has ended',
-        text: "The time to place an order ran out, so your spot went to the next person in line. You can join the queue again.",
-        action: 'Join the queue again',
-      };
-    case 'invalid':
-      return {
-        title: 'Your turn has ended',
-        text: 'Your entry pass is no longer valid — it may have run out or already been used. You can join the queue again.',
-        action: 'Join the queue again',
-      };
-    case 'consumed':
-      return {
-        title: 'Your entry pass has been used',
-        text: 'An order was placed with your pass, perhaps in another tab or on another device. To buy again, join the queue again.',
-        action: 'Join the queue again',
-      };
-    case 'abandoned':
-      return {
-        title: 'Your place was released',
-        text: "We didn't hear from this page for a while, so your place went to the people behind you. Join again to get back in line.",
-        action: 'Join the queue again',
-      };
-    case 'replaced':
-      return {
-        title: 'You continued somewhere else',
-        text: 'The waiting room was opened in another browser or on another device, and that one is now keeping your place. You can carry on there, or continue here instead.',
-        action: 'Continue here instead',
-      };
-    // --- stock: sold out (English strings of the sold-out view) ---
-    case 'sold_out':
-      return {
-        title: 'Sold out',
-        text: "Everything has been sold, so there is nothing left to wait for. We'll keep your place in case more stock arrives — this page checks now and then.",
-        action: 'Check again',
-      };
-    // --- end of stock strings ---
-    case 'not_entered':
-    default:
-      return {
-        title: "You're not in the queue",
-        text: "We couldn't find your place in line — it may have been released. Join the queue to get a place.",
-        action: 'Join the queue',
-      };
-  }
+  const known = ENDINGS.includes(reason) ? reason : 'not_entered';
+  return {
+    title: t(`ended.${known}.title`),
+    text: t(`ended.${known}.text`),
+    action: t(`ended.${known}.action`),
+  };
 }

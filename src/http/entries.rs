@@ -123,7 +123,7 @@ async fn enter(
         .signer()
         .sign(&queue, &user, entry, now_ms() + ttl_secs * 1000);
     let body = Entered {
-        status: QueueStatus::new(&outcome.snapshot, state.admission_rate(&queue)),
+        status: QueueStatus::new(&outcome.snapshot, state.forecast(&queue)),
         ticket: ticket.clone(),
     };
     let code = if outcome.created {
@@ -172,7 +172,7 @@ async fn position(
     member.check_entry(&snapshot)?;
     Ok(Json(QueueStatus::new(
         &snapshot,
-        state.admission_rate(&member.queue),
+        state.forecast(&member.queue),
     )))
 }
 

@@ -86,8 +86,7 @@ pub async fn open_stream(
     let before = state.hub().events_seen(&member.queue);
     let snapshot = member.read_budgeted(state, client.key()).await?;
     member.check_entry(&snapshot)?;
-    let rate = state.admission_rate(&member.queue);
-    let Some(view) = view_of(&snapshot, rate) else {
+    let Some(view) = view_of(&snapshot, state.forecast(&member.queue)) else {
         return Ok(Opening::NotEntered);
     };
     let sub = state

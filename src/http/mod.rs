@@ -7,6 +7,7 @@ pub mod extract;
 
 mod admin;
 mod auth;
+mod brand;
 mod challenge;
 mod entries;
 mod events;
@@ -51,6 +52,7 @@ fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
         .merge(challenge::router())
+        .merge(brand::router())
         .merge(events::router())
         .merge(health::probes())
         .merge(orders::router())

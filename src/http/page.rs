@@ -1,5 +1,10 @@
 //! The waiting-room page (`static/`), embedded in the binary so one file
-//! runs the whole service; debug builds read the files from disk.
+//! runs the whole service; debug builds read the files from disk. With
+//! `--page-dir`, a file there is served instead of the embedded one of the
+//! same path (read when asked for, so operators change texts, styles and
+//! logos without a rebuild or a restart).
+
+use std::borrow::Cow;
 
 use axum::Router;
 use axum::extract::State;
@@ -31,7 +36,7 @@ async fn asset(
 ) -> Response {
     let path = uri.path().trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
-    match Assets::get(path) {
+    match file(&state, path).await {
         Some(_) if method != Method::GET && method != Method::HEAD => {
             let mut response = ApiError::MethodNotAllowed.into_response();
             response
@@ -46,7 +51,7 @@ async fn asset(
                     (header::CONTENT_TYPE, mime.as_ref().to_owned()),
                     (header::CACHE_CONTROL, "no-cache".to_owned()),
                 ],
-                file.data,
+                file,
             )
                 .into_response();
             // The page's first load makes the visitor, before any of its
@@ -64,4 +69,14 @@ async fn asset(
         }
         None => ApiError::not_found("not_found", "no such resource").into_response(),
     }
+}
+
+/// The file at `path`: the page directory's, else the embedded one.
+async fn file(state: &AppState, path: &str) -> Option<Cow<'static, [u8]>> {
+    if let Some(found) = state.page_dir().and_then(|dir| dir.file(path))
+        && let Ok(bytes) = tokio::fs::read(&found).await
+    {
+        return Some(Cow::Owned(bytes));
+    }
+    Assets::get(path).map(|f| f.data)
 }

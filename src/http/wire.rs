@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 
 use crate::push::View;
-use crate::queue::{Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
+use crate::queue::{Forecast, Snapshot, Standing, WaitRange, polling_interval_secs};
 
 /// The statuses of the public API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -49,6 +49,10 @@ pub struct QueueStatus {
     /// From the observed admission rate, rounded up; `null` unless waiting
     /// or while nothing is admitted.
     pub estimated_wait_seconds: Option<u64>,
+    /// The wait's 80 % range, from the observed admission rate and its
+    /// spread (pass sizes, departures); `null` unless waiting, while
+    /// nothing is admitted, or until admissions have been observed.
+    pub estimated_wait_range: Option<WaitRangeBody>,
     /// How often to poll when no stream is open; `null` unless waiting (or
     /// `SOLD_OUT`: how often to look for a restock).
     pub polling_interval_seconds: Option<u64>,
@@ -60,22 +64,43 @@ pub struct QueueStatus {
     pub token_expires_in_seconds: Option<u64>,
 }
 
+/// An 80 % range of the wait: at least `low` and at most `high` seconds
+/// for four buyers in five.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = WaitRange)]
+pub struct WaitRangeBody {
+    /// Seconds, rounded down.
+    pub low: u64,
+    /// Seconds, rounded up; never below `low`.
+    pub high: u64,
+}
+
+impl From<WaitRange> for WaitRangeBody {
+    fn from(r: WaitRange) -> Self {
+        Self {
+            low: r.low,
+            high: r.high,
+        }
+    }
+}
+
 impl QueueStatus {
-    /// The status for a store snapshot, with the wait estimated at `rate`
-    /// admissions a second.
-    pub fn new(snapshot: &Snapshot, rate: f64) -> Self {
+    /// The status for a store snapshot, with the wait estimated by
+    /// `forecast`.
+    pub fn new(snapshot: &Snapshot, forecast: Forecast) -> Self {
         let total = snapshot.total_waiting;
         match &snapshot.standing {
             Standing::Waiting { rank, .. } if snapshot.sold_out => Self {
                 status: Status::SoldOut,
                 estimated_wait_seconds: None,
+                estimated_wait_range: None,
                 polling_interval_seconds: Some(SOLD_OUT_POLL_SECS),
-                ..Self::waiting(*rank, total, None, entered_at(snapshot.entered_at_ms))
+                ..Self::waiting(*rank, total, (None, None), entered_at(snapshot.entered_at_ms))
             },
             Standing::Waiting { rank, .. } => Self::waiting(
                 *rank,
                 total,
-                estimated_wait_secs(*rank, rate),
+                (forecast.wait_secs(*rank), forecast.wait_range(*rank)),
                 entered_at(snapshot.entered_at_ms),
             ),
             Standing::Ready {
@@ -91,13 +116,19 @@ impl QueueStatus {
         }
     }
 
-    fn waiting(rank: u64, total: u64, eta: Option<u64>, entered_at: Option<String>) -> Self {
+    fn waiting(
+        rank: u64,
+        total: u64,
+        (eta, range): (Option<u64>, Option<WaitRange>),
+        entered_at: Option<String>,
+    ) -> Self {
         Self {
             status: Status::Waiting,
             rank: Some(rank),
             position: Some(rank + 1),
             total_waiting: total,
             estimated_wait_seconds: eta,
+            estimated_wait_range: range.map(Into::into),
             polling_interval_seconds: Some(polling_interval_secs(rank)),
             entered_at,
             entry_token: None,
@@ -112,6 +143,7 @@ impl QueueStatus {
             position: None,
             total_waiting: total,
             estimated_wait_seconds: None,
+            estimated_wait_range: None,
             polling_interval_seconds: None,
             entered_at,
             entry_token: Some(token.to_owned()),
@@ -126,6 +158,7 @@ impl QueueStatus {
             position: None,
             total_waiting: total,
             estimated_wait_seconds: None,
+            estimated_wait_range: None,
             polling_interval_seconds: None,
             entered_at: None,
             entry_token: None,
@@ -186,9 +219,17 @@ pub enum GoneReasonName {
 pub fn event(view: &View, entered_at: Option<&str>) -> (&'static str, String) {
     let entered_at = entered_at.map(str::to_owned);
     let data = match view {
-        View::Waiting { rank, total, eta } => {
-            serde_json::to_string(&QueueStatus::waiting(*rank, *total, *eta, entered_at))
-        }
+        View::Waiting {
+            rank,
+            total,
+            eta,
+            range,
+        } => serde_json::to_string(&QueueStatus::waiting(
+            *rank,
+            *total,
+            (*eta, *range),
+            entered_at,
+        )),
         View::Ready {
             token,
             expires_at,
@@ -233,7 +274,7 @@ mod tests {
 
     use super::*;
     use crate::push::GoneReason;
-    use crate::queue::EntryToken;
+    use crate::queue::{EntryToken, RateEstimator};
 
     fn snap(standing: Standing) -> Snapshot {
         Snapshot {
@@ -246,12 +287,13 @@ mod tests {
         }
     }
 
-    const FIELDS: [&str; 9] = [
+    const FIELDS: [&str; 10] = [
         "status",
         "rank",
         "position",
         "totalWaiting",
         "estimatedWaitSeconds",
+        "estimatedWaitRange",
         "pollingIntervalSeconds",
         "enteredAt",
         "entryToken",
@@ -260,7 +302,10 @@ mod tests {
 
     #[test]
     fn waiting_status() {
-        let s = QueueStatus::new(&snap(Standing::Waiting { rank: 120, seq: 9 }), 50.0);
+        let s = QueueStatus::new(
+            &snap(Standing::Waiting { rank: 120, seq: 9 }),
+            Forecast::at_rate(50.0),
+        );
         assert_eq!(s.status, Status::Waiting);
         assert_eq!((s.rank, s.position), (Some(120), Some(121)));
         assert_eq!(s.polling_interval_seconds, Some(3));
@@ -277,7 +322,7 @@ mod tests {
                 token: token.clone(),
                 expires_in_ms: 299_001,
             }),
-            50.0,
+            Forecast::at_rate(50.0),
         );
         assert_eq!(s.status, Status::Ready);
         assert_eq!(s.entry_token.as_deref(), Some(token.as_str()));
@@ -292,7 +337,7 @@ mod tests {
 
     #[test]
     fn not_entered_has_no_entry_time() {
-        let s = QueueStatus::new(&snap(Standing::NotEntered), 50.0);
+        let s = QueueStatus::new(&snap(Standing::NotEntered), Forecast::at_rate(50.0));
         assert_eq!(s.status, Status::NotEntered);
         assert_eq!(s.entered_at, None);
         assert_eq!(serde_json::to_value(&s).unwrap()["status"], "NOT_ENTERED");
@@ -303,11 +348,13 @@ mod tests {
     #[test]
     fn stream_events_carry_the_polled_status() {
         let snapshot = snap(Standing::Waiting { rank: 120, seq: 9 });
-        let polled = serde_json::to_value(QueueStatus::new(&snapshot, 50.0)).unwrap();
+        let polled =
+            serde_json::to_value(QueueStatus::new(&snapshot, Forecast::at_rate(50.0))).unwrap();
         let view = View::Waiting {
             rank: 120,
             total: 500,
-            eta: estimated_wait_secs(120, 50.0),
+            eta: Forecast::at_rate(50.0).wait_secs(120),
+            range: None,
         };
         let (name, data) = event(&view, entered_at(snapshot.entered_at_ms).as_deref());
         assert_eq!(name, "waiting");
@@ -321,7 +368,8 @@ mod tests {
             token: token.clone(),
             expires_in_ms: 300_000,
         });
-        let polled = serde_json::to_value(QueueStatus::new(&snapshot, 50.0)).unwrap();
+        let polled =
+            serde_json::to_value(QueueStatus::new(&snapshot, Forecast::at_rate(50.0))).unwrap();
         let view = View::Ready {
             token: token.as_str().to_owned(),
             expires_at: Instant::now() + Duration::from_millis(300_000),
@@ -349,5 +397,35 @@ mod tests {
         let (name, data) = event(&View::Gone(GoneReason::Left), None);
         assert_eq!(name, "gone");
         assert_eq!(data, r#"{"status":"NOT_ENTERED","reason":"left"}"#);
+    }
+
+    /// The range is on the wire once passes have been observed, in a poll
+    /// and in a stream's frame alike.
+    #[test]
+    fn the_wait_range_follows_the_observed_passes() {
+        let mut e = RateEstimator::new(30_000);
+        for i in 0..10u64 {
+            e.record(i * 1_000, if i % 2 == 0 { 40 } else { 60 }, 0, 1_000);
+        }
+        let forecast = e.forecast(1.0);
+        let snapshot = snap(Standing::Waiting { rank: 120, seq: 9 });
+        let polled = serde_json::to_value(QueueStatus::new(&snapshot, forecast)).unwrap();
+        let range = forecast.wait_range(120).unwrap();
+        assert_eq!(polled["estimatedWaitRange"]["low"], range.low);
+        assert_eq!(polled["estimatedWaitRange"]["high"], range.high);
+        assert!(range.low <= 3 && range.high >= 3, "{range:?}");
+        let view = View::Waiting {
+            rank: 120,
+            total: 500,
+            eta: forecast.wait_secs(120),
+            range: Some(range),
+        };
+        let (_, data) = event(&view, entered_at(snapshot.entered_at_ms).as_deref());
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&data).unwrap(),
+            polled
+        );
+        let fallback = QueueStatus::new(&snapshot, Forecast::at_rate(50.0));
+        assert_eq!(fallback.estimated_wait_range, None);
     }
 }

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{Policy, QueueName, RateEstimator, Snapshot, UserId};
+use crate::queue::{Forecast, Policy, QueueName, RateEstimator, Snapshot, UserId};
 use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
@@ -147,12 +147,14 @@ impl Hub {
         &self.names
     }
 
-    /// The observed admission rate of `queue`, or `fallback` without data.
-    pub fn rate(&self, queue: &QueueName, fallback: f64) -> f64 {
+    /// The wait forecast of `queue` from its observed passes, or a point
+    /// estimate at `fallback` admissions a second without data.
+    pub fn forecast(&self, queue: &QueueName, fallback: f64) -> Forecast {
         self.queues
             .get(queue)
-            .map(|q| lock(&q.rate).rate(fallback))
-            .unwrap_or(fallback)
+            .map_or(Forecast::at_rate(fallback), |q| {
+                lock(&q.rate).forecast(fallback)
+            })
     }
 
     /// Streams open on this instance.
@@ -260,9 +262,14 @@ impl Hub {
                     return;
                 };
                 if pass.busy {
-                    lock(&q.rate).record(pass.at, pass.admitted.len() as u64);
+                    lock(&q.rate).record(
+                        pass.at,
+                        pass.admitted.len() as u64,
+                        pass.abandoned.len() as u64,
+                        pass.waiting,
+                    );
                 }
-                let rate = lock(&q.rate).rate(fallback_rate);
+                let forecast = lock(&q.rate).forecast(fallback_rate);
                 lock(&q.watchers).apply_admissions(&pass);
                 // Counted before the yield too: a stream that registers in
                 // it, from a read taken before this pass, missed its own
@@ -271,15 +278,18 @@ impl Hub {
                 // Let the admitted buyers' streams write their `ready`
                 // before thousands of rank updates queue up behind them.
                 tokio::task::yield_now().await;
-                lock(&q.watchers).apply_ranks(&pass, rate);
+                lock(&q.watchers).apply_ranks(&pass, forecast);
                 q.events_seen.fetch_add(1, Ordering::Release);
             }
             StoreEvent::Queue { queue, event } => {
                 let Some(q) = self.queues.get(&queue) else {
                     return;
                 };
-                let rate = lock(&q.rate).rate(fallback_rate);
-                lock(&q.watchers).apply(&event, rate);
+                if let QueueEvent::Left { seq: Some(_), .. } = event {
+                    lock(&q.rate).note_leave();
+                }
+                let forecast = lock(&q.rate).forecast(fallback_rate);
+                lock(&q.watchers).apply(&event, forecast);
                 q.events_seen.fetch_add(1, Ordering::Release);
             }
             StoreEvent::Interrupted => {
@@ -374,10 +384,10 @@ async fn refresh_due(hub: &Hub, store: &SharedStore, fallback_rate: f64) {
                 let Some(q) = hub.queues.get(queue) else {
                     continue;
                 };
-                let rate = lock(&q.rate).rate(fallback_rate);
+                let forecast = lock(&q.rate).forecast(fallback_rate);
                 let mut watchers = lock(&q.watchers);
                 for (user, snapshot) in due.iter().zip(&snapshots) {
-                    watchers.apply_snapshot(user, snapshot, rate);
+                    watchers.apply_snapshot(user, snapshot, forecast);
                 }
                 metrics::counter!("waitroom_stream_refreshes_total").increment(due.len() as u64);
             }

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::view::{EventId, GoneReason, Update, View};
-use crate::queue::{Snapshot, Standing, UserId};
+use crate::queue::{Forecast, Snapshot, Standing, UserId};
 use crate::store::{Pass, QueueEvent};
 
 /// One open stream.
@@ -68,11 +68,12 @@ impl Watcher {
     }
 
     /// What a waiting stream at `rank` shows.
-    fn waiting_view(&self, rank: u64, rate: f64) -> View {
+    fn waiting_view(&self, rank: u64, forecast: Forecast) -> View {
         View::Waiting {
             rank,
             total: self.total.max(rank + 1),
-            eta: crate::queue::estimated_wait_secs(rank, rate),
+            eta: forecast.wait_secs(rank),
+            range: forecast.wait_range(rank),
         }
     }
 }
@@ -94,13 +95,14 @@ pub fn refresh_period(rank: u64) -> Duration {
 
 /// The initial view for a snapshot (`None`: nothing to stream); a buyer in
 /// line for a sold-out queue is told so at once.
-pub fn view_of(snapshot: &Snapshot, rate: f64) -> Option<View> {
+pub fn view_of(snapshot: &Snapshot, forecast: Forecast) -> Option<View> {
     match &snapshot.standing {
         Standing::Waiting { .. } if snapshot.sold_out => Some(View::Gone(GoneReason::SoldOut)),
         Standing::Waiting { rank, .. } => Some(View::Waiting {
             rank: *rank,
             total: snapshot.total_waiting,
-            eta: crate::queue::estimated_wait_secs(*rank, rate),
+            eta: forecast.wait_secs(*rank),
+            range: forecast.wait_range(*rank),
         }),
         Standing::Ready {
             token,
@@ -176,11 +178,11 @@ impl QueueWatchers {
     /// Applies a queue event to every stream it concerns. Rank changes from
     /// leaves are shown with the next pass, which every queue with someone
     /// waiting publishes each interval.
-    pub fn apply(&mut self, event: &QueueEvent, rate: f64) {
+    pub fn apply(&mut self, event: &QueueEvent, forecast: Forecast) {
         match event {
             QueueEvent::Pass(pass) => {
                 self.apply_admissions(pass);
-                self.apply_ranks(pass, rate);
+                self.apply_ranks(pass, forecast);
             }
             QueueEvent::Left { user, seq } => {
                 if let Some(w) = self.by_user.get_mut(user)
@@ -241,7 +243,7 @@ impl QueueWatchers {
 
     /// A pass's second half: every waiting stream moves up by the removals
     /// ahead of it, the pass's and the leaves' since the last one.
-    pub fn apply_ranks(&mut self, pass: &Pass, rate: f64) {
+    pub fn apply_ranks(&mut self, pass: &Pass, forecast: Forecast) {
         let mut removed: Vec<u64> = pass
             .admitted
             .iter()
@@ -263,13 +265,13 @@ impl QueueWatchers {
                 w.synced_pass = pass.pass;
             }
             w.total = pass.waiting;
-            let view = w.waiting_view(w.rank, rate);
+            let view = w.waiting_view(w.rank, forecast);
             w.show(pass.pass, view);
         }
     }
 
     /// Applies an exact re-read of one user's standing.
-    pub fn apply_snapshot(&mut self, user: &UserId, snapshot: &Snapshot, rate: f64) {
+    pub fn apply_snapshot(&mut self, user: &UserId, snapshot: &Snapshot, forecast: Forecast) {
         let Some(w) = self.by_user.get_mut(user) else {
             return;
         };
@@ -302,7 +304,7 @@ impl QueueWatchers {
                 w.rank = rank + leaves_ahead(&self.left, w.seq);
                 w.total = snapshot.total_waiting;
                 w.next_refresh = Instant::now() + refresh_period(rank);
-                let view = w.waiting_view(rank, rate);
+                let view = w.waiting_view(rank, forecast);
                 w.show(snapshot.pass, view);
             }
             Standing::Ready {
@@ -344,6 +346,10 @@ impl QueueWatchers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(rate: f64) -> Forecast {
+        Forecast::at_rate(rate)
+    }
     use crate::queue::EntryToken;
     use crate::store::{Abandoned, Admitted};
 
@@ -352,6 +358,7 @@ mod tests {
             rank,
             total: 10,
             eta: None,
+            range: None,
         };
         let (tx, rx) = watch::channel(Update {
             id: EventId { pass: 1, n: 0 },
@@ -414,7 +421,7 @@ mod tests {
                 vec![("c", 7), ("d", 12)],
                 6,
             ),
-            1.0,
+            at(1.0),
         );
         assert!(rx.has_changed().unwrap());
         let update = rx.borrow_and_update().clone();
@@ -423,7 +430,8 @@ mod tests {
             View::Waiting {
                 rank: 2,
                 total: 6,
-                eta: Some(2)
+                eta: Some(2),
+                range: None,
             }
         );
         assert_eq!(update.id.to_string(), "2");
@@ -432,27 +440,28 @@ mod tests {
                 user: u("x"),
                 seq: Some(11),
             },
-            1.0,
+            at(1.0),
         );
         q.apply(
             &QueueEvent::Left {
                 user: u("y"),
                 seq: Some(9),
             },
-            1.0,
+            at(1.0),
         );
         assert!(
             !rx.has_changed().unwrap(),
             "leaves are shown with the next pass"
         );
-        q.apply(&pass(3, vec![], vec![], 4), 1.0);
+        q.apply(&pass(3, vec![], vec![], 4), at(1.0));
         let update = rx.borrow_and_update().clone();
         assert_eq!(
             update.view,
             View::Waiting {
                 rank: 1,
                 total: 4,
-                eta: Some(1)
+                eta: Some(1),
+                range: None,
             }
         );
         assert_eq!(update.id.to_string(), "3");
@@ -475,9 +484,12 @@ mod tests {
             entry: Some(3),
             sold_out: false,
         };
-        q.apply_snapshot(&u("me"), &snapshot, 1.0);
+        q.apply_snapshot(&u("me"), &snapshot, at(1.0));
         assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
-        q.apply(&pass(2, vec![("me", 3, token.as_str())], vec![], 0), 1.0);
+        q.apply(
+            &pass(2, vec![("me", 3, token.as_str())], vec![], 0),
+            at(1.0),
+        );
         assert!(!rx.has_changed().unwrap(), "ready sent twice");
     }
 
@@ -495,17 +507,17 @@ mod tests {
             entry: Some(10),
             sold_out: false,
         };
-        q.apply_snapshot(&u("me"), &fresh, 1.0);
+        q.apply_snapshot(&u("me"), &fresh, at(1.0));
         q.apply(
             &pass(2, vec![("a", 1, "t1"), ("b", 2, "t2")], vec![], 8),
-            1.0,
+            at(1.0),
         );
         assert_eq!(q.by_user[&u("me")].rank, 3);
         assert!(matches!(
             rx.borrow_and_update().view,
             View::Waiting { rank: 3, .. }
         ));
-        q.apply(&pass(3, vec![("c", 4, "t3")], vec![], 7), 1.0);
+        q.apply(&pass(3, vec![("c", 4, "t3")], vec![], 7), at(1.0));
         assert_eq!(q.by_user[&u("me")].rank, 2);
     }
 
@@ -514,7 +526,7 @@ mod tests {
         let mut q = QueueWatchers::default();
         let (w, mut rx) = watcher(10, 5);
         q.by_user.insert(u("me"), w);
-        q.apply(&pass(3, vec![("a", 1, "t")], vec![], 9), 1.0);
+        q.apply(&pass(3, vec![("a", 1, "t")], vec![], 9), at(1.0));
         rx.borrow_and_update();
         let stale = Snapshot {
             standing: Standing::Waiting { rank: 5, seq: 10 },
@@ -524,7 +536,7 @@ mod tests {
             entry: Some(10),
             sold_out: false,
         };
-        q.apply_snapshot(&u("me"), &stale, 1.0);
+        q.apply_snapshot(&u("me"), &stale, at(1.0));
         assert!(!rx.has_changed().unwrap());
         assert_eq!(q.by_user[&u("me")].rank, 4);
     }
@@ -545,14 +557,14 @@ mod tests {
         q.insert(u("behind"), w);
         // 3,000 leave: 1,000 ahead of both, 2,000 between the two.
         for seq in (1_000..2_000).chain(6_000..8_000) {
-            q.apply(&left(&format!("x{seq}"), seq), 1.0);
+            q.apply(&left(&format!("x{seq}"), seq), at(1.0));
         }
         assert_eq!(q.by_user[&u("me")].rank, 4_000, "stored rank untouched");
         assert_eq!(q.by_user[&u("behind")].rank, 7_000, "stored rank untouched");
         assert!(!rx.has_changed().unwrap() && !behind_rx.has_changed().unwrap());
         assert_eq!(q.rank_of(&q.by_user[&u("me")]), 3_000);
         assert_eq!(q.rank_of(&q.by_user[&u("behind")]), 4_000);
-        q.apply(&pass(2, vec![], vec![], 4_500), 1.0);
+        q.apply(&pass(2, vec![], vec![], 4_500), at(1.0));
         assert!(matches!(
             rx.borrow_and_update().view,
             View::Waiting { rank: 3_000, .. }
@@ -571,7 +583,7 @@ mod tests {
         q.insert(u("leaver"), w);
         let (w, _rx) = watcher(7, 5);
         q.insert(u("me"), w);
-        q.apply(&left("leaver", 3), 1.0);
+        q.apply(&left("leaver", 3), at(1.0));
         assert_eq!(
             gone_rx.borrow_and_update().view,
             View::Gone(GoneReason::Left)
@@ -582,8 +594,8 @@ mod tests {
     #[test]
     fn a_stream_opened_or_refreshed_between_leaves_and_the_pass_counts_them_once() {
         let mut q = QueueWatchers::default();
-        q.apply(&left("a", 1), 1.0);
-        q.apply(&left("b", 2), 1.0);
+        q.apply(&left("a", 1), at(1.0));
+        q.apply(&left("b", 2), at(1.0));
         // Read after both leaves: rank 3 already leaves them out.
         let (w, mut rx) = watcher(10, 3);
         q.insert(u("new"), w);
@@ -591,7 +603,7 @@ mod tests {
         q.insert(u("old"), w);
         // "old" was stored as rank 12 with both leaves counted; a re-read
         // after them says 10, i.e. the same.
-        q.apply(&left("c", 15), 1.0);
+        q.apply(&left("c", 15), at(1.0));
         let fresh = Snapshot {
             standing: Standing::Waiting { rank: 9, seq: 20 },
             total_waiting: 30,
@@ -600,10 +612,10 @@ mod tests {
             sold_out: false,
             pass: 1,
         };
-        q.apply_snapshot(&u("old"), &fresh, 1.0);
+        q.apply_snapshot(&u("old"), &fresh, at(1.0));
         assert_eq!(q.rank_of(&q.by_user[&u("old")]), 9);
-        q.apply(&left("d", 5), 1.0);
-        q.apply(&pass(2, vec![], vec![], 20), 1.0);
+        q.apply(&left("d", 5), at(1.0));
+        q.apply(&pass(2, vec![], vec![], 20), at(1.0));
         assert!(matches!(
             rx.borrow_and_update().view,
             View::Waiting { rank: 2, .. }
@@ -642,7 +654,7 @@ mod tests {
                     0..=49 if !line.is_empty() => {
                         let (seq, user) = line.remove(rand::random_range(0..line.len()));
                         rxs.remove(&user);
-                        q.apply(&left(&user, seq), 1.0);
+                        q.apply(&left(&user, seq), at(1.0));
                     }
                     50..=59 => join(&mut line, &mut next_seq),
                     // A new stream for someone in line, read now.
@@ -676,7 +688,7 @@ mod tests {
                                 sold_out: false,
                                 pass: pass_no,
                             };
-                            q.apply_snapshot(user, &snapshot, 1.0);
+                            q.apply_snapshot(user, &snapshot, at(1.0));
                         }
                     }
                     // A pass: admit the head, drop someone absent.
@@ -702,7 +714,7 @@ mod tests {
                                 abandoned.iter().map(|(s, u)| (u.as_str(), *s)).collect(),
                                 line.len() as u64,
                             ),
-                            1.0,
+                            at(1.0),
                         );
                         for (user, rx) in &rxs {
                             let want = rank_in(&line, user).unwrap();
@@ -801,24 +813,26 @@ mod tests {
     fn the_initial_view_is_the_snapshot() {
         let waiting = waiting_snapshot(1_500, 9_000, 4_000, 3);
         assert_eq!(
-            view_of(&waiting, 50.0),
+            view_of(&waiting, at(50.0)),
             Some(View::Waiting {
                 rank: 1_500,
                 total: 4_000,
-                eta: Some(30)
+                eta: Some(30),
+                range: None,
             })
         );
         assert_eq!(
-            view_of(&waiting, 0.0),
+            view_of(&waiting, at(0.0)),
             Some(View::Waiting {
                 rank: 1_500,
                 total: 4_000,
-                eta: None
+                eta: None,
+                range: None,
             })
         );
         let token = EntryToken::generate();
         let before = Instant::now();
-        let view = view_of(&ready_snapshot(&token, 60_000, 3), 50.0);
+        let view = view_of(&ready_snapshot(&token, 60_000, 3), at(50.0));
         let after = Instant::now();
         let Some(View::Ready {
             token: shown,
@@ -833,7 +847,7 @@ mod tests {
         assert!(before + Duration::from_secs(60) <= expires_at);
         assert!(expires_at <= after + Duration::from_secs(60));
         assert_eq!(admitted_at, None);
-        assert_eq!(view_of(&not_entered(3), 50.0), None);
+        assert_eq!(view_of(&not_entered(3), at(50.0)), None);
     }
 
     /// The issue this guards: far back no re-read is due for a minute or
@@ -843,7 +857,11 @@ mod tests {
         let mut q = QueueWatchers::default();
         let (w, mut rx) = watcher(20_000, 9_999);
         q.insert(u("me"), w);
-        q.apply_snapshot(&u("me"), &waiting_snapshot(5_000, 20_000, 8_000, 1), 50.0);
+        q.apply_snapshot(
+            &u("me"),
+            &waiting_snapshot(5_000, 20_000, 8_000, 1),
+            at(50.0),
+        );
         rx.borrow_and_update();
         let due = q.by_user[&u("me")].next_refresh;
         assert!(
@@ -862,7 +880,7 @@ mod tests {
                 vec![("x", 19_999), ("y", 20_001), ("z", 25_000)],
                 7_947,
             ),
-            50.0,
+            at(50.0),
         );
         let update = rx.borrow_and_update().clone();
         assert_eq!(
@@ -870,7 +888,8 @@ mod tests {
             View::Waiting {
                 rank: 4_949,
                 total: 7_947,
-                eta: Some(99)
+                eta: Some(99),
+                range: None,
             }
         );
         assert_eq!(update.id, EventId { pass: 2, n: 0 });
@@ -879,7 +898,7 @@ mod tests {
             due,
             "moved by the event alone"
         );
-        q.apply(&pass(3, vec![("b", 19_000, "t")], vec![], 7_946), 50.0);
+        q.apply(&pass(3, vec![("b", 19_000, "t")], vec![], 7_946), at(50.0));
         assert!(matches!(
             rx.borrow_and_update().view,
             View::Waiting { rank: 4_948, .. }
@@ -926,13 +945,14 @@ mod tests {
             !behind_rx.has_changed().unwrap(),
             "ranks move in the second half"
         );
-        q.apply_ranks(&p, 1.0);
+        q.apply_ranks(&p, at(1.0));
         assert_eq!(
             behind_rx.borrow_and_update().view,
             View::Waiting {
                 rank: 0,
                 total: 1,
-                eta: Some(0)
+                eta: Some(0),
+                range: None,
             }
         );
         assert!(!admitted_rx.has_changed().unwrap() && !dropped_rx.has_changed().unwrap());
@@ -944,13 +964,14 @@ mod tests {
         let (w, mut rx) = watcher(10, 6);
         q.insert(u("me"), w);
         // The pass's count lags what this stream knows of the line.
-        q.apply(&pass(2, vec![], vec![], 2), 1.0);
+        q.apply(&pass(2, vec![], vec![], 2), at(1.0));
         assert_eq!(
             rx.borrow_and_update().view,
             View::Waiting {
                 rank: 6,
                 total: 7,
-                eta: Some(6)
+                eta: Some(6),
+                range: None,
             }
         );
     }
@@ -960,17 +981,17 @@ mod tests {
         let mut q = QueueWatchers::default();
         let (w, mut rx) = watcher(3, 2);
         q.insert(u("me"), w);
-        q.apply(&QueueEvent::Consumed { user: u("me") }, 1.0);
+        q.apply(&QueueEvent::Consumed { user: u("me") }, at(1.0));
         assert_eq!(
             rx.borrow_and_update().view,
             View::Gone(GoneReason::Consumed)
         );
         // Nothing changes what it showed last: not a leave, a re-read, a
         // pass or a late ready.
-        q.apply(&left("me", 3), 1.0);
-        q.apply_snapshot(&u("me"), &waiting_snapshot(1, 3, 5, 2), 1.0);
-        q.apply_snapshot(&u("me"), &not_entered(2), 1.0);
-        q.apply(&pass(3, vec![], vec![("c", 1)], 4), 1.0);
+        q.apply(&left("me", 3), at(1.0));
+        q.apply_snapshot(&u("me"), &waiting_snapshot(1, 3, 5, 2), at(1.0));
+        q.apply_snapshot(&u("me"), &not_entered(2), at(1.0));
+        q.apply(&pass(3, vec![], vec![("c", 1)], 4), at(1.0));
         assert!(!rx.has_changed().unwrap());
         assert_eq!(rx.borrow().view, View::Gone(GoneReason::Consumed));
     }
@@ -982,13 +1003,14 @@ mod tests {
         let (w, mut rx) = watcher(100, 40);
         q.insert(u("me"), w);
         let before = Instant::now();
-        q.apply_snapshot(&u("me"), &waiting_snapshot(30, 100, 90, 1), 1.0);
+        q.apply_snapshot(&u("me"), &waiting_snapshot(30, 100, 90, 1), at(1.0));
         assert_eq!(
             rx.borrow_and_update().view,
             View::Waiting {
                 rank: 30,
                 total: 90,
-                eta: Some(30)
+                eta: Some(30),
+                range: None,
             }
         );
         let next = q.by_user[&u("me")].next_refresh;
@@ -996,10 +1018,10 @@ mod tests {
         assert!(next <= Instant::now() + Duration::from_millis(1_250));
         // Far back, the next re-read is minutes away.
         let before = Instant::now();
-        q.apply_snapshot(&u("me"), &waiting_snapshot(20, 100, 90, 1), 1.0);
+        q.apply_snapshot(&u("me"), &waiting_snapshot(20, 100, 90, 1), at(1.0));
         let (w, _rx) = watcher(9_000, 2_500);
         q.insert(u("far"), w);
-        q.apply_snapshot(&u("far"), &waiting_snapshot(2_000, 9_000, 90, 1), 1.0);
+        q.apply_snapshot(&u("far"), &waiting_snapshot(2_000, 9_000, 90, 1), at(1.0));
         let next = q.by_user[&u("far")].next_refresh;
         assert!(before + Duration::from_millis(60_000) <= next, "{next:?}");
         assert!(next <= Instant::now() + Duration::from_millis(100_000));
@@ -1012,7 +1034,7 @@ mod tests {
         w.synced_pass = 5;
         w.next_refresh = Instant::now() + Duration::from_secs(60);
         q.insert(u("me"), w);
-        q.apply_snapshot(&u("me"), &waiting_snapshot(30, 100, 90, 4), 1.0);
+        q.apply_snapshot(&u("me"), &waiting_snapshot(30, 100, 90, 4), at(1.0));
         assert!(!rx.has_changed().unwrap());
         assert!(q.by_user[&u("me")].next_refresh <= Instant::now());
     }
@@ -1024,7 +1046,7 @@ mod tests {
         q.insert(u("me"), w);
         let token = EntryToken::generate();
         let before = Instant::now();
-        q.apply_snapshot(&u("me"), &ready_snapshot(&token, 500, 2), 1.0);
+        q.apply_snapshot(&u("me"), &ready_snapshot(&token, 500, 2), at(1.0));
         let after = Instant::now();
         let View::Ready { expires_at, .. } = rx.borrow_and_update().view.clone() else {
             panic!("not ready");
@@ -1034,17 +1056,17 @@ mod tests {
         let refresh = q.by_user[&u("me")].next_refresh;
         assert!(expires_at < refresh && refresh <= expires_at + Duration::from_secs(1));
         // A claim extended the token's life: the same token, nothing new.
-        q.apply_snapshot(&u("me"), &ready_snapshot(&token, 90_000, 2), 1.0);
+        q.apply_snapshot(&u("me"), &ready_snapshot(&token, 90_000, 2), at(1.0));
         assert!(!rx.has_changed().unwrap());
         // Gone within a second of the expiry shown: it expired.
-        q.apply_snapshot(&u("me"), &not_entered(2), 1.0);
+        q.apply_snapshot(&u("me"), &not_entered(2), at(1.0));
         assert_eq!(rx.borrow_and_update().view, View::Gone(GoneReason::Expired));
 
         // Gone with a minute left: it was used for an order.
         let (w, mut rx) = watcher(4, 0);
         q.insert(u("buyer"), w);
-        q.apply_snapshot(&u("buyer"), &ready_snapshot(&token, 60_000, 2), 1.0);
-        q.apply_snapshot(&u("buyer"), &not_entered(2), 1.0);
+        q.apply_snapshot(&u("buyer"), &ready_snapshot(&token, 60_000, 2), at(1.0));
+        q.apply_snapshot(&u("buyer"), &not_entered(2), at(1.0));
         assert_eq!(
             rx.borrow_and_update().view,
             View::Gone(GoneReason::Consumed)
@@ -1053,7 +1075,7 @@ mod tests {
         // Gone while still in line: dropped.
         let (w, mut rx) = watcher(5, 1);
         q.insert(u("waiter"), w);
-        q.apply_snapshot(&u("waiter"), &not_entered(2), 1.0);
+        q.apply_snapshot(&u("waiter"), &not_entered(2), at(1.0));
         assert_eq!(
             rx.borrow_and_update().view,
             View::Gone(GoneReason::NotEntered)
@@ -1069,14 +1091,14 @@ mod tests {
         let (w, mut rx) = watcher(100, 50);
         q.insert(u("me"), w);
         for seq in [10, 20, 30] {
-            q.apply(&left(&format!("x{seq}"), seq), 1.0);
+            q.apply(&left(&format!("x{seq}"), seq), at(1.0));
         }
         assert_eq!((q.left.len(), q.by_user[&u("me")].rank), (3, 50));
-        q.apply(&left("x200", 200), 1.0);
+        q.apply(&left("x200", 200), at(1.0));
         assert!(q.left.is_empty(), "folded at fold_at");
         assert_eq!(q.by_user[&u("me")].rank, 47);
         assert!(!rx.has_changed().unwrap(), "still shown with the next pass");
-        q.apply(&pass(2, vec![], vec![], 60), 1.0);
+        q.apply(&pass(2, vec![], vec![], 60), at(1.0));
         assert!(matches!(
             rx.borrow_and_update().view,
             View::Waiting { rank: 47, .. }

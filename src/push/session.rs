@@ -173,6 +173,7 @@ mod tests {
                 rank: 9,
                 total: 30,
                 eta: Some(1),
+                range: None,
             },
         };
         let text = encode(&render(), &update, Some(Duration::from_millis(2500)));

@@ -8,6 +8,8 @@ use std::fmt;
 
 use tokio::time::Instant;
 
+use crate::queue::WaitRange;
+
 /// Why a stream ends (`event: gone`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GoneReason {
@@ -43,6 +45,8 @@ pub enum View {
         rank: u64,
         total: u64,
         eta: Option<u64>,
+        /// The 80 % range of the wait, once the spread is observed.
+        range: Option<WaitRange>,
     },
     Ready {
         token: String,

@@ -5,15 +5,17 @@
 //! endpoint applies the same rules, and they can be tested on their own.
 
 mod eta;
+#[cfg(test)]
+mod eta_sim;
 mod names;
 mod status;
 pub mod stock;
 mod ticket;
 mod token;
 
-pub use eta::RateEstimator;
+pub use eta::{Forecast, RateEstimator, WaitRange};
 pub use names::{InvalidName, QueueName, UserId};
-pub use status::{Policy, Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
+pub use status::{Policy, Snapshot, Standing, polling_interval_secs};
 pub use stock::StockReport;
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;

@@ -1,6 +1,6 @@
 //! A user's standing in a queue, and the rules for what is shown to them
-//! (polling tiers, wait estimates). How it is written on the wire is the
-//! HTTP edge's business (`crate::http::wire`).
+//! (polling tiers; wait estimates are in `eta.rs`). How it is written on
+//! the wire is the HTTP edge's business (`crate::http::wire`).
 //!
 //! The token is checked before the rank: admission removes a user from the
 //! line and gives them a token in one step, so a READY user is no longer in
@@ -77,18 +77,6 @@ pub fn polling_interval_secs(rank: u64) -> u64 {
     }
 }
 
-/// Seconds until `rank` users ahead have been admitted at `rate` per second,
-/// rounded up; `None` when nothing is being admitted.
-pub fn estimated_wait_secs(rank: u64, rate: f64) -> Option<u64> {
-    if rank == 0 {
-        return Some(0);
-    }
-    if rate <= f64::EPSILON || !rate.is_finite() {
-        return None;
-    }
-    Some((rank as f64 / rate).ceil() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,15 +88,6 @@ mod tests {
         assert_eq!(polling_interval_secs(100), 3);
         assert_eq!(polling_interval_secs(999), 3);
         assert_eq!(polling_interval_secs(1000), 5);
-    }
-
-    #[test]
-    fn eta_rounds_up_and_is_unknown_without_admissions() {
-        assert_eq!(estimated_wait_secs(0, 50.0), Some(0));
-        assert_eq!(estimated_wait_secs(1, 50.0), Some(1));
-        assert_eq!(estimated_wait_secs(100, 50.0), Some(2));
-        assert_eq!(estimated_wait_secs(101, 50.0), Some(3));
-        assert_eq!(estimated_wait_secs(10, 0.0), None);
     }
 
     fn policy(batch: u32, interval_ms: u64) -> Policy {
@@ -128,14 +107,5 @@ mod tests {
         assert_eq!(policy(3, 2_000).configured_rate(), 1.5);
         // A zero interval is read as 1 ms, never a division by zero.
         assert_eq!(policy(3, 0).configured_rate(), 3_000.0);
-    }
-
-    #[test]
-    fn no_estimate_without_a_real_rate() {
-        for rate in [0.0, f64::EPSILON, -1.0, f64::NAN, f64::INFINITY] {
-            assert_eq!(estimated_wait_secs(10, rate), None, "{rate}");
-        }
-        assert_eq!(estimated_wait_secs(0, 0.0), Some(0), "at the front");
-        assert_eq!(estimated_wait_secs(3, 0.5), Some(6));
     }
 }

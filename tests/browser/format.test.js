@@ -10,6 +10,9 @@ import { BROWSER_DIR } from './lib/harness.js';
 // module from its source text.
 const source = readFileSync(path.resolve(BROWSER_DIR, '../../static/format.js'), 'utf8');
 const fmt = await import(`data:text/javascript;base64,${Buffer.from(source).toString('base64')}`);
+const dictionary = (lang) => JSON.parse(readFileSync(path.resolve(BROWSER_DIR, `../../static/i18n/${lang}.json`), 'utf8'));
+const speak = (lang) => fmt.useMessages(fmt.translator(dictionary(lang), lang), lang);
+speak('en');
 
 test('estimated waits read as rounded words', () => {
   assert.equal(fmt.waitInWords(null), 'working it out…');
@@ -76,4 +79,62 @@ test('every way a place can end has words and an action', () => {
     assert.ok(copy.title && copy.text && copy.action, reason);
   }
   assert.match(fmt.endedCopy('replaced').text, /another/);
+});
+
+test('a wait range reads as rounded minutes or hours', () => {
+  assert.equal(fmt.waitRangeInWords(720, 1080), 'about 12–18 minutes');
+  assert.equal(fmt.waitRangeInWords(700, 1075), 'about 11–18 minutes', 'low rounds down, high up');
+  assert.equal(fmt.waitRangeInWords(0, 150), 'up to 3 minutes');
+  assert.equal(fmt.waitRangeInWords(0, 45), 'less than a minute');
+  assert.equal(fmt.waitRangeInWords(0, 0), 'any moment now');
+  assert.equal(fmt.waitRangeInWords(300, 300), 'about 5 minutes');
+  assert.equal(fmt.waitRangeInWords(2 * 3600, 4 * 3600), 'about 2–4 hours');
+  assert.equal(fmt.waitRangeInWords(30 * 3600, 40 * 3600), 'more than a day');
+  assert.equal(fmt.waitRangeInWords(10, 5), 'working it out…');
+  assert.equal(fmt.waitRangeInWords(null, 5), 'working it out…');
+});
+
+test('Korean and Japanese words, plurals and number formats', () => {
+  try {
+    speak('ko');
+    assert.equal(fmt.waitRangeInWords(720, 1080), '약 12~18분');
+    assert.equal(fmt.peopleAhead(1234), '1,234명');
+    assert.equal(fmt.durationInWords(61), '1분 1초');
+    assert.equal(fmt.endedCopy('left').title, '대기열에서 나가셨습니다');
+    speak('ja');
+    assert.equal(fmt.waitRangeInWords(720, 1080), '約12〜18分');
+    assert.equal(fmt.waitInWords(180), '約3分');
+    assert.equal(fmt.durationInWords(61), '1分1秒');
+  } finally {
+    speak('en');
+  }
+});
+
+test('every language has every message, and every message the page asks for exists', () => {
+  const en = dictionary('en');
+  const staticDir = path.resolve(BROWSER_DIR, '../../static');
+  const html = readFileSync(path.join(staticDir, 'index.html'), 'utf8');
+  // The switch's options are the languages offered.
+  const languages = [...html.matchAll(/<option value="([^"]+)"/g)].map((m) => m[1]);
+  assert.deepEqual(languages.slice(0, 3), ['en', 'ko', 'ja']);
+  for (const lang of languages) {
+    const d = dictionary(lang);
+    // The brand name is a name, not a word: only English carries the default.
+    const missing = Object.keys(en).filter((k) => !(k in d) && k !== 'brand.name');
+    const extra = Object.keys(d).filter((k) => !(k in en));
+    assert.deepEqual([missing, extra], [[], []], lang);
+  }
+  const asked = new Set();
+  for (const m of html.matchAll(/data-i18n="([^"]+)"/g)) asked.add(m[1]);
+  for (const m of html.matchAll(/data-i18n-attr="([^"]+)"/g)) {
+    for (const pair of m[1].split(';')) asked.add(pair.split(':')[1]);
+  }
+  for (const file of ['app.js', 'challenge.js', 'format.js']) {
+    const js = readFileSync(path.join(staticDir, file), 'utf8');
+    for (const m of js.matchAll(/\bt\(\s*'([a-z]\w*\.[\w.]+)'/g)) asked.add(m[1]);
+    for (const m of js.matchAll(/\['([a-z]\w*\.[\w.]+)'[\],]/g)) asked.add(m[1]);
+  }
+  assert.ok(asked.size > 60, `${asked.size} keys found`);
+  const unknown = [...asked].filter((k) => !(k in en));
+  assert.deepEqual(unknown, [], 'keys the page asks for that English lacks');
 });
