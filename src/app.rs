@@ -7,7 +7,6 @@
 //! shutdown token), not the state, so `push`, `gate`, `store` and `queue`
 //! never depend on this module or on `http`.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ use crate::config::{self, Config};
 use crate::http::client::{ClientInfo, TrustedProxies};
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
-use crate::queue::{self, Policy, QueueName, TicketSigner};
+use crate::catalog::Catalog;
+use crate::queue::{self, Policy, QueueName, QueueSettings, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
@@ -46,9 +46,8 @@ pub struct AppState {
 
 struct Inner {
     config: Config,
-    policy: Policy,
-    queues: Vec<QueueName>,
-    queue_set: HashSet<QueueName>,
+    /// The live queues and their settings (re-read from the store).
+    catalog: Arc<Catalog>,
     store: SharedStore,
     signer: TicketSigner,
     admin_token: String,
@@ -159,6 +158,14 @@ impl AppState {
             .into());
         }
         let policy = config.policy();
+        let catalog = Arc::new(
+            Catalog::open(
+                store.clone(),
+                queues.clone(),
+                QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000),
+            )
+            .await,
+        );
         let proxies = TrustedProxies::new(config.proxy_nets()?, config.client_address_header);
         let limits = RequestLimits::new(
             PER_SECOND,
@@ -178,19 +185,18 @@ impl AppState {
             shutdown.clone(),
         )
         .with_identity(identity.clone());
+        gate.set_queues(gate_queues(&catalog.current()));
         Ok(Self {
             inner: Arc::new(Inner {
-                policy,
+                catalog,
                 gate,
                 identity,
                 limits: Arc::new(limits),
                 proxies,
                 orders,
-                queue_set: queues.iter().cloned().collect(),
                 hub: Arc::new(push::Hub::new(&queues)),
                 max_streams,
                 max_connections,
-                queues,
                 config,
                 store,
                 signer,
@@ -212,19 +218,24 @@ impl AppState {
         &self.inner.config
     }
 
-    /// The admission policy of every queue.
-    pub fn policy(&self) -> &Policy {
-        &self.inner.policy
+    /// `queue`'s admission policy, as this instance last read it.
+    pub fn policy(&self, queue: &QueueName) -> Policy {
+        self.inner.catalog.policy(queue)
     }
 
-    /// The configured queues, in configuration order.
-    pub fn queue_names(&self) -> &[QueueName] {
-        &self.inner.queues
+    /// The live queues, in name order.
+    pub fn queue_names(&self) -> Vec<QueueName> {
+        self.inner.catalog.current().keys().cloned().collect()
     }
 
-    /// Whether `queue` is configured.
+    /// Whether `queue` exists (configured, or opened by an operator).
     pub fn has_queue(&self, queue: &QueueName) -> bool {
-        self.inner.queue_set.contains(queue)
+        self.inner.catalog.contains(queue)
+    }
+
+    /// The live queue catalog.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.inner.catalog
     }
 
     /// The ticket signer.
@@ -318,23 +329,31 @@ impl AppState {
     pub fn admission_rate(&self, queue: &QueueName) -> f64 {
         self.inner
             .hub
-            .rate(queue, self.inner.policy.configured_rate())
+            .rate(queue, self.policy(queue).configured_rate())
     }
 
     /// Starts the admission loop, the event subscription, the request
     /// limiter's clean-up and, with the demo order service, its
     /// token-delete reconciler on `tasks`.
     pub fn spawn_background(&self, tasks: &TaskTracker) {
+        tasks.spawn(self.catalog().clone().run(self.shutdown().clone()));
         tasks.spawn(admission::run(
             self.store().clone(),
-            self.policy().clone(),
-            self.queue_names().to_vec(),
+            self.catalog().clone(),
             self.shutdown().clone(),
         ));
+        // The streams' presence writes and first estimates follow the
+        // start-up flags; their queues follow the catalog.
         tasks.spawn(push::run(
             self.hub().clone(),
             self.store().clone(),
-            self.policy().clone(),
+            self.catalog().defaults().policy(),
+            self.catalog().watch(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(follow_gate(
+            self.gate().clone(),
+            self.catalog().watch(),
             self.shutdown().clone(),
         ));
         tasks.spawn(
@@ -358,6 +377,34 @@ impl AppState {
                 self.gate().clone(),
                 self.shutdown().clone(),
             ));
+        }
+    }
+}
+
+/// The gate's queues and claim leases from the catalog.
+fn gate_queues(queues: &crate::catalog::Queues) -> Vec<(QueueName, Duration)> {
+    queues
+        .iter()
+        .map(|(q, s)| (q.clone(), Duration::from_millis(s.settings.claim_lease_ms)))
+        .collect()
+}
+
+/// Keeps the gate's queues and leases in step with the catalog.
+async fn follow_gate(
+    gate: gate::Gate,
+    mut queues: tokio::sync::watch::Receiver<Arc<crate::catalog::Queues>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = queues.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let current = queues.borrow_and_update().clone();
+                gate.set_queues(gate_queues(&current));
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod extract;
 mod admin;
 mod auth;
 mod challenge;
+mod console;
 mod entries;
 mod events;
 mod handoff;
@@ -19,6 +20,7 @@ mod openapi;
 mod orders;
 pub mod origin;
 mod page;
+mod queue_admin;
 pub mod security;
 mod tokens;
 pub mod wire;
@@ -70,6 +72,8 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(health::metrics_router())
         .merge(tokens::router())
         .merge(admin::router())
+        .merge(queue_admin::router())
+        .merge(console::router())
 }
 
 /// What the public listener (`--addr`) serves: the buyers' routes and the

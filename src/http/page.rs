@@ -31,7 +31,10 @@ async fn asset(
 ) -> Response {
     let path = uri.path().trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
-    match Assets::get(path) {
+    // The operator console's files are served on the operator listener
+    // only (`console.rs`), like everything else of operators.
+    let asset = Assets::get(path).filter(|_| !path.starts_with("admin/"));
+    match asset {
         Some(_) if method != Method::GET && method != Method::HEAD => {
             let mut response = ApiError::MethodNotAllowed.into_response();
             response

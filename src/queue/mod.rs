@@ -1,17 +1,19 @@
 //! Queue rules: names, identities, a user's standing, polling tiers, wait
-//! estimates, entry tokens and queue tickets.
+//! estimates, live settings, entry tokens and queue tickets.
 //!
 //! This module knows neither Redis nor HTTP, so every adapter and every
 //! endpoint applies the same rules, and they can be tested on their own.
 
 mod eta;
 mod names;
+mod settings;
 mod status;
 mod ticket;
 mod token;
 
 pub use eta::RateEstimator;
 pub use names::{InvalidName, QueueName, UserId};
+pub use settings::{QueueSettings, StoredSettings};
 pub use status::{Policy, Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;

@@ -21,6 +21,7 @@ mod conn;
 mod door;
 mod events;
 mod scripts;
+mod settings;
 
 pub use conn::Topology;
 
@@ -34,7 +35,9 @@ use super::{
     ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
     QueueStats, Rate, Store, StoreError, StoreEvent, StoreResult,
 };
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
+use crate::queue::{
+    EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StoredSettings, UserId,
+};
 use conn::Conn;
 use scripts::{Publishing, Scripts};
 
@@ -47,6 +50,8 @@ pub struct RedisStore {
     wait_replicas: u32,
     /// `lua/note_joins.lua` (join challenges, `door.rs`).
     note_joins: redis::Script,
+    /// `lua/put_settings.lua` (live queue settings, `settings.rs`).
+    put_settings: redis::Script,
 }
 
 /// How to reach Redis and how safe a write must be before it counts.
@@ -136,6 +141,7 @@ impl RedisStore {
             scripts: Scripts::load(publishing),
             wait_replicas: options.wait_replicas,
             note_joins: door::note_joins_script(),
+            put_settings: settings::put_settings_script(),
         })
     }
 
@@ -290,6 +296,11 @@ impl QueueKeys {
             "waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused",
         ]
         .map(|k| format!("{}{k}", self.base))
+    }
+
+    /// The queue's settings hash (`lua/put_settings.lua`).
+    fn settings(&self) -> String {
+        format!("{}settings", self.base)
     }
 
     pub(crate) fn channel(&self) -> &str {
@@ -524,7 +535,7 @@ impl Store for RedisStore {
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
         let json: String = self
-            .run_durable(&self.scripts.admit, queue, &[], Vec::new(), |inv| {
+            .run_durable(&self.scripts.admit, queue, &[], vec![self.keys(queue).settings()], |inv| {
                 inv.arg(policy.token_ttl_ms)
                     .arg(policy.batch)
                     .arg(policy.interval_ms)
@@ -651,6 +662,27 @@ impl Store for RedisStore {
     }
     async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
         self.door_spend_once(queue, key, ttl_ms).await
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<QueueName>> {
+        self.settings_list().await
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>> {
+        self.settings_get(queue).await
+    }
+
+    async fn put_queue_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        only_if_new: bool,
+    ) -> StoreResult<(StoredSettings, bool)> {
+        self.settings_put(queue, settings, only_if_new).await
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
+        self.settings_delete(queue).await
     }
 
     async fn note_joins(

@@ -1,5 +1,5 @@
 -- admit.lua: one admission pass.
--- KEYS, ARGV[1..2]: see common.lua.
+-- KEYS[1..8], ARGV[1..2]: see common.lua; KEYS[9]: below.
 -- ARGV[3] token TTL ms  ARGV[4] batch  ARGV[5] interval ms
 -- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
 -- ARGV[8..] fresh entry tokens, one per user that may be admitted
@@ -17,6 +17,14 @@
 -- more than one would), and the published pass must match what happened.
 local ttl, batch, interval, max_active, abandon_after =
   tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+-- KEYS[9] the queue's settings HASH (put_settings.lua): when it exists its
+-- values replace ARGV[3..7], so a change made on any instance applies from
+-- the very next pass of every instance, whatever policy they still cache.
+local stored = redis.call('HMGET', KEYS[9], 'tokenTtlMs', 'batch', 'intervalMs', 'maxActive', 'abandonAfterMs')
+if stored[2] then
+  ttl, batch, interval, max_active, abandon_after =
+    tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3]), tonumber(stored[4]), tonumber(stored[5])
+end
 local now = now_ms()
 expire_active(now)
 local busy = redis.call('ZCARD', K.waiting) > 0
