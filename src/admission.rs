@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::Catalog;
-use crate::queue::{EntryToken, QueueName, QueueSettings};
+use crate::queue::{EntryToken, QueueName, QueueSettings, Queues};
 use crate::store::SharedStore;
 
 /// How often the loop looks for queues due for a pass: the finest
@@ -26,8 +26,13 @@ const TICK: Duration = Duration::from_millis(20);
 /// How often each queue's gauges of holders and hold are re-read.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
-/// Runs passes over the catalog's queues until `shutdown`.
-pub async fn run(store: SharedStore, catalog: Arc<Catalog>, shutdown: CancellationToken) {
+/// Runs passes over the live queues (`live`: the instance's catalog)
+/// until `shutdown`.
+pub async fn run(
+    store: SharedStore,
+    live: watch::Receiver<Arc<Queues>>,
+    shutdown: CancellationToken,
+) {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // When each queue's next pass is due.
@@ -39,7 +44,7 @@ pub async fn run(store: SharedStore, catalog: Arc<Catalog>, shutdown: Cancellati
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        let queues = catalog.current();
+        let queues = live.borrow().clone();
         due.retain(|q, _| queues.contains_key(q));
         let now = Instant::now();
         if now >= gauges_at {

@@ -339,7 +339,7 @@ impl AppState {
         tasks.spawn(self.catalog().clone().run(self.shutdown().clone()));
         tasks.spawn(admission::run(
             self.store().clone(),
-            self.catalog().clone(),
+            self.catalog().watch(),
             self.shutdown().clone(),
         ));
         // The streams' presence writes and first estimates follow the

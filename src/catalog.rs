@@ -14,7 +14,6 @@
 //! While the store is away the last known catalog stays in force (every
 //! store call fails closed anyway).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,14 +21,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::queue::Queues;
 use crate::queue::{Policy, QueueName, QueueSettings, StoredSettings};
 use crate::store::{SharedStore, StoreResult};
 
 /// How often every instance re-reads the catalog.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
-
-/// Queue → settings, in name order.
-pub type Queues = BTreeMap<QueueName, StoredSettings>;
 
 /// An instance's view of the queues; shared as `Arc<Catalog>`.
 pub struct Catalog {

@@ -51,10 +51,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// The console's files: `/admin` is its `index.html`.
 async fn page(uri: Uri) -> Response {
-    let path = uri
-        .path()
-        .trim_start_matches("/admin")
-        .trim_start_matches('/');
+    let path = uri.path().strip_prefix("/admin").unwrap_or_default();
+    let path = path.strip_prefix('/').unwrap_or(path);
     let path = if path.is_empty() { "index.html" } else { path };
     match ConsoleAssets::get(path) {
         Some(file) => {

@@ -23,8 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{Policy, QueueName, RateEstimator, Snapshot, UserId};
-use crate::catalog::Queues;
+use crate::queue::{Policy, QueueName, Queues, RateEstimator, Snapshot, UserId};
 use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};

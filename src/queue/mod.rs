@@ -13,7 +13,7 @@ mod token;
 
 pub use eta::RateEstimator;
 pub use names::{InvalidName, QueueName, UserId};
-pub use settings::{QueueSettings, StoredSettings};
+pub use settings::{QueueSettings, Queues, StoredSettings};
 pub use status::{Policy, Snapshot, Standing, estimated_wait_secs, polling_interval_secs};
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;

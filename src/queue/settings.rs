@@ -46,6 +46,10 @@ pub struct QueueSettings {
     pub texts: BTreeMap<String, String>,
 }
 
+/// Every queue with its settings, in name order: an instance's view of
+/// the live queues (`crate::catalog` keeps it).
+pub type Queues = BTreeMap<super::QueueName, StoredSettings>;
+
 /// Settings as read back from the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
