@@ -13,12 +13,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::Catalog;
 use crate::challenge::{self, auto};
 use crate::config::{self, Config};
 use crate::http::client::{ClientInfo, TrustedProxies};
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
-use crate::catalog::Catalog;
 use crate::queue::{self, Policy, QueueName, QueueSettings, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use waitroom::queue::{
-    EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, UserId,
-};
+use waitroom::queue::{EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, UserId};
 use waitroom::store::{
     AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, LimitKind, QueueEvent, Rate, SharedStore,
     StoreEvent,
@@ -1437,7 +1435,10 @@ async fn queue_settings_are_versioned_and_listed(store: SharedStore) {
     assert!(written);
     assert_eq!((stored.version, &stored.settings), (1, &first));
     assert!(stored.updated_at > 0);
-    assert_eq!(store.queue_settings(&q()).await.unwrap(), Some(stored.clone()));
+    assert_eq!(
+        store.queue_settings(&q()).await.unwrap(),
+        Some(stored.clone())
+    );
     // A seed never overwrites what is there.
     let (kept, written) = store
         .put_queue_settings(&q(), &settings(99), true)
@@ -1473,7 +1474,12 @@ async fn a_pass_runs_on_the_stored_settings(store: SharedStore) {
     store.set_paused(&q(), true).await.unwrap();
     for i in 0..8 {
         store
-            .enter(&q(), &u(&format!("s{i}")), &slow(5), &EntryToken::generate())
+            .enter(
+                &q(),
+                &u(&format!("s{i}")),
+                &slow(5),
+                &EntryToken::generate(),
+            )
             .await
             .unwrap();
     }
@@ -1485,7 +1491,10 @@ async fn a_pass_runs_on_the_stored_settings(store: SharedStore) {
     let mut capped = settings(50);
     capped.max_active = Some(3);
     capped.interval_ms = 1;
-    store.put_queue_settings(&q(), &capped, false).await.unwrap();
+    store
+        .put_queue_settings(&q(), &capped, false)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let pass = store.admit(&q(), &slow(50), &tokens(50)).await.unwrap();
     assert_eq!(pass.admitted.len(), 1, "{pass:?}");

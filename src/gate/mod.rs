@@ -269,7 +269,10 @@ impl Gate {
     }
 
     fn queues(&self) -> Vec<(QueueName, Duration)> {
-        self.queues.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.queues
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `queue`'s claim lease (the longest known, for a queue just deleted).

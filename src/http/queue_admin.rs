@@ -155,8 +155,8 @@ async fn put_queue(
     Path(raw): Path<String>,
     JsonBody(change): JsonBody<SettingsChange>,
 ) -> Result<(StatusCode, Json<QueueView>), ApiError> {
-    let queue = QueueName::parse(&raw)
-        .map_err(|e| ApiError::bad_request("invalid_queue_name", e.0))?;
+    let queue =
+        QueueName::parse(&raw).map_err(|e| ApiError::bad_request("invalid_queue_name", e.0))?;
     let existing = state.store().queue_settings(&queue).await?;
     let created = existing.is_none();
     let base = existing.map_or_else(|| state.catalog().defaults().clone(), |s| s.settings);
@@ -176,8 +176,7 @@ async fn put_queue(
     state.catalog().apply(&queue, Some(stored.clone()));
     let paused = state.store().stats(&queue).await?.paused;
     tracing::info!(%queue, version = stored.version, created, "queue settings changed by an operator");
-    metrics::counter!("waitroom_settings_changes_total", "queue" => queue.to_string())
-        .increment(1);
+    metrics::counter!("waitroom_settings_changes_total", "queue" => queue.to_string()).increment(1);
     let status = if created {
         StatusCode::CREATED
     } else {

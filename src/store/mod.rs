@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::{EntryToken, Policy, QueueName, QueueSettings, Snapshot, StoredSettings, UserId};
+use crate::queue::{
+    EntryToken, Policy, QueueName, QueueSettings, Snapshot, StoredSettings, UserId,
+};
 
 /// Why a store call failed. Both variants fail closed: callers answer `503`.
 #[derive(Debug, thiserror::Error)]

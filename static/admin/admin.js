@@ -225,7 +225,8 @@ function showQueue(q, at) {
   set('active', n(q.active));
   set('perMinute', n(perMinute));
   set('rate', q.observedRate.toFixed(2));
-  set('wait', q.waitForLastSecs === null ? '–' : duration(q.waitForLastSecs));
+  // Held, nobody is admitted: no estimate.
+  set('wait', q.waitForLastSecs === null || q.paused ? '–' : duration(q.waitForLastSecs));
   set('streams', n(q.streamsOnThisInstance));
   const paused = q.paused === true;
   el.dataset.paused = String(paused);
@@ -251,7 +252,7 @@ function duration(secs) {
   return `${(secs / 3600).toFixed(1)} h`;
 }
 
-// --- Charts: hand-drawn SVG, 30 minutes wide ------------------------------
+// --- Charts: hand-drawn SVG, up to 30 minutes wide ------------------------
 
 const SVG = 'http://www.w3.org/2000/svg';
 const W = 300;
@@ -260,7 +261,9 @@ const H = 90;
 function draw(svg, history, key, now) {
   const points = history.filter((h) => typeof h[key] === 'number');
   const max = Math.max(1, ...points.map((p) => p[key]));
-  const x = (at) => W - ((now - at) / HISTORY_MS) * W;
+  // The chart spans what has been seen, from a minute up to 30 minutes.
+  const span = Math.min(HISTORY_MS, Math.max(60_000, now - (history[0]?.at ?? now)));
+  const x = (at) => W - ((now - at) / span) * W;
   const y = (v) => H - 12 - (v / max) * (H - 20);
   svg.replaceChildren();
   for (const frac of [0, 0.5, 1]) {
@@ -280,7 +283,7 @@ function draw(svg, history, key, now) {
   const ago = document.createElementNS(SVG, 'text');
   ago.setAttribute('x', '3');
   ago.setAttribute('y', String(H - 2));
-  ago.textContent = '−30 min';
+  ago.textContent = `−${Math.round(span / 60_000)} min`;
   svg.append(ago);
   svg.dataset.points = String(points.length);
   svg.dataset.last = points.length ? String(points[points.length - 1][key]) : '';

@@ -27,7 +27,10 @@ async fn the_console_page_is_served_on_the_operator_listener_only() {
         let r = app.client.get(app.admin_url(path)).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200, "{path}");
         let headers = r.headers().clone();
-        assert!(headers["content-type"].to_str().unwrap().contains(kind), "{path}");
+        assert!(
+            headers["content-type"].to_str().unwrap().contains(kind),
+            "{path}"
+        );
         let csp = headers["content-security-policy"].to_str().unwrap();
         assert!(csp.contains("script-src 'self'"), "{csp}");
         let body = r.text().await.unwrap();
@@ -82,7 +85,9 @@ async fn snapshot_where(app: &TestApp, done: impl Fn(&Value) -> bool) -> Value {
         while let Some(end) = buffer.find("\n\n") {
             let frame: String = buffer.drain(..end + 2).collect();
             assert!(frame.starts_with("event: snapshot\ndata: "), "{frame}");
-            let data = frame.trim_end().trim_start_matches("event: snapshot\ndata: ");
+            let data = frame
+                .trim_end()
+                .trim_start_matches("event: snapshot\ndata: ");
             let snapshot: Value = serde_json::from_str(data).unwrap();
             if done(&snapshot) {
                 return snapshot;
@@ -162,11 +167,21 @@ async fn the_feed_needs_the_token_and_reports_the_queues() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
     let s = snapshot_where(&app, |s| {
-        s["queues"].as_array().unwrap().iter().any(|q| q["queue"] == "second")
+        s["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["queue"] == "second")
     })
     .await;
     let second = queue(&s, "second");
-    assert_eq!((second["paused"].clone(), second["settings"]["batch"].clone()), (Value::Bool(true), 4.into()));
+    assert_eq!(
+        (
+            second["paused"].clone(),
+            second["settings"]["batch"].clone()
+        ),
+        (Value::Bool(true), 4.into())
+    );
     app.stop().await;
 }
 
@@ -193,5 +208,8 @@ fn the_dashboard_reads_documented_metrics() {
     let used = names(&dashboard);
     assert!(used.len() >= 10, "{used:?}");
     let missing: Vec<&String> = used.difference(&documented).collect();
-    assert!(missing.is_empty(), "undocumented metrics in the dashboard: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "undocumented metrics in the dashboard: {missing:?}"
+    );
 }

@@ -82,7 +82,10 @@ async fn queues_are_created_read_changed_and_deleted() {
         assert_eq!(code, 200, "{body}");
         assert_eq!(body["batch"], 7);
         assert_eq!(body["maxActive"], 40);
-        assert_eq!(body["intervalMs"], 600_000, "absent fields keep their value");
+        assert_eq!(
+            body["intervalMs"], 600_000,
+            "absent fields keep their value"
+        );
         assert_eq!(body["texts"]["title"], "Drop day");
         assert_eq!(body["version"], 2);
         // `null` lifts the cap; absent would keep it.
@@ -106,7 +109,10 @@ async fn queues_are_created_read_changed_and_deleted() {
         )
         .await;
         assert_eq!(code, 201, "{body}");
-        assert_eq!((body["batch"].clone(), body["paused"].clone()), (json!(3), json!(true)));
+        assert_eq!(
+            (body["batch"].clone(), body["paused"].clone()),
+            (json!(3), json!(true))
+        );
         let (code, joined) = app.enter("fresh", "u1").await;
         assert_eq!(code, 201, "{joined}");
         assert_eq!(joined["status"], "WAITING", "held: no fast track");
@@ -128,7 +134,10 @@ async fn queues_are_created_read_changed_and_deleted() {
         assert_eq!(code, 404, "already gone");
         // A queue of --queues would come back: refused, kept.
         let (code, body) = send(&app, "DELETE", "/api/admin/queues/default", None).await;
-        assert_eq!((code, body["error"].as_str()), (409, Some("configured_queue")));
+        assert_eq!(
+            (code, body["error"].as_str()),
+            (409, Some("configured_queue"))
+        );
         assert_eq!(app.enter("default", "still").await.0, 201);
         app.stop().await;
     }
@@ -147,16 +156,51 @@ async fn bad_settings_are_refused_and_change_nothing() {
             ("default", r#"{"batch": 1e3}"#, 400, "invalid_body"),
             ("default", r#"{"batch": "5"}"#, 400, "invalid_body"),
             ("default", r#"{"intervalMs": 0}"#, 400, "invalid_settings"),
-            ("default", r#"{"intervalMs": 18446744073709551615}"#, 400, "invalid_settings"),
+            (
+                "default",
+                r#"{"intervalMs": 18446744073709551615}"#,
+                400,
+                "invalid_settings",
+            ),
             ("default", r#"{"tokenTtlMs": 999}"#, 400, "invalid_settings"),
-            ("default", r#"{"abandonAfterMs": 0}"#, 400, "invalid_settings"),
-            ("default", r#"{"claimLeaseMs": 86400001}"#, 400, "invalid_settings"),
-            ("default", r#"{"maxActive": 100000001}"#, 400, "invalid_settings"),
+            (
+                "default",
+                r#"{"abandonAfterMs": 0}"#,
+                400,
+                "invalid_settings",
+            ),
+            (
+                "default",
+                r#"{"claimLeaseMs": 86400001}"#,
+                400,
+                "invalid_settings",
+            ),
+            (
+                "default",
+                r#"{"maxActive": 100000001}"#,
+                400,
+                "invalid_settings",
+            ),
             ("default", r#"{"rate": 5}"#, 400, "invalid_body"),
-            ("default", r#"{"texts": {"bad key": "x"}}"#, 400, "invalid_settings"),
-            ("default", r#"{"texts": {"t": "a\u0000b"}}"#, 400, "invalid_settings"),
+            (
+                "default",
+                r#"{"texts": {"bad key": "x"}}"#,
+                400,
+                "invalid_settings",
+            ),
+            (
+                "default",
+                r#"{"texts": {"t": "a\u0000b"}}"#,
+                400,
+                "invalid_settings",
+            ),
             ("default", r#"{"texts": {"t": 5}}"#, 400, "invalid_body"),
-            ("default", r#"{"paused": true, "batch": 0}"#, 400, "invalid_settings"),
+            (
+                "default",
+                r#"{"paused": true, "batch": 0}"#,
+                400,
+                "invalid_settings",
+            ),
             ("Bad-Name", r#"{"batch": 2}"#, 400, "invalid_queue_name"),
             ("a%7Bb%7D", r#"{"batch": 2}"#, 400, "invalid_queue_name"),
         ];
@@ -193,12 +237,18 @@ async fn settings_need_the_admin_token() {
             for queue in ["default", "nosuch", "BAD"] {
                 let path = format!("/api/admin/queues/{queue}");
                 let (code, answer) = send_as(&app, method, &path, body, bearer).await;
-                assert_eq!((code, answer["error"].as_str()), (401, Some("unauthorized")));
+                assert_eq!(
+                    (code, answer["error"].as_str()),
+                    (401, Some("unauthorized"))
+                );
             }
         }
     }
     let (_, body) = send(&app, "GET", "/api/admin/queues/default", None).await;
-    assert_eq!((body["batch"].clone(), body["version"].clone()), (json!(3), json!(1)));
+    assert_eq!(
+        (body["batch"].clone(), body["version"].clone()),
+        (json!(3), json!(1))
+    );
     // The public listener does not serve it at all.
     let r = app
         .client
@@ -233,7 +283,13 @@ async fn two_instances_follow_each_others_changes() {
     let mut events = watcher.subscribe(std::slice::from_ref(&queue));
 
     // Held while 120 join through both, so all of them wait.
-    let (code, _) = send(&a, "PUT", "/api/admin/queues/default", Some(r#"{"paused": true}"#)).await;
+    let (code, _) = send(
+        &a,
+        "PUT",
+        "/api/admin/queues/default",
+        Some(r#"{"paused": true}"#),
+    )
+    .await;
     assert_eq!(code, 200);
     for i in 0..120 {
         let app = if i % 2 == 0 { &a } else { &b };
@@ -249,11 +305,22 @@ async fn two_instances_follow_each_others_changes() {
     .await;
     assert_eq!(code, 200);
     tokio::time::timeout(BOUND, async {
-        while admitted_in_next_pass(&mut events).await.expect("events flow").1 != 6 {}
+        while admitted_in_next_pass(&mut events)
+            .await
+            .expect("events flow")
+            .1
+            != 6
+        {}
     })
     .await
     .expect("a pass of 6");
-    let (code, _) = send(&a, "PUT", "/api/admin/queues/default", Some(r#"{"batch": 1}"#)).await;
+    let (code, _) = send(
+        &a,
+        "PUT",
+        "/api/admin/queues/default",
+        Some(r#"{"batch": 1}"#),
+    )
+    .await;
     assert_eq!(code, 200);
     let changed_at = watcher.stats(&queue).await.unwrap().pass;
     // Only B passes from now on.
@@ -268,12 +335,21 @@ async fn two_instances_follow_each_others_changes() {
             after.push(n);
         }
     }
-    assert!(after.iter().all(|&n| n <= 1), "passes after the change: {after:?}");
+    assert!(
+        after.iter().all(|&n| n <= 1),
+        "passes after the change: {after:?}"
+    );
     assert!(after.iter().sum::<usize>() >= 4, "B admits on: {after:?}");
 
     // A hold made on a third instance stops B at once.
     let c = TestApp::spawn_with(config(&flags), store().await).await;
-    let (code, _) = send(&c, "PUT", "/api/admin/queues/default", Some(r#"{"paused": true}"#)).await;
+    let (code, _) = send(
+        &c,
+        "PUT",
+        "/api/admin/queues/default",
+        Some(r#"{"paused": true}"#),
+    )
+    .await;
     assert_eq!(code, 200);
     let held_at = watcher.stats(&queue).await.unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -321,7 +397,11 @@ async fn admitted_in_next_pass(
 #[tokio::test]
 async fn settings_fail_closed_while_redis_is_down() {
     let mut redis = RedisProcess::start(false);
-    let store = Arc::new(RedisStore::connect(&redis.url(), "settings-down").await.unwrap());
+    let store = Arc::new(
+        RedisStore::connect(&redis.url(), "settings-down")
+            .await
+            .unwrap(),
+    );
     let app = TestApp::spawn_with(config(&args()), store).await;
     let (code, _) = send(&app, "PUT", "/api/admin/queues/other", Some("{}")).await;
     assert_eq!(code, 201);
@@ -333,7 +413,11 @@ async fn settings_fail_closed_while_redis_is_down() {
         ("DELETE", "/api/admin/queues/other", None),
     ] {
         let (code, answer) = send(&app, method, path, body).await;
-        assert_eq!((code, answer["error"].as_str()), (503, Some("store_unavailable")), "{method} {path}");
+        assert_eq!(
+            (code, answer["error"].as_str()),
+            (503, Some("store_unavailable")),
+            "{method} {path}"
+        );
     }
     // Bad input is still refused as such, before the store is asked.
     let (code, _) = send(&app, "PUT", "/api/admin/queues/default", Some("{bad")).await;

@@ -535,16 +535,22 @@ impl Store for RedisStore {
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
         let json: String = self
-            .run_durable(&self.scripts.admit, queue, &[], vec![self.keys(queue).settings()], |inv| {
-                inv.arg(policy.token_ttl_ms)
-                    .arg(policy.batch)
-                    .arg(policy.interval_ms)
-                    .arg(max_active_arg(policy))
-                    .arg(policy.abandon_after_ms.unwrap_or(0));
-                for t in tokens {
-                    inv.arg(t.as_str());
-                }
-            })
+            .run_durable(
+                &self.scripts.admit,
+                queue,
+                &[],
+                vec![self.keys(queue).settings()],
+                |inv| {
+                    inv.arg(policy.token_ttl_ms)
+                        .arg(policy.batch)
+                        .arg(policy.interval_ms)
+                        .arg(max_active_arg(policy))
+                        .arg(policy.abandon_after_ms.unwrap_or(0));
+                    for t in tokens {
+                        inv.arg(t.as_str());
+                    }
+                },
+            )
             .await?;
         let pass = match serde_json::from_str(&json) {
             Ok(QueueEvent::Pass(pass)) => pass,

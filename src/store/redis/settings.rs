@@ -27,8 +27,12 @@ impl RedisStore {
 
     pub(super) async fn settings_list(&self) -> StoreResult<Vec<QueueName>> {
         let mut conn = self.conn.clone();
-        let raw: Vec<String> =
-            bounded(redis::cmd("SMEMBERS").arg(self.registry()).query_async(&mut conn)).await?;
+        let raw: Vec<String> = bounded(
+            redis::cmd("SMEMBERS")
+                .arg(self.registry())
+                .query_async(&mut conn),
+        )
+        .await?;
         let mut names: Vec<QueueName> = raw
             .iter()
             .filter_map(|n| QueueName::parse(n).ok())
@@ -108,8 +112,12 @@ impl RedisStore {
         )
         .await?;
         let keys = self.keys(queue);
-        let had: i64 =
-            bounded(redis::cmd("DEL").arg(keys.settings()).query_async(&mut conn)).await?;
+        let had: i64 = bounded(
+            redis::cmd("DEL")
+                .arg(keys.settings())
+                .query_async(&mut conn),
+        )
+        .await?;
         let mut doomed = Vec::new();
         // The line, presence, budget and hold go. The entry and pass
         // counters stay (no entry id or event id is handed out twice), and
@@ -131,7 +139,9 @@ fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
     let num = |field: &str| -> StoreResult<i64> {
         raw.get(field)
             .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(|| StoreError::Protocol(format!("settings field {field} is missing or bad")))
+            .ok_or_else(|| {
+                StoreError::Protocol(format!("settings field {field} is missing or bad"))
+            })
     };
     let positive = |field: &str| -> StoreResult<u64> {
         u64::try_from(num(field)?)
