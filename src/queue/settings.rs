@@ -150,7 +150,8 @@ mod tests {
     #[test]
     fn settings_refuse_out_of_range_values_naming_the_field() {
         base().validate().unwrap();
-        let cases: Vec<(fn(&mut QueueSettings), &str)> = vec![
+        type Change = fn(&mut QueueSettings);
+        let cases: Vec<(Change, &str)> = vec![
             (|s| s.batch = 0, "batch"),
             (|s| s.batch = MAX_BATCH + 1, "batch"),
             (|s| s.interval_ms = 0, "intervalMs"),
