@@ -48,6 +48,8 @@ struct Inner {
     config: Config,
     /// The live queues and their settings (re-read from the store).
     catalog: Arc<Catalog>,
+    /// This instance's name in the streams report of the console.
+    instance: String,
     store: SharedStore,
     signer: TicketSigner,
     admin_token: String,
@@ -189,6 +191,7 @@ impl AppState {
         Ok(Self {
             inner: Arc::new(Inner {
                 catalog,
+                instance: instance_id(),
                 gate,
                 identity,
                 limits: Arc::new(limits),
@@ -236,6 +239,11 @@ impl AppState {
     /// The live queue catalog.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.inner.catalog
+    }
+
+    /// This instance's name among its peers (host, process, a random tag).
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
     }
 
     /// The ticket signer.
@@ -351,6 +359,12 @@ impl AppState {
             self.catalog().watch(),
             self.shutdown().clone(),
         ));
+        tasks.spawn(report_streams(
+            self.store().clone(),
+            self.hub().clone(),
+            self.instance().to_owned(),
+            self.shutdown().clone(),
+        ));
         tasks.spawn(follow_gate(
             self.gate().clone(),
             self.catalog().watch(),
@@ -377,6 +391,46 @@ impl AppState {
                 self.gate().clone(),
                 self.shutdown().clone(),
             ));
+        }
+    }
+}
+
+/// How long an instance's streams report lasts: a few missed reports.
+pub const STREAMS_REPORT_TTL: Duration = Duration::from_secs(10);
+
+/// `<host>/<pid>-<random>`: readable, and distinct for instances sharing
+/// a host and a process (tests).
+fn instance_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(60)
+        .collect();
+    format!(
+        "{host}/{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+/// Reports this instance's open streams to the store every 2 s, so the
+/// console of any instance shows the streams of all.
+async fn report_streams(
+    store: SharedStore,
+    hub: Arc<push::Hub>,
+    instance: String,
+    shutdown: CancellationToken,
+) {
+    let ttl = STREAMS_REPORT_TTL.as_millis() as u64;
+    loop {
+        let streams = hub.open_streams() as u64;
+        if let Err(e) = store.report_streams(&instance, streams, ttl).await {
+            tracing::debug!(error = %e, "streams report failed");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
         }
     }
 }

@@ -716,6 +716,7 @@ conformance!(
     queue_settings_are_versioned_and_listed,
     a_pass_runs_on_the_stored_settings,
     deleting_a_queue_empties_it_but_keeps_entry_ids_fresh,
+    stream_reports_are_shared_until_they_lapse,
 );
 
 /// A rate that does not refill within a test: `burst` and no more.
@@ -1540,4 +1541,19 @@ async fn deleting_a_queue_empties_it_but_keeps_entry_ids_fresh(store: SharedStor
         entries.iter().all(|&e| new_entry > e),
         "entry ids go on: {new_entry} after {entries:?}"
     );
+}
+
+async fn stream_reports_are_shared_until_they_lapse(store: SharedStore) {
+    let all = store.report_streams("host-a/1", 5, 60_000).await.unwrap();
+    assert_eq!(all, vec![("host-a/1".to_owned(), 5)]);
+    store.report_streams("host-b/2", 7, 150).await.unwrap();
+    let all = store.report_streams("host-a/1", 6, 60_000).await.unwrap();
+    assert_eq!(
+        all,
+        vec![("host-a/1".to_owned(), 6), ("host-b/2".to_owned(), 7)],
+        "the latest report of each"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let all = store.report_streams("host-a/1", 6, 60_000).await.unwrap();
+    assert_eq!(all, vec![("host-a/1".to_owned(), 6)], "b stopped reporting");
 }

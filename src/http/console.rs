@@ -76,13 +76,25 @@ pub struct ConsoleSnapshot {
     /// Wall clock of this instance, ms since the epoch.
     at: u64,
     queues: Vec<QueueLive>,
+    /// This instance's name, as in `instances`.
+    instance: String,
     /// Streams open on this instance, and its cap.
     streams_open: usize,
     max_streams: usize,
+    /// Every live instance's open streams, as they reported them (`null`
+    /// while the store is away).
+    instances: Option<Vec<InstanceStreams>>,
     /// This instance's counters since it started.
     orders_committed: u64,
     tokens_released: u64,
     errors: u64,
+}
+
+/// One instance's open streams.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct InstanceStreams {
+    instance: String,
+    streams: u64,
 }
 
 /// One queue, live.
@@ -161,12 +173,29 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
             settings: settings.clone(),
         });
     }
+    let streams_open = state.hub().open_streams();
+    let instances = state
+        .store()
+        .report_streams(
+            state.instance(),
+            streams_open as u64,
+            crate::app::STREAMS_REPORT_TTL.as_millis() as u64,
+        )
+        .await
+        .ok()
+        .map(|all| {
+            all.into_iter()
+                .map(|(instance, streams)| InstanceStreams { instance, streams })
+                .collect()
+        });
     ConsoleSnapshot {
         at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
         queues,
-        streams_open: state.hub().open_streams(),
+        instance: state.instance().to_owned(),
+        streams_open,
+        instances,
         max_streams: state.max_streams(),
         orders_committed: sum(&metrics, "waitroom_tokens_consumed_total"),
         tokens_released: sum(&metrics, "waitroom_tokens_released_total"),

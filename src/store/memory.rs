@@ -692,6 +692,18 @@ impl Store for MemoryStore {
         Ok(self.settings.put(queue, settings, only_if_new, now_ms()))
     }
 
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let now = now_ms();
+        Ok(self
+            .settings
+            .report_streams(instance, streams, now + ttl_ms, now))
+    }
+
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         let had = self.settings.remove(queue);
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());

@@ -425,6 +425,18 @@ pub trait Store: Send + Sync + 'static {
         only_if_new: bool,
     ) -> StoreResult<(StoredSettings, bool)>;
 
+    /// Records that `instance` (an id of 1-100 printable ASCII characters)
+    /// holds `streams` open streams, for `ttl_ms`, and answers every
+    /// instance's last live report (its own included), by id: what the
+    /// operator console shows as streams per instance. An instance that
+    /// stopped reporting drops out once its report is older than its TTL.
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>>;
+
     /// Unlists `queue` and deletes its settings, line, presence, budget and
     /// hold. The entry and pass counters stay (a re-opened queue never
     /// hands out an old entry id or event id again), and tokens already

@@ -139,6 +139,7 @@ function onSnapshot(s) {
   $('orders').textContent = fmt.format(s.ordersCommitted);
   $('released').textContent = fmt.format(s.tokensReleased);
   $('errors').textContent = fmt.format(s.errors);
+  showInstances(s);
   const seen = new Set();
   for (const q of s.queues) {
     seen.add(q.queue);
@@ -151,6 +152,20 @@ function onSnapshot(s) {
     }
   }
   document.body.dataset.queues = [...queues.keys()].join(' ');
+}
+
+function showInstances(s) {
+  const rows = (s.instances ?? [{ instance: s.instance, streams: s.streamsOpen }]).map((i) => {
+    const row = document.createElement('tr');
+    row.dataset.instance = i.instance;
+    const name = document.createElement('td');
+    name.textContent = i.instance === s.instance ? `${i.instance} (this one)` : i.instance;
+    const streams = document.createElement('td');
+    streams.textContent = fmt.format(i.streams);
+    row.append(name, streams);
+    return row;
+  });
+  $('instances').replaceChildren(...rows);
 }
 
 // --- One queue ------------------------------------------------------------

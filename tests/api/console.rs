@@ -9,7 +9,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::common::TestApp;
+use std::sync::Arc;
+
+use waitroom::store::SharedStore;
+use waitroom::store::memory::MemoryStore;
+
+use crate::common::{SseStream, TestApp, config};
 
 const ADMIN: &str = "admin-token-for-console-tests-01234";
 
@@ -153,6 +158,15 @@ async fn the_feed_needs_the_token_and_reports_the_queues() {
     assert_eq!(q["settings"]["maxActive"], 3);
     assert!(q["waitForLastSecs"].is_null() || q["waitForLastSecs"].is_u64());
     assert!(s["maxStreams"].as_u64().unwrap() > 0);
+    let me = s["instance"].as_str().unwrap();
+    assert!(
+        s["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["instance"] == me),
+        "{s}"
+    );
     for k in ["ordersCommitted", "tokensReleased", "errors", "streamsOpen"] {
         assert!(s[k].is_u64(), "{k} in {s}");
     }
@@ -183,6 +197,37 @@ async fn the_feed_needs_the_token_and_reports_the_queues() {
         (Value::Bool(true), 4.into())
     );
     app.stop().await;
+}
+
+/// Each instance reports its streams to the store: the console of one
+/// instance shows the streams open on another.
+#[tokio::test]
+async fn the_feed_shows_the_streams_of_every_instance() {
+    let store: SharedStore = Arc::new(MemoryStore::new());
+    let args = [
+        "--admin-token",
+        ADMIN,
+        "--ticket-secret",
+        "console-two-instances-secret-0123",
+    ];
+    let a = TestApp::spawn_with(config(&args), store.clone()).await;
+    let b = TestApp::spawn_with(config(&args), store.clone()).await;
+    a.enter("default", "first").await; // the fast track; the next one waits
+    let (_, waiting) = b.enter("default", "streamer").await;
+    let _stream = SseStream::open(&b, "default", waiting["ticket"].as_str().unwrap(), None).await;
+    let b_id = b.state.instance().to_owned();
+    let s = snapshot_where(&a, |s| {
+        s["instances"].as_array().is_some_and(|all| {
+            all.iter()
+                .any(|i| i["instance"] == b_id.as_str() && i["streams"] == 1)
+        })
+    })
+    .await;
+    let all = s["instances"].as_array().unwrap();
+    assert_eq!(all.len(), 2, "{s}");
+    assert_eq!(s["streamsOpen"], 0, "none on A itself");
+    a.stop().await;
+    b.stop().await;
 }
 
 /// Every metric the dashboard queries is one the README documents.

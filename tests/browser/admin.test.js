@@ -117,6 +117,9 @@ test('every console control changes what the admin API reports', { timeout: 150_
   const joined = await fetch(`${server.base}/api/queues/popup/entries`, { method: 'POST' });
   assert.equal(joined.status, 201);
 
+  // The streams report lists this instance.
+  await page.waitForSelector('#instances tr:has-text("(this one)")', { timeout: 10_000 });
+
   // Charts have drawn a few seconds of history.
   await page.waitForSelector(`${card} svg[data-series="waiting"] polyline`, { timeout: 10_000 });
   await screenshot(page, 'admin-console-light');

@@ -1,5 +1,6 @@
 //! The in-memory side of live queue settings: one map of queue → settings
-//! for a single process, behind its own mutex.
+//! for a single process, behind its own mutex (and the streams report of
+//! the operator console, trivially this one instance's).
 //!
 //! `admit` reads a queue's stored policy here at the start of each pass,
 //! so a change applies from the very next pass, as in the Redis adapter.
@@ -9,10 +10,12 @@ use std::sync::Mutex;
 
 use crate::queue::{Policy, QueueName, QueueSettings, StoredSettings};
 
-/// Every queue's settings, in name order.
+/// Every queue's settings, in name order, and every instance's stream
+/// report (id → streams, until ms).
 #[derive(Default)]
 pub(super) struct Settings {
     inner: Mutex<BTreeMap<QueueName, StoredSettings>>,
+    streams: Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
 impl Settings {
@@ -54,6 +57,19 @@ impl Settings {
         };
         all.insert(queue.clone(), stored.clone());
         (stored, true)
+    }
+
+    pub(super) fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        until: u64,
+        now: u64,
+    ) -> Vec<(String, u64)> {
+        let mut all = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        all.insert(instance.to_owned(), (streams, until));
+        all.retain(|_, (_, until)| *until > now);
+        all.iter().map(|(id, (n, _))| (id.clone(), *n)).collect()
     }
 
     pub(super) fn remove(&self, queue: &QueueName) -> bool {

@@ -687,6 +687,16 @@ impl Store for RedisStore {
         self.settings_put(queue, settings, only_if_new).await
     }
 
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        self.settings_report_streams(instance, streams, ttl_ms)
+            .await
+    }
+
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         self.settings_delete(queue).await
     }

@@ -133,6 +133,58 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Stream reports live in one hash, `<prefix>:instances`: id →
+    /// `"<streams> <until ms>"` (the reporter's clock; a TTL of seconds
+    /// makes small clock skews harmless). Stale fields are dropped by
+    /// whoever reads them.
+    pub(super) async fn settings_report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let key = format!("{}:instances", self.prefix);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut conn = self.conn.clone();
+        let (_, all): (i64, HashMap<String, String>) = bounded(
+            redis::pipe()
+                .cmd("HSET")
+                .arg(&key)
+                .arg(instance)
+                .arg(format!("{streams} {}", now + ttl_ms))
+                .cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut conn),
+        )
+        .await?;
+        let mut live = Vec::new();
+        let mut stale = Vec::new();
+        for (id, report) in all {
+            let parsed = report
+                .split_once(' ')
+                .and_then(|(n, until)| Some((n.parse::<u64>().ok()?, until.parse::<u64>().ok()?)));
+            match parsed {
+                Some((n, until)) if until > now => live.push((id, n)),
+                _ => stale.push(id),
+            }
+        }
+        if !stale.is_empty() {
+            let _: i64 = bounded(
+                redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(&stale)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        }
+        live.sort();
+        Ok(live)
+    }
+}
+
 /// Reads a settings hash back; anything malformed is a protocol error (a
 /// hash written by hand), never a default.
 fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
