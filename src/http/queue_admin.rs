@@ -145,6 +145,7 @@ async fn get_queue(
         (status = 201, description = "Opened.", body = QueueView),
         (status = 400, description = "`invalid_queue_name`, `invalid_settings`, `invalid_body`.", body = ErrorBody),
         (status = 401, description = "`unauthorized` (checked first).", body = ErrorBody),
+        (status = 408, description = "`request_timeout`.", body = ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = ErrorBody),
         (status = 503, description = "`store_unavailable`.", body = ErrorBody),
     )
