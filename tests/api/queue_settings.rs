@@ -295,7 +295,7 @@ async fn two_instances_follow_each_others_changes() {
         let app = if i % 2 == 0 { &a } else { &b };
         assert_eq!(app.enter("default", &format!("w{i:03}")).await.0, 201);
     }
-    // Passes every 100 ms of 6, then 1 from the next pass on.
+    // Passes every 100 ms of up to 6, then of 1 from the next pass on.
     let (code, _) = send(
         &a,
         "PUT",
@@ -304,16 +304,18 @@ async fn two_instances_follow_each_others_changes() {
     )
     .await;
     assert_eq!(code, 200);
+    // (Two instances share the budget of 6 per 100 ms: a pass admits what
+    // the other left, so only "more than the next batch" is certain.)
     tokio::time::timeout(BOUND, async {
         while admitted_in_next_pass(&mut events)
             .await
             .expect("events flow")
             .1
-            != 6
+            <= 1
         {}
     })
     .await
-    .expect("a pass of 6");
+    .expect("a pass of more than one");
     let (code, _) = send(
         &a,
         "PUT",
