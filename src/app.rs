@@ -7,19 +7,19 @@
 //! shutdown token), not the state, so `push`, `gate`, `store` and `queue`
 //! never depend on this module or on `http`.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::Catalog;
 use crate::challenge::{self, auto};
 use crate::config::{self, Config};
 use crate::http::client::{ClientInfo, TrustedProxies};
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
-use crate::queue::{self, Policy, QueueName, TicketSigner};
+use crate::queue::{self, Policy, QueueName, QueueSettings, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
@@ -48,9 +48,10 @@ pub struct AppState {
 
 struct Inner {
     config: Config,
-    policy: Policy,
-    queues: Vec<QueueName>,
-    queue_set: HashSet<QueueName>,
+    /// The live queues and their settings (re-read from the store).
+    catalog: Arc<Catalog>,
+    /// This instance's name in the streams report of the console.
+    instance: String,
     store: SharedStore,
     signer: TicketSigner,
     admin_token: String,
@@ -167,6 +168,14 @@ impl AppState {
             None => None,
         };
         let policy = config.policy();
+        let catalog = Arc::new(
+            Catalog::open(
+                store.clone(),
+                queues.clone(),
+                QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000),
+            )
+            .await,
+        );
         let proxies = TrustedProxies::new(config.proxy_nets()?, config.client_address_header);
         let limits = RequestLimits::new(
             PER_SECOND,
@@ -186,19 +195,19 @@ impl AppState {
             shutdown.clone(),
         )
         .with_identity(identity.clone());
+        gate.set_queues(gate_queues(&catalog.current()));
         Ok(Self {
             inner: Arc::new(Inner {
-                policy,
+                catalog,
+                instance: instance_id(),
                 gate,
                 identity,
                 limits: Arc::new(limits),
                 proxies,
                 orders,
-                queue_set: queues.iter().cloned().collect(),
                 hub: Arc::new(push::Hub::new(&queues)),
                 max_streams,
                 max_connections,
-                queues,
                 config,
                 store,
                 signer,
@@ -221,19 +230,29 @@ impl AppState {
         &self.inner.config
     }
 
-    /// The admission policy of every queue.
-    pub fn policy(&self) -> &Policy {
-        &self.inner.policy
+    /// `queue`'s admission policy, as this instance last read it.
+    pub fn policy(&self, queue: &QueueName) -> Policy {
+        self.inner.catalog.policy(queue)
     }
 
-    /// The configured queues, in configuration order.
-    pub fn queue_names(&self) -> &[QueueName] {
-        &self.inner.queues
+    /// The live queues, in name order.
+    pub fn queue_names(&self) -> Vec<QueueName> {
+        self.inner.catalog.current().keys().cloned().collect()
     }
 
-    /// Whether `queue` is configured.
+    /// Whether `queue` exists (configured, or opened by an operator).
     pub fn has_queue(&self, queue: &QueueName) -> bool {
-        self.inner.queue_set.contains(queue)
+        self.inner.catalog.contains(queue)
+    }
+
+    /// The live queue catalog.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.inner.catalog
+    }
+
+    /// This instance's name among its peers (host, process, a random tag).
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
     }
 
     /// The ticket signer.
@@ -338,23 +357,37 @@ impl AppState {
     pub fn forecast(&self, queue: &QueueName) -> crate::queue::Forecast {
         self.inner
             .hub
-            .forecast(queue, self.inner.policy.configured_rate())
+            .forecast(queue, self.policy(queue).configured_rate())
     }
 
     /// Starts the admission loop, the event subscription, the request
     /// limiter's clean-up and, with the demo order service, its
     /// token-delete reconciler on `tasks`.
     pub fn spawn_background(&self, tasks: &TaskTracker) {
+        tasks.spawn(self.catalog().clone().run(self.shutdown().clone()));
         tasks.spawn(admission::run(
             self.store().clone(),
-            self.policy().clone(),
-            self.queue_names().to_vec(),
+            self.catalog().watch(),
             self.shutdown().clone(),
         ));
+        // The streams' presence writes and first estimates follow the
+        // start-up flags; their queues follow the catalog.
         tasks.spawn(push::run(
             self.hub().clone(),
             self.store().clone(),
-            self.policy().clone(),
+            self.catalog().defaults().policy(),
+            self.catalog().watch(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(report_streams(
+            self.store().clone(),
+            self.hub().clone(),
+            self.instance().to_owned(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(follow_gate(
+            self.gate().clone(),
+            self.catalog().watch(),
             self.shutdown().clone(),
         ));
         tasks.spawn(
@@ -396,6 +429,74 @@ impl AppState {
                 self.gate().clone(),
                 self.shutdown().clone(),
             ));
+        }
+    }
+}
+
+/// How long an instance's streams report lasts: a few missed reports.
+pub const STREAMS_REPORT_TTL: Duration = Duration::from_secs(10);
+
+/// `<host>/<pid>-<random>`: readable, and distinct for instances sharing
+/// a host and a process (tests).
+fn instance_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(60)
+        .collect();
+    format!(
+        "{host}/{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+/// Reports this instance's open streams to the store every 2 s, so the
+/// console of any instance shows the streams of all.
+async fn report_streams(
+    store: SharedStore,
+    hub: Arc<push::Hub>,
+    instance: String,
+    shutdown: CancellationToken,
+) {
+    let ttl = STREAMS_REPORT_TTL.as_millis() as u64;
+    loop {
+        let streams = hub.open_streams() as u64;
+        if let Err(e) = store.report_streams(&instance, streams, ttl).await {
+            tracing::debug!(error = %e, "streams report failed");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+}
+
+/// The gate's queues and claim leases from the catalog.
+fn gate_queues(queues: &crate::catalog::Queues) -> Vec<(QueueName, Duration)> {
+    queues
+        .iter()
+        .map(|(q, s)| (q.clone(), Duration::from_millis(s.settings.claim_lease_ms)))
+        .collect()
+}
+
+/// Keeps the gate's queues and leases in step with the catalog.
+async fn follow_gate(
+    gate: gate::Gate,
+    mut queues: tokio::sync::watch::Receiver<Arc<crate::catalog::Queues>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = queues.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let current = queues.borrow_and_update().clone();
+                gate.set_queues(gate_queues(&current));
+            }
         }
     }
 }

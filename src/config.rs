@@ -49,7 +49,10 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "waitroom")]
     pub key_prefix: String,
 
-    /// Queue names (comma-separated), each `[a-z0-9_-]{1,64}`.
+    /// Queue names (comma-separated), each `[a-z0-9_-]{1,64}`. Seeded in
+    /// the store with the admission flags below when the store does not
+    /// know them; from then on their settings are changed live through the
+    /// admin API, and more queues can be opened there.
     #[arg(
         long,
         env = "WAITROOM_QUEUES",

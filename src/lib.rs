@@ -20,6 +20,8 @@
 //! - [`push`] fans the store's queue events out to this instance's streams;
 //!   [`gate`] guards entry tokens for order services; [`admission`] runs the
 //!   admission passes; [`orders`] is the demo order service;
+//! - [`catalog`] is the instance's copy of the live queues and their
+//!   settings, re-read from the store every second;
 //! - [`store`] keeps the state (Redis, or memory for one instance);
 //! - [`queue`] holds the rules, knowing neither Redis nor HTTP;
 //! - [`brand`] reads and checks operators' page branding (`--page-dir`);
@@ -28,6 +30,7 @@
 pub mod admission;
 pub mod app;
 pub mod brand;
+pub mod catalog;
 pub mod challenge;
 pub mod config;
 pub mod gate;

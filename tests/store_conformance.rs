@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
+use waitroom::queue::{EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, UserId};
 use waitroom::store::{
     AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, LimitKind, QueueEvent, Rate, SharedStore,
     StoreEvent,
@@ -713,6 +713,10 @@ conformance!(
     spend_buckets_are_shared_and_separate,
     spend_once_is_true_once_per_key_until_it_expires,
     joins_noted_by_every_caller_share_one_switch,
+    queue_settings_are_versioned_and_listed,
+    a_pass_runs_on_the_stored_settings,
+    deleting_a_queue_empties_it_but_keeps_entry_ids_fresh,
+    stream_reports_are_shared_until_they_lapse,
 );
 
 /// A rate that does not refill within a test: `burst` and no more.
@@ -1591,4 +1595,151 @@ mod stock {
         sold_out_is_published_once_and_read_everywhere,
         absent_buyers_are_kept_while_sold_out,
     );
+}
+fn settings(batch: u32) -> QueueSettings {
+    QueueSettings {
+        batch,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 300_000,
+        max_active: None,
+        abandon_after_ms: None,
+        claim_lease_ms: 30_000,
+        texts: Default::default(),
+    }
+}
+
+async fn queue_settings_are_versioned_and_listed(store: SharedStore) {
+    let other = QueueName::parse("other").unwrap();
+    assert!(store.list_queues().await.unwrap().is_empty());
+    assert_eq!(store.queue_settings(&q()).await.unwrap(), None);
+    let mut first = settings(3);
+    first.max_active = Some(7);
+    first.abandon_after_ms = Some(45_000);
+    first
+        .texts
+        .insert("title".into(), "Drop — édition \"限定\"".into());
+    let (stored, written) = store.put_queue_settings(&q(), &first, false).await.unwrap();
+    assert!(written);
+    assert_eq!((stored.version, &stored.settings), (1, &first));
+    assert!(stored.updated_at > 0);
+    assert_eq!(
+        store.queue_settings(&q()).await.unwrap(),
+        Some(stored.clone())
+    );
+    // A seed never overwrites what is there.
+    let (kept, written) = store
+        .put_queue_settings(&q(), &settings(99), true)
+        .await
+        .unwrap();
+    assert!(!written);
+    assert_eq!(kept, stored);
+    // Unlimited and never round-trip as such.
+    let (second, written) = store
+        .put_queue_settings(&q(), &settings(4), false)
+        .await
+        .unwrap();
+    assert!(written);
+    assert_eq!((second.version, &second.settings), (2, &settings(4)));
+    assert!(second.updated_at >= stored.updated_at);
+    store
+        .put_queue_settings(&other, &settings(1), true)
+        .await
+        .unwrap();
+    assert_eq!(store.list_queues().await.unwrap(), vec![q(), other.clone()]);
+    assert!(store.delete_queue(&other).await.unwrap());
+    assert!(!store.delete_queue(&other).await.unwrap(), "already gone");
+    assert_eq!(store.list_queues().await.unwrap(), vec![q()]);
+    assert_eq!(store.queue_settings(&other).await.unwrap(), None);
+}
+
+async fn a_pass_runs_on_the_stored_settings(store: SharedStore) {
+    store
+        .put_queue_settings(&q(), &settings(2), false)
+        .await
+        .unwrap();
+    // Held while they join, so nobody takes the fast track.
+    store.set_paused(&q(), true).await.unwrap();
+    for i in 0..8 {
+        store
+            .enter(
+                &q(),
+                &u(&format!("s{i}")),
+                &slow(5),
+                &EntryToken::generate(),
+            )
+            .await
+            .unwrap();
+    }
+    store.set_paused(&q(), false).await.unwrap();
+    // The caller asks for 5 with 5 tokens: the stored batch (2) wins.
+    let pass = store.admit(&q(), &slow(5), &tokens(5)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 2, "{pass:?}");
+    // A stored maxActive of 3 leaves room for one more, whatever is asked.
+    let mut capped = settings(50);
+    capped.max_active = Some(3);
+    capped.interval_ms = 1;
+    store
+        .put_queue_settings(&q(), &capped, false)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let pass = store.admit(&q(), &slow(50), &tokens(50)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1, "{pass:?}");
+    // A stored TTL governs the tokens issued.
+    let mut short = capped.clone();
+    short.max_active = None;
+    short.token_ttl_ms = 1_234;
+    store.put_queue_settings(&q(), &short, false).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let pass = store.admit(&q(), &slow(50), &tokens(50)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 5, "the rest of the line");
+    assert!(pass.admitted.iter().all(|a| a.ttl_ms == 1_234), "{pass:?}");
+}
+
+async fn deleting_a_queue_empties_it_but_keeps_entry_ids_fresh(store: SharedStore) {
+    store
+        .put_queue_settings(&q(), &settings(1), false)
+        .await
+        .unwrap();
+    let mut entries = Vec::new();
+    for name in ["d0", "d1", "d2"] {
+        let e = store
+            .enter(&q(), &u(name), &slow(1), &EntryToken::generate())
+            .await
+            .unwrap();
+        entries.push(e.snapshot.entry.unwrap());
+    }
+    store.set_paused(&q(), true).await.unwrap();
+    assert!(store.delete_queue(&q()).await.unwrap());
+    let stats = store.stats(&q()).await.unwrap();
+    assert_eq!((stats.waiting, stats.paused), (0, false), "{stats:?}");
+    assert_eq!(
+        store.status(&q(), &u("d1"), false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    assert!(store.list_queues().await.unwrap().is_empty());
+    let again = store
+        .enter(&q(), &u("d1"), &slow(1), &EntryToken::generate())
+        .await
+        .unwrap();
+    let new_entry = again.snapshot.entry.unwrap();
+    assert!(
+        entries.iter().all(|&e| new_entry > e),
+        "entry ids go on: {new_entry} after {entries:?}"
+    );
+}
+
+async fn stream_reports_are_shared_until_they_lapse(store: SharedStore) {
+    let all = store.report_streams("host-a/1", 5, 60_000).await.unwrap();
+    assert_eq!(all, vec![("host-a/1".to_owned(), 5)]);
+    store.report_streams("host-b/2", 7, 150).await.unwrap();
+    let all = store.report_streams("host-a/1", 6, 60_000).await.unwrap();
+    assert_eq!(
+        all,
+        vec![("host-a/1".to_owned(), 6), ("host-b/2".to_owned(), 7)],
+        "the latest report of each"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let all = store.report_streams("host-a/1", 6, 60_000).await.unwrap();
+    assert_eq!(all, vec![("host-a/1".to_owned(), 6)], "b stopped reporting");
 }

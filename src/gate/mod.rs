@@ -133,6 +133,7 @@ mod pass;
 
 pub use pass::EntryPass;
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -147,8 +148,10 @@ use crate::store::{ClaimOutcome, SharedStore, StoreError};
 #[derive(Clone)]
 pub struct Gate {
     store: SharedStore,
-    queues: Vec<QueueName>,
-    lease: Duration,
+    /// The queues whose tokens it accepts, each with its claim lease;
+    /// shared by every clone and replaced as queues come and go
+    /// ([`Gate::set_queues`]).
+    queues: Arc<RwLock<Vec<(QueueName, Duration)>>>,
     /// How long a failed delete is retried: a token cannot outlive this.
     retry_for: Duration,
     retries: TaskTracker,
@@ -219,6 +222,11 @@ pub struct Claim {
     pub idempotency_key: String,
 }
 
+/// Counts a token used up by a committed order (one per order).
+fn consumed(queue: &QueueName) {
+    metrics::counter!("waitroom_tokens_consumed_total", "queue" => queue.to_string()).increment(1);
+}
+
 /// The idempotency key of an entry token: its SHA-256, hex. Order services
 /// store it with the order under a `UNIQUE` constraint so one token can
 /// never make two orders, even if the token store lost track of it; being
@@ -243,14 +251,38 @@ impl Gate {
     ) -> Self {
         Self {
             store,
-            queues,
-            lease,
+            queues: Arc::new(RwLock::new(
+                queues.into_iter().map(|q| (q, lease)).collect(),
+            )),
             retry_for,
             retries: TaskTracker::new(),
             shutdown,
             body_limit: DEFAULT_BODY_LIMIT,
             identity: Identity::header(),
         }
+    }
+
+    /// Accepts tokens of `queues` from now on, each claimed for its lease
+    /// (every clone of the gate follows: queues opened or deleted live).
+    pub fn set_queues(&self, queues: Vec<(QueueName, Duration)>) {
+        *self.queues.write().unwrap_or_else(|e| e.into_inner()) = queues;
+    }
+
+    fn queues(&self) -> Vec<(QueueName, Duration)> {
+        self.queues
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `queue`'s claim lease (the longest known, for a queue just deleted).
+    fn lease_of(&self, queue: &QueueName) -> Duration {
+        let known = self.queues();
+        known
+            .iter()
+            .find(|(q, _)| q == queue)
+            .or_else(|| known.iter().max_by_key(|(_, l)| *l))
+            .map_or(Duration::from_secs(30), |(_, l)| *l)
     }
 
     /// The same gate reading the buyer with `identity`. Without it, the
@@ -286,14 +318,17 @@ impl Gate {
         if token.is_empty() || token.len() > 128 {
             return Err(GateError::InvalidToken);
         }
-        let candidates: Vec<&QueueName> = match queue {
-            Some(q) if self.queues.contains(q) => vec![q],
-            Some(_) => return Err(GateError::InvalidToken),
-            None => self.queues.iter().collect(),
+        let known = self.queues();
+        let candidates: Vec<&(QueueName, Duration)> = match queue {
+            Some(q) => match known.iter().find(|(k, _)| k == q) {
+                Some(found) => vec![found],
+                None => return Err(GateError::InvalidToken),
+            },
+            None => known.iter().collect(),
         };
-        let lease_ms = self.lease.as_millis() as u64;
         let mut in_use = false;
-        for q in candidates {
+        for (q, lease) in candidates {
+            let lease_ms = lease.as_millis() as u64;
             match self.store.claim(q, user, token, lease_ms).await? {
                 ClaimOutcome::Claimed { claim_id } => {
                     metrics::counter!("waitroom_token_claims_total", "result" => "claimed")
@@ -327,7 +362,7 @@ impl Gate {
             .consume(&claim.queue, &claim.user, &claim.claim_id)
             .await
         {
-            Ok(true) => {}
+            Ok(true) => consumed(&claim.queue),
             Ok(false) => {
                 tracing::warn!(queue = %claim.queue, user = %claim.user, "token already gone at consume")
             }
@@ -352,7 +387,9 @@ impl Gate {
             .store
             .consume(&pending.queue, &pending.user, &pending.claim_id)
             .await?;
-        if !deleted {
+        if deleted {
+            consumed(&pending.queue);
+        } else {
             tracing::debug!(queue = %pending.queue, user = %pending.user, "recorded consume: nothing left to delete");
         }
         Ok(deleted)
@@ -360,11 +397,15 @@ impl Gate {
 
     /// Returns a claimed token to READY after its order rolled back.
     pub async fn release(&self, claim: Claim) {
-        if let Err(e) = self
+        let released = self
             .store
             .release(&claim.queue, &claim.user, &claim.claim_id)
-            .await
-        {
+            .await;
+        if let Ok(true) = released {
+            metrics::counter!("waitroom_tokens_released_total", "queue" => claim.queue.to_string())
+                .increment(1);
+        }
+        if let Err(e) = released {
             // The lease lapses by itself; the token comes back then.
             tracing::warn!(queue = %claim.queue, user = %claim.user, error = %e, "release failed; the claim lease will lapse");
         }
@@ -382,8 +423,9 @@ impl Gate {
             claim.user.clone(),
             claim.claim_id.clone(),
         );
-        let lease_ms = self.lease.as_millis() as u64;
-        let period = (self.lease / 3).max(Duration::from_millis(10));
+        let lease = self.lease_of(&claim.queue);
+        let lease_ms = lease.as_millis() as u64;
+        let period = (lease / 3).max(Duration::from_millis(10));
         let stopped = stop.clone();
         tokio::spawn(async move {
             loop {

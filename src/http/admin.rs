@@ -1,6 +1,6 @@
 //! The admin API for operators: queue counts and rates, holding and
 //! resuming admission (when the order service struggles), and products of
-//! the demo order service (restocking, per-order caps).
+//! the demo order service (listing, restocking, per-order caps).
 //! `Authorization: Bearer <admin token>`, checked before anything else.
 
 use axum::Json;
@@ -17,13 +17,14 @@ use crate::orders::{Product, ProductUpdate};
 use crate::queue::QueueName;
 
 /// `/api/admin/queues`, `/api/admin/queues/{queue}/{pause,resume}`,
-/// `/api/admin/products/{id}`.
+/// `/api/admin/products`, `/api/admin/products/{id}`.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(queues))
         .routes(routes!(pause))
         .routes(routes!(resume))
         .routes(routes!(put_product))
+        .routes(routes!(list_products))
 }
 
 /// Every queue's counts, the admission policy and this instance's streams.
@@ -54,7 +55,7 @@ struct QueueCounts {
     streams_on_this_instance: usize,
 }
 
-/// The admission policy every instance runs.
+/// The admission policy new queues start from (the start-up flags).
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct PolicyView {
@@ -87,9 +88,9 @@ struct HoldState {
     )
 )]
 async fn queues(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Overview>, ApiError> {
-    let policy = state.policy();
+    let policy = state.catalog().defaults().policy();
     let mut out = Vec::new();
-    for queue in state.queue_names() {
+    for queue in &state.queue_names() {
         let stats = state.store().stats(queue).await?;
         out.push(QueueCounts {
             queue: queue.as_str().to_owned(),
@@ -266,6 +267,29 @@ fn printable(c: char) -> bool {
                 | '\u{2066}'..='\u{2069}'
                 | '\u{2028}' | '\u{2029}' | '\u{FEFF}'
         )
+}
+
+/// Every demo product with its stock (the console's restock control).
+#[utoipa::path(
+    get,
+    path = "/api/admin/products",
+    tag = "admin",
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The products.", body = [Product]),
+        (status = 401, description = "`unauthorized` (checked first).", body = ErrorBody),
+        (status = 404, description = "`orders_disabled`.", body = ErrorBody),
+        (status = 503, description = "`database_unavailable`.", body = ErrorBody),
+    )
+)]
+async fn list_products(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<Json<Vec<Product>>, ApiError> {
+    let orders = state
+        .orders()
+        .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))?;
+    orders.products().await.map(Json).map_err(ApiError::from)
 }
 
 /// Adds, restocks or caps a demo product.

@@ -102,7 +102,7 @@ async fn enter(
         .enter_limited(
             &queue,
             &user,
-            state.policy(),
+            &state.policy(&queue),
             &EntryToken::generate(),
             &state.limits().join_limits(address),
         )

@@ -223,6 +223,9 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         let (status, code, message) = self.parts();
+        if status.is_server_error() {
+            metrics::counter!("waitroom_http_errors_total", "error" => code).increment(1);
+        }
         let retry_after = match &self {
             Self::Unavailable(_) | Self::DatabaseUnavailable(_) => Some(2),
             Self::ServerBusy => Some(1),

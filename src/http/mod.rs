@@ -9,6 +9,7 @@ mod admin;
 mod auth;
 mod brand;
 mod challenge;
+mod console;
 mod entries;
 mod events;
 mod handoff;
@@ -20,6 +21,7 @@ mod openapi;
 mod orders;
 pub mod origin;
 mod page;
+mod queue_admin;
 pub mod security;
 pub mod stock;
 mod tokens;
@@ -74,6 +76,8 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(tokens::router())
         .merge(stock::router())
         .merge(admin::router())
+        .merge(queue_admin::router())
+        .merge(console::router())
 }
 
 /// What the public listener (`--addr`) serves: the buyers' routes and the

@@ -49,7 +49,7 @@ use crate::app::AppState;
         (name = "queue", description = "Join, look up one's place, follow it live, leave."),
         (name = "orders", description = "The demo order service, behind the gate."),
         (name = "tokens", description = "The token API for order services in other languages."),
-        (name = "admin", description = "Operators: counts, holding admission, products."),
+        (name = "admin", description = "Operators: counts, live queue settings, holding admission, products, the console's feed."),
         (name = "operations", description = "Probes, metrics and this document."),
     )
 )]
@@ -401,6 +401,9 @@ mod tests {
             ("/api/admin/queues/{queue}/pause", &["post"]),
             ("/api/admin/queues/{queue}/resume", &["post"]),
             ("/api/admin/products/{id}", &["put"]),
+            ("/api/admin/products", &["get"]),
+            ("/api/admin/queues/{queue}", &["get", "put", "delete"]),
+            ("/api/admin/events", &["get"]),
             ("/healthz", &["get"]),
             ("/readyz", &["get"]),
             ("/metrics", &["get"]),

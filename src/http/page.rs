@@ -36,7 +36,14 @@ async fn asset(
 ) -> Response {
     let path = uri.path().trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
-    match file(&state, path).await {
+    // The operator console's files are served on the operator listener
+    // only (`console.rs`), like everything else of operators.
+    let asset = if path.starts_with("admin/") {
+        None
+    } else {
+        file(&state, path).await
+    };
+    match asset {
         Some(_) if method != Method::GET && method != Method::HEAD => {
             let mut response = ApiError::MethodNotAllowed.into_response();
             response

@@ -15,7 +15,7 @@ mod view;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{Forecast, Policy, QueueName, RateEstimator, Snapshot, UserId};
+use crate::queue::{Forecast, Policy, QueueName, Queues, RateEstimator, Snapshot, UserId};
 use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
@@ -44,9 +44,10 @@ const TOUCH_BATCH: usize = 5_000;
 /// Shared as an `Arc<Hub>`: the state, the push loop and every open
 /// stream's guard hold it.
 pub struct Hub {
-    /// The queues in configuration order, for the subscription.
-    names: Vec<QueueName>,
-    queues: HashMap<QueueName, QueueHub>,
+    /// The queues served, for the subscription; they change as queues are
+    /// opened and deleted ([`Hub::set_queues`]).
+    names: RwLock<Vec<QueueName>>,
+    queues: RwLock<HashMap<QueueName, Arc<QueueHub>>>,
     next_conn: AtomicU64,
     open: AtomicUsize,
     resyncs: AtomicU64,
@@ -60,6 +61,19 @@ struct QueueHub {
     /// Events applied so far; lets a new stream notice one applied while
     /// it was reading its initial state.
     events_seen: AtomicU64,
+    /// Users admitted by the passes heard of (every instance's).
+    admitted: AtomicU64,
+}
+
+impl QueueHub {
+    fn new() -> Self {
+        Self {
+            watchers: Mutex::new(QueueWatchers::default()),
+            rate: Mutex::new(RateEstimator::new(RATE_WINDOW_MS)),
+            events_seen: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -86,7 +100,7 @@ impl Drop for StreamGuard {
         let hub = &self.hub;
         hub.open.fetch_sub(1, Ordering::Relaxed);
         metrics::gauge!("waitroom_streams_open").decrement(1.0);
-        if let Some(q) = hub.queues.get(&self.queue) {
+        if let Some(q) = hub.queue(&self.queue) {
             let mut watchers = lock(&q.watchers);
             if watchers
                 .by_user
@@ -103,20 +117,13 @@ impl Hub {
     /// A hub for `queues`.
     pub fn new(queues: &[QueueName]) -> Self {
         Self {
-            names: queues.to_vec(),
-            queues: queues
-                .iter()
-                .map(|q| {
-                    (
-                        q.clone(),
-                        QueueHub {
-                            watchers: Mutex::new(QueueWatchers::default()),
-                            rate: Mutex::new(RateEstimator::new(RATE_WINDOW_MS)),
-                            events_seen: AtomicU64::new(0),
-                        },
-                    )
-                })
-                .collect(),
+            names: RwLock::new(queues.to_vec()),
+            queues: RwLock::new(
+                queues
+                    .iter()
+                    .map(|q| (q.clone(), Arc::new(QueueHub::new())))
+                    .collect(),
+            ),
             next_conn: AtomicU64::new(1),
             open: AtomicUsize::new(0),
             resyncs: AtomicU64::new(0),
@@ -142,19 +149,62 @@ impl Hub {
         self.sources.count(source)
     }
 
-    /// The queues this hub serves, in configuration order.
-    pub fn queue_names(&self) -> &[QueueName] {
-        &self.names
+    /// The queues this hub serves.
+    pub fn queue_names(&self) -> Vec<QueueName> {
+        self.names.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn queue(&self, queue: &QueueName) -> Option<Arc<QueueHub>> {
+        self.queues
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(queue)
+            .cloned()
+    }
+
+    /// Serves exactly `names` from now on: a new queue gets its streams'
+    /// state, and the streams of a queue that is gone (deleted by an
+    /// operator) are told `gone: notEntered` (their place no longer
+    /// exists). True if anything changed (the subscription must follow).
+    pub fn set_queues(&self, names: &[QueueName]) -> bool {
+        let mut current = self.names.write().unwrap_or_else(|e| e.into_inner());
+        if current.as_slice() == names {
+            return false;
+        }
+        let mut queues = self.queues.write().unwrap_or_else(|e| e.into_inner());
+        queues.retain(|name, q| {
+            let keep = names.contains(name);
+            if !keep {
+                for w in lock(&q.watchers).by_user.values_mut() {
+                    let pass = w.id.pass;
+                    w.show(pass, View::Gone(GoneReason::NotEntered));
+                }
+            }
+            keep
+        });
+        for name in names {
+            queues
+                .entry(name.clone())
+                .or_insert_with(|| Arc::new(QueueHub::new()));
+        }
+        *current = names.to_vec();
+        true
     }
 
     /// The wait forecast of `queue` from its observed passes, or a point
     /// estimate at `fallback` admissions a second without data.
     pub fn forecast(&self, queue: &QueueName, fallback: f64) -> Forecast {
-        self.queues
-            .get(queue)
+        self.queue(queue)
             .map_or(Forecast::at_rate(fallback), |q| {
                 lock(&q.rate).forecast(fallback)
             })
+    }
+
+    /// The observed admission rate of `queue`, or `fallback` without data.
+    pub fn rate(&self, queue: &QueueName, fallback: f64) -> f64 {
+        self.queue(queue)
+            .map(|q| lock(&q.rate).rate(fallback))
+            .unwrap_or(fallback)
     }
 
     /// Streams open on this instance.
@@ -176,16 +226,22 @@ impl Hub {
 
     /// Streams registered for `queue` (for tests and metrics).
     pub fn registered(&self, queue: &QueueName) -> usize {
-        self.queues
-            .get(queue)
+        self.queue(queue)
             .map_or(0, |q| lock(&q.watchers).by_user.len())
+    }
+
+    /// Users admitted in `queue` by the passes this instance heard of
+    /// since start: every instance's passes (the operator console charts
+    /// admissions per minute from it).
+    pub fn admitted_seen(&self, queue: &QueueName) -> u64 {
+        self.queue(queue)
+            .map_or(0, |q| q.admitted.load(Ordering::Relaxed))
     }
 
     /// Events applied to `queue`'s streams so far; read it before reading a
     /// new stream's initial state and hand it to [`Hub::register`].
     pub fn events_seen(&self, queue: &QueueName) -> u64 {
-        self.queues
-            .get(queue)
+        self.queue(queue)
             .map_or(0, |q| q.events_seen.load(Ordering::Acquire))
     }
 
@@ -226,7 +282,7 @@ impl Hub {
             synced_pass: snapshot.pass,
             next_refresh,
         };
-        if let Some(q) = self.queues.get(queue) {
+        if let Some(q) = self.queue(queue) {
             let mut watchers = lock(&q.watchers);
             let mut watcher = watcher;
             // An event applied while the snapshot was read may be missing
@@ -258,7 +314,7 @@ impl Hub {
                 queue,
                 event: QueueEvent::Pass(pass),
             } => {
-                let Some(q) = self.queues.get(&queue) else {
+                let Some(q) = self.queue(&queue) else {
                     return;
                 };
                 if pass.busy {
@@ -269,6 +325,8 @@ impl Hub {
                         pass.waiting,
                     );
                 }
+                q.admitted
+                    .fetch_add(pass.admitted.len() as u64, Ordering::Relaxed);
                 let forecast = lock(&q.rate).forecast(fallback_rate);
                 lock(&q.watchers).apply_admissions(&pass);
                 // Counted before the yield too: a stream that registers in
@@ -282,7 +340,7 @@ impl Hub {
                 q.events_seen.fetch_add(1, Ordering::Release);
             }
             StoreEvent::Queue { queue, event } => {
-                let Some(q) = self.queues.get(&queue) else {
+                let Some(q) = self.queue(&queue) else {
                     return;
                 };
                 if let QueueEvent::Left { seq: Some(_), .. } = event {
@@ -302,7 +360,14 @@ impl Hub {
                 self.resyncs.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("waitroom_event_resyncs_total").increment(1);
                 let now = Instant::now();
-                for q in self.queues.values() {
+                let queues: Vec<Arc<QueueHub>> = self
+                    .queues
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .cloned()
+                    .collect();
+                for q in queues {
                     for w in lock(&q.watchers).by_user.values_mut() {
                         w.next_refresh = now;
                     }
@@ -314,7 +379,7 @@ impl Hub {
     /// Users of `queue` due for an exact re-read; they are rescheduled so a
     /// slow store call does not make them due twice.
     fn due(&self, queue: &QueueName) -> Vec<UserId> {
-        let Some(q) = self.queues.get(queue) else {
+        let Some(q) = self.queue(queue) else {
             return Vec::new();
         };
         let now = Instant::now();
@@ -333,7 +398,7 @@ impl Hub {
     }
 
     fn waiting_users(&self, queue: &QueueName) -> Vec<UserId> {
-        self.queues.get(queue).map_or_else(Vec::new, |q| {
+        self.queue(queue).map_or_else(Vec::new, |q| {
             lock(&q.watchers)
                 .by_user
                 .iter()
@@ -346,8 +411,20 @@ impl Hub {
 
 /// Runs the subscription, the refresh loop and the presence loop of
 /// `hub`'s queues until `shutdown`.
-pub async fn run(hub: Arc<Hub>, store: SharedStore, policy: Policy, shutdown: CancellationToken) {
-    let mut events = store.subscribe(hub.queue_names());
+///
+/// `queues` is the live catalog: when queues are opened or deleted, the
+/// hub follows and the subscription is renewed for the new set (streams
+/// are re-read, as after any gap).
+pub async fn run(
+    hub: Arc<Hub>,
+    store: SharedStore,
+    policy: Policy,
+    mut queues: watch::Receiver<Arc<Queues>>,
+    shutdown: CancellationToken,
+) {
+    let names: Vec<QueueName> = queues.borrow_and_update().keys().cloned().collect();
+    hub.set_queues(&names);
+    let mut events = store.subscribe(&hub.queue_names());
     let mut refresh = tokio::time::interval(REFRESH_TICK);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut presence = tokio::time::interval(touch_interval(&policy));
@@ -360,6 +437,16 @@ pub async fn run(hub: Arc<Hub>, store: SharedStore, policy: Policy, shutdown: Ca
                 Some(event) => hub.on_event(event, fallback).await,
                 None => break,
             },
+            changed = queues.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let names: Vec<QueueName> = queues.borrow_and_update().keys().cloned().collect();
+                if hub.set_queues(&names) {
+                    events = store.subscribe(&names);
+                    hub.on_event(StoreEvent::Resync, fallback).await;
+                }
+            }
             _ = refresh.tick() => refresh_due(&hub, &store, fallback).await,
             _ = presence.tick() => touch_streaming(&hub, &store, &policy).await,
         }
@@ -374,14 +461,14 @@ fn touch_interval(policy: &Policy) -> Duration {
 }
 
 async fn refresh_due(hub: &Hub, store: &SharedStore, fallback_rate: f64) {
-    for queue in hub.queue_names() {
+    for queue in &hub.queue_names() {
         let due = hub.due(queue);
         if due.is_empty() {
             continue;
         }
         match store.statuses(queue, &due).await {
             Ok(snapshots) => {
-                let Some(q) = hub.queues.get(queue) else {
+                let Some(q) = hub.queue(queue) else {
                     continue;
                 };
                 let forecast = lock(&q.rate).forecast(fallback_rate);
@@ -402,7 +489,7 @@ async fn touch_streaming(hub: &Hub, store: &SharedStore, policy: &Policy) {
     if policy.abandon_after_ms.is_none() {
         return;
     }
-    for queue in hub.queue_names() {
+    for queue in &hub.queue_names() {
         let users = hub.waiting_users(queue);
         for chunk in users.chunks(TOUCH_BATCH) {
             if let Err(e) = store.touch(queue, chunk).await {

@@ -1,5 +1,5 @@
 //! Queue rules: names, identities, a user's standing, polling tiers, wait
-//! estimates, entry tokens and queue tickets.
+//! estimates, live settings, entry tokens and queue tickets.
 //!
 //! This module knows neither Redis nor HTTP, so every adapter and every
 //! endpoint applies the same rules, and they can be tested on their own.
@@ -8,6 +8,7 @@ mod eta;
 #[cfg(test)]
 mod eta_sim;
 mod names;
+mod settings;
 mod status;
 pub mod stock;
 mod ticket;
@@ -15,6 +16,7 @@ mod token;
 
 pub use eta::{Forecast, RateEstimator, WaitRange};
 pub use names::{InvalidName, QueueName, UserId};
+pub use settings::{QueueSettings, Queues, StoredSettings};
 pub use status::{Policy, Snapshot, Standing, polling_interval_secs};
 pub use stock::StockReport;
 pub use ticket::{Ticket, TicketError, TicketSigner};

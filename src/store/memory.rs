@@ -18,9 +18,13 @@ use super::{
     PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
     StoreResult,
 };
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, StockReport, UserId};
+use crate::queue::{
+    EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
+    UserId,
+};
 
 mod door;
+mod settings;
 mod stock;
 
 /// Users dropped as absent in one pass at most, as in the Lua script, so a
@@ -35,6 +39,8 @@ pub struct MemoryStore {
     events: broadcast::Sender<StoreEvent>,
     /// Spent join challenges and join rates (`door.rs`).
     door: door::Door,
+    /// Live queue settings (`settings.rs`).
+    settings: settings::Settings,
 }
 
 /// Rate buckets (GCRA "theoretical arrival times", ms), forgetting full
@@ -133,6 +139,7 @@ impl MemoryStore {
             buckets: Mutex::new(Buckets::default()),
             events,
             door: door::Door::default(),
+            settings: settings::Settings::default(),
         }
     }
 
@@ -481,6 +488,7 @@ impl Store for MemoryStore {
         policy: &Policy,
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
+        let policy = &self.settings.policy(queue, policy);
         let pass = self.with_queue(queue, |q, now| {
             let busy = !q.line.is_empty();
             let mut abandoned = Vec::new();
@@ -693,6 +701,54 @@ impl Store for MemoryStore {
         Ok(self
             .door
             .note_joins(queue, joins, threshold, hold_ms, now_ms()))
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<QueueName>> {
+        Ok(self.settings.list())
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>> {
+        Ok(self.settings.get(queue))
+    }
+
+    async fn put_queue_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        only_if_new: bool,
+    ) -> StoreResult<(StoredSettings, bool)> {
+        Ok(self.settings.put(queue, settings, only_if_new, now_ms()))
+    }
+
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let now = now_ms();
+        Ok(self
+            .settings
+            .report_streams(instance, streams, now + ttl_ms, now))
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
+        let had = self.settings.remove(queue);
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = queues.remove(queue) {
+            // The entry counter and the pass counter carry on (no old entry
+            // id or event id comes back); tokens already issued live out
+            // their TTL.
+            let fresh = QueueData {
+                last_seq: old.last_seq,
+                pass: old.pass,
+                tokens: old.tokens,
+                expiry: old.expiry,
+                ..QueueData::default()
+            };
+            queues.insert(queue.clone(), fresh);
+        }
+        Ok(had)
     }
 }
 

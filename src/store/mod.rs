@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, StockReport, UserId};
+use crate::queue::{
+    EntryToken, Policy, QueueName, QueueSettings, Snapshot, StockReport, StoredSettings, UserId,
+};
 
 /// Why a store call failed. Both variants fail closed: callers answer `503`.
 #[derive(Debug, thiserror::Error)]
@@ -433,6 +435,46 @@ pub trait Store: Send + Sync + 'static {
         threshold: u64,
         hold_ms: u64,
     ) -> StoreResult<u64>;
+
+    // --- Live queue settings (the admin API, every instance's catalog) ---
+
+    /// Every queue that has settings, in name order.
+    async fn list_queues(&self) -> StoreResult<Vec<QueueName>>;
+
+    /// `queue`'s settings, `None` when it has none (no such queue).
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>>;
+
+    /// Writes `queue`'s settings and lists the queue, bumping the version
+    /// and stamping the store clock in one atomic step. With `only_if_new`,
+    /// writes nothing when the queue has settings already (instances that
+    /// start together seed a queue once). Answers the settings now stored
+    /// and whether they were written. From the next pass on, [`Store::admit`]
+    /// runs on the stored batch, interval, `maxActive`, token TTL and
+    /// abandonment, whatever policy its caller passes.
+    async fn put_queue_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        only_if_new: bool,
+    ) -> StoreResult<(StoredSettings, bool)>;
+
+    /// Records that `instance` (an id of 1-100 printable ASCII characters)
+    /// holds `streams` open streams, for `ttl_ms`, and answers every
+    /// instance's last live report (its own included), by id: what the
+    /// operator console shows as streams per instance. An instance that
+    /// stopped reporting drops out once its report is older than its TTL.
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>>;
+
+    /// Unlists `queue` and deletes its settings, line, presence, budget and
+    /// hold. The entry and pass counters stay (a re-opened queue never
+    /// hands out an old entry id or event id again), and tokens already
+    /// issued live out their TTL. True if it had settings.
+    async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool>;
 }
 
 /// A shared store handle.

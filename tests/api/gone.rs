@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use waitroom::queue::{EntryToken, Policy, QueueName};
+use waitroom::queue::{EntryToken, QueueName};
 
 use crate::common::{SseStream, TestApp};
 
@@ -48,11 +48,16 @@ async fn a_buyer_dropped_as_absent_hears_abandoned() {
         // stream's presence marks are older than that, so the pass drops
         // the buyer while the stream is still open.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let strict = Policy {
-            abandon_after_ms: Some(1),
-            ..app.state.policy().clone()
-        };
+        // (Stored as the queue's settings: a pass runs on those.)
         let queue = QueueName::parse("default").unwrap();
+        let mut settings = app.state.catalog().defaults().clone();
+        settings.abandon_after_ms = Some(1);
+        app.state
+            .store()
+            .put_queue_settings(&queue, &settings, false)
+            .await
+            .unwrap();
+        let strict = settings.policy();
         let pass = app
             .state
             .store()

@@ -12,6 +12,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("src/identity", &["queue", "identity"]),
     ("src/store", &["queue", "store"]),
     ("src/push", &["queue", "store", "push"]),
+    ("src/catalog.rs", &["queue", "store"]),
     ("src/admission.rs", &["queue", "store"]),
 ];
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use waitroom::queue::{EntryToken, Policy, QueueName, Standing, UserId};
+use waitroom::queue::{EntryToken, QueueName, Standing, UserId};
 use waitroom::store::Store;
 use waitroom::store::redis::RedisStore;
 
@@ -97,7 +97,7 @@ async fn a_lost_pass_still_reaches_a_buyer_far_back() {
     )
     .await;
     let queue = QueueName::parse("default").unwrap();
-    let policy = app.state.policy().clone();
+    let policy = app.state.policy(&queue);
     let users: Vec<UserId> = (0..1_100)
         .map(|i| UserId::parse(&format!("far{i:04}")).unwrap())
         .collect();
@@ -130,12 +130,16 @@ async fn a_lost_pass_still_reaches_a_buyer_far_back() {
         .await
         .unwrap();
     assert!(killed >= 1, "the instance's subscriber was cut");
-    // A budget that refills completely within a millisecond.
-    let everyone = Policy {
-        batch: 2_000,
-        interval_ms: 1,
-        ..policy.clone()
-    };
+    // A budget that refills completely within a millisecond (stored as the
+    // queue's settings: a pass runs on those).
+    let mut settings = app.state.catalog().defaults().clone();
+    settings.batch = 2_000;
+    settings.interval_ms = 1;
+    store
+        .put_queue_settings(&queue, &settings, false)
+        .await
+        .unwrap();
+    let everyone = settings.policy();
     let tokens: Vec<EntryToken> = (0..1_100).map(|_| EntryToken::generate()).collect();
     let pass = store.admit(&queue, &everyone, &tokens).await.unwrap();
     assert!(pass.admitted.iter().any(|a| a.user.as_str() == "far1099"));

@@ -21,6 +21,7 @@ mod conn;
 mod door;
 mod events;
 mod scripts;
+mod settings;
 
 pub use conn::Topology;
 
@@ -34,7 +35,10 @@ use super::{
     ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
     QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
 };
-use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, StockReport, UserId};
+use crate::queue::{
+    EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
+    UserId,
+};
 use conn::Conn;
 use scripts::{Publishing, Scripts};
 
@@ -47,6 +51,8 @@ pub struct RedisStore {
     wait_replicas: u32,
     /// `lua/note_joins.lua` (join challenges, `door.rs`).
     note_joins: redis::Script,
+    /// `lua/put_settings.lua` (live queue settings, `settings.rs`).
+    put_settings: redis::Script,
 }
 
 /// How to reach Redis and how safe a write must be before it counts.
@@ -149,6 +155,7 @@ impl RedisStore {
             scripts: Scripts::load(publishing),
             wait_replicas: options.wait_replicas,
             note_joins: door::note_joins_script(),
+            put_settings: settings::put_settings_script(),
         })
     }
 
@@ -350,6 +357,11 @@ impl QueueKeys {
             "waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused",
         ]
         .map(|k| format!("{}{k}", self.base))
+    }
+
+    /// The queue's settings hash (`lua/put_settings.lua`).
+    fn settings(&self) -> String {
+        format!("{}settings", self.base)
     }
 
     pub(crate) fn channel(&self) -> &str {
@@ -595,18 +607,24 @@ impl Store for RedisStore {
         policy: &Policy,
         tokens: &[EntryToken],
     ) -> StoreResult<Pass> {
-        let stock = vec![self.keys(queue).stock()];
+        let keys = self.keys(queue);
         let json: String = self
-            .run_durable(&self.scripts.admit, queue, &[], stock, |inv| {
-                inv.arg(policy.token_ttl_ms)
-                    .arg(policy.batch)
-                    .arg(policy.interval_ms)
-                    .arg(max_active_arg(policy))
-                    .arg(policy.abandon_after_ms.unwrap_or(0));
-                for t in tokens {
-                    inv.arg(t.as_str());
-                }
-            })
+            .run_durable(
+                &self.scripts.admit,
+                queue,
+                &[],
+                vec![keys.settings(), keys.stock()],
+                |inv| {
+                    inv.arg(policy.token_ttl_ms)
+                        .arg(policy.batch)
+                        .arg(policy.interval_ms)
+                        .arg(max_active_arg(policy))
+                        .arg(policy.abandon_after_ms.unwrap_or(0));
+                    for t in tokens {
+                        inv.arg(t.as_str());
+                    }
+                },
+            )
             .await?;
         let pass = match serde_json::from_str(&json) {
             Ok(QueueEvent::Pass(pass)) => pass,
@@ -735,6 +753,37 @@ impl Store for RedisStore {
     }
     async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
         self.door_spend_once(queue, key, ttl_ms).await
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<QueueName>> {
+        self.settings_list().await
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>> {
+        self.settings_get(queue).await
+    }
+
+    async fn put_queue_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        only_if_new: bool,
+    ) -> StoreResult<(StoredSettings, bool)> {
+        self.settings_put(queue, settings, only_if_new).await
+    }
+
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        self.settings_report_streams(instance, streams, ttl_ms)
+            .await
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
+        self.settings_delete(queue).await
     }
 
     async fn note_joins(

@@ -1,5 +1,6 @@
 -- admit.lua: one admission pass.
--- KEYS, ARGV[1..2]: see common.lua.   KEYS[9] the queue's stock HASH (common.lua)
+-- KEYS[1..8], ARGV[1..2]: see common.lua; KEYS[9]: below.
+-- KEYS[10] the queue's stock HASH (common.lua)
 -- ARGV[3] token TTL ms  ARGV[4] batch  ARGV[5] interval ms
 -- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
 -- ARGV[8..] fresh entry tokens, one per user that may be admitted
@@ -17,6 +18,14 @@
 -- more than one would), and the published pass must match what happened.
 local ttl, batch, interval, max_active, abandon_after =
   tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+-- KEYS[9] the queue's settings HASH (put_settings.lua): when it exists its
+-- values replace ARGV[3..7], so a change made on any instance applies from
+-- the very next pass of every instance, whatever policy they still cache.
+local stored = redis.call('HMGET', KEYS[9], 'tokenTtlMs', 'batch', 'intervalMs', 'maxActive', 'abandonAfterMs')
+if stored[2] then
+  ttl, batch, interval, max_active, abandon_after =
+    tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3]), tonumber(stored[4]), tonumber(stored[5])
+end
 local now = now_ms()
 expire_active(now)
 local busy = redis.call('ZCARD', K.waiting) > 0
@@ -24,7 +33,7 @@ local busy = redis.call('ZCARD', K.waiting) > 0
 -- Absent users don't hold the line: drop those not seen for abandon_after
 -- (bounded per pass so a pass stays short).
 local abandoned = {}
-if abandon_after > 0 and stock_sweeps(KEYS[9], now, abandon_after) then
+if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
   local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. (now - abandon_after), 'LIMIT', 0, 500)
   for _, user in ipairs(stale) do
     local seq = unline(user)
@@ -36,7 +45,7 @@ end
 
 local admitted = {}
 local level, at = refill(batch, interval, now)
-local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_room(KEYS[9]))
+local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_room(KEYS[10]))
 if redis.call('EXISTS', K.paused) == 1 then
   n = 0 -- held by an operator: the line waits, presence still counts
 end

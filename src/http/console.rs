@@ -1,0 +1,229 @@
+//! The operator console: the page at `/admin` (`static/admin/`, embedded)
+//! and its live feed, `GET /api/admin/events`, on the operator listener
+//! only.
+//!
+//! The page asks for the admin token once and keeps it in the tab's
+//! `sessionStorage`; it never goes into a URL (where it would reach logs
+//! and histories). So the feed is read with `fetch()` and an
+//! `Authorization` header rather than `EventSource`, which cannot send
+//! one. The page itself needs no token: it is only files, the same for
+//! everyone, and shows nothing until the API accepts the token.
+//!
+//! The feed sends one `snapshot` event a second: every queue's counts and
+//! settings from the store, the observed admission rate, this instance's
+//! streams, and the instance's counters of orders, released tokens and
+//! errors (read from its own metrics, so the console and `/metrics`
+//! never disagree).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use rust_embed::RustEmbed;
+use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::AdminAuth;
+use super::error::{ApiError, ErrorBody};
+use crate::app::AppState;
+use crate::queue::StoredSettings;
+
+#[derive(RustEmbed)]
+#[folder = "static/admin/"]
+struct ConsoleAssets;
+
+/// How often the feed sends a snapshot.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// `/api/admin/events` (documented) and the page's files (not).
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(events))
+        .route("/admin", axum::routing::get(page))
+        .route("/admin/", axum::routing::get(page))
+        .route("/admin/{file}", axum::routing::get(page))
+}
+
+/// The console's files: `/admin` is its `index.html`.
+async fn page(uri: Uri) -> Response {
+    let path = uri.path().strip_prefix("/admin").unwrap_or_default();
+    let path = path.strip_prefix('/').unwrap_or(path);
+    let path = if path.is_empty() { "index.html" } else { path };
+    match ConsoleAssets::get(path) {
+        Some(file) => {
+            let mime = mime_guess::from_path(path).first_or_octet_stream();
+            let mut response = file.data.into_response();
+            let headers = response.headers_mut();
+            if let Ok(value) = HeaderValue::from_str(mime.as_ref()) {
+                headers.insert(header::CONTENT_TYPE, value);
+            }
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            response
+        }
+        None => ApiError::not_found("not_found", "no such resource").into_response(),
+    }
+}
+
+/// One snapshot of the feed.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsoleSnapshot {
+    /// Wall clock of this instance, ms since the epoch.
+    at: u64,
+    queues: Vec<QueueLive>,
+    /// This instance's name, as in `instances`.
+    instance: String,
+    /// Streams open on this instance, and its cap.
+    streams_open: usize,
+    max_streams: usize,
+    /// Every live instance's open streams, as they reported them (`null`
+    /// while the store is away).
+    instances: Option<Vec<InstanceStreams>>,
+    /// This instance's counters since it started.
+    orders_committed: u64,
+    tokens_released: u64,
+    errors: u64,
+}
+
+/// One instance's open streams.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct InstanceStreams {
+    instance: String,
+    streams: u64,
+}
+
+/// One queue, live.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueLive {
+    queue: String,
+    /// `null` when the store did not answer for this queue.
+    waiting: Option<u64>,
+    /// Token holders.
+    active: Option<u64>,
+    paused: Option<bool>,
+    /// Admissions per second over the last half minute (every instance's).
+    observed_rate: f64,
+    /// Users admitted by passes this instance heard of since it started
+    /// (every instance's passes): the page charts per-minute differences.
+    admitted_seen: u64,
+    /// Seconds the last in line can expect to wait at the observed rate
+    /// (`null`: nobody waits, or nothing is being admitted).
+    wait_for_last_secs: Option<u64>,
+    streams_on_this_instance: usize,
+    settings: StoredSettings,
+}
+
+/// The live feed of the console: a `snapshot` event every second.
+#[utoipa::path(
+    get,
+    path = "/api/admin/events",
+    tag = "admin",
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "`text/event-stream` of `snapshot` events.", body = ConsoleSnapshot, content_type = "text/event-stream"),
+        (status = 401, description = "`unauthorized`.", body = ErrorBody),
+    )
+)]
+async fn events(_: AdminAuth, State(state): State<AppState>) -> Response {
+    let shutdown = state.shutdown().clone();
+    let frames = futures::stream::unfold((state, true), |(state, first)| async move {
+        if !first {
+            tokio::time::sleep(EVERY).await;
+        }
+        let snapshot = snapshot(&state).await;
+        let json = serde_json::to_string(&snapshot).unwrap_or_else(|_| "{}".to_owned());
+        let frame = Bytes::from(format!("event: snapshot\ndata: {json}\n\n"));
+        Some((Ok::<_, Infallible>(frame), (state, false)))
+    });
+    let frames = futures::StreamExt::take_until(frames, shutdown.cancelled_owned());
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(frames),
+    )
+        .into_response()
+}
+
+async fn snapshot(state: &AppState) -> ConsoleSnapshot {
+    let metrics = crate::telemetry::render();
+    let mut queues = Vec::new();
+    for (queue, settings) in state.catalog().current().iter() {
+        let stats = state.store().stats(queue).await.ok();
+        let forecast = state.forecast(queue);
+        let rate = forecast.rate();
+        let waiting = stats.as_ref().map(|s| s.waiting);
+        queues.push(QueueLive {
+            queue: queue.as_str().to_owned(),
+            waiting,
+            active: stats.as_ref().map(|s| s.active),
+            paused: stats.as_ref().map(|s| s.paused),
+            observed_rate: rate,
+            admitted_seen: state.hub().admitted_seen(queue),
+            wait_for_last_secs: waiting
+                .and_then(|w| forecast.wait_secs(w.saturating_sub(1))),
+            streams_on_this_instance: state.hub().registered(queue),
+            settings: settings.clone(),
+        });
+    }
+    let streams_open = state.hub().open_streams();
+    let instances = state
+        .store()
+        .report_streams(
+            state.instance(),
+            streams_open as u64,
+            crate::app::STREAMS_REPORT_TTL.as_millis() as u64,
+        )
+        .await
+        .ok()
+        .map(|all| {
+            all.into_iter()
+                .map(|(instance, streams)| InstanceStreams { instance, streams })
+                .collect()
+        });
+    ConsoleSnapshot {
+        at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        queues,
+        instance: state.instance().to_owned(),
+        streams_open,
+        instances,
+        max_streams: state.max_streams(),
+        orders_committed: sum(&metrics, "waitroom_tokens_consumed_total"),
+        tokens_released: sum(&metrics, "waitroom_tokens_released_total"),
+        errors: sum(&metrics, "waitroom_http_errors_total")
+            + sum(&metrics, "waitroom_admission_errors_total"),
+    }
+}
+
+/// The sum of every series of the counter `name` in Prometheus' text.
+fn sum(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name).then(|| value.parse::<f64>().ok())?
+        })
+        .sum::<f64>() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counters_are_summed_over_their_series_only() {
+        let text = "# TYPE a counter\na{queue=\"x\"} 2\na{queue=\"y\"} 3\nab 100\na 1\n";
+        assert_eq!(super::sum(text, "a"), 6);
+        assert_eq!(super::sum(text, "ab"), 100);
+        assert_eq!(super::sum(text, "none"), 0);
+    }
+}
