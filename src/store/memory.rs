@@ -126,7 +126,7 @@ impl Store for MemoryStore {
                 if let Some(budget) = limits.buyer {
                     let entered = q.buyers.get(id).map(|b| b.entered_at);
                     let counts = entered.is_none_or(|at| now.saturating_sub(at) >= budget.grace_ms);
-                    if counts && let Err(wait) = q.budgets.spend(user.clone(), budget.rate, now) {
+                    if counts && let Err(wait) = q.spend_budget(user, budget.rate, now) {
                         return limited(LimitKind::Buyer, wait);
                     }
                 }
@@ -181,7 +181,7 @@ impl Store for MemoryStore {
     ) -> StoreResult<Result<Snapshot, Limited>> {
         Ok(self.with_queue(queue, |q, now| {
             if let Some(rate) = budget
-                && let Err(wait) = q.budgets.spend(user.clone(), rate, now)
+                && let Err(wait) = q.spend_budget(user, rate, now)
             {
                 return Err(Limited {
                     kind: LimitKind::Buyer,
@@ -684,5 +684,32 @@ mod tests {
                 assert!(newest_token < oldest_place, "served out of order");
             }
         }
+    }
+
+    /// A budget lives in the buyer's record while they have one, and
+    /// outlives it: leaving and joining again does not refill it.
+    #[tokio::test]
+    async fn a_spent_budget_is_not_refilled_by_leaving_and_joining_again() {
+        let store = MemoryStore::new();
+        let alice = UserId::parse("alice").unwrap();
+        let once = Rate {
+            period_ms: 3_600_000,
+            burst: 1,
+        };
+        let queue = q();
+        let poll = || store.status_limited(&queue, &alice, true, Some(once));
+        assert!(poll().await.unwrap().is_ok(), "spent before joining");
+        let token = EntryToken::generate();
+        let out = store.enter(&q(), &alice, &closed(), &token).await.unwrap();
+        let refused = poll().await.unwrap().unwrap_err();
+        assert_eq!(refused.kind, LimitKind::Buyer);
+        let entry = out.snapshot.entry.unwrap();
+        assert!(store.leave(&q(), &alice, entry).await.unwrap());
+        assert!(poll().await.unwrap().is_err(), "refilled by leaving");
+        store.enter(&q(), &alice, &closed(), &token).await.unwrap();
+        assert!(poll().await.unwrap().is_err(), "refilled by joining");
+        let bob = UserId::parse("bob").unwrap();
+        let bobs = store.status_limited(&q(), &bob, true, Some(once)).await;
+        assert!(bobs.unwrap().is_ok(), "budgets are per buyer");
     }
 }

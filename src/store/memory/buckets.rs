@@ -37,4 +37,16 @@ impl<K: Hash + Eq> Buckets<K> {
         self.tat.insert(key, next);
         Ok(())
     }
+
+    /// Takes `key`'s bucket out (its tat; 0 for none).
+    pub fn take(&mut self, key: &K) -> u64 {
+        self.tat.remove(key).unwrap_or(0)
+    }
+
+    /// Puts back a bucket [`Buckets::take`] took.
+    pub fn restore(&mut self, key: K, tat: u64) {
+        if tat > 0 {
+            self.tat.insert(key, tat);
+        }
+    }
 }

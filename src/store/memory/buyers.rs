@@ -36,6 +36,9 @@ pub(super) struct Buyer {
     pub entry: u64,
     /// When the entry was created (ms).
     pub entered_at: u64,
+    /// The buyer's request budget (GCRA tat, ms; 0: full), kept here while
+    /// they have a record so that budgets do not need a map of their own.
+    pub budget: u64,
     pub state: State,
 }
 
@@ -234,6 +237,7 @@ mod tests {
             user: UserId::parse(name).unwrap(),
             entry,
             entered_at: now,
+            budget: 0,
             state: State::Waiting {
                 seen: now,
                 prev: NIL,

@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::buckets::Buckets;
 use super::buyers::{Buyer, Buyers, Id, State, Token};
 use crate::queue::{EntryToken, Policy, Snapshot, Standing, UserId};
+use crate::store::Rate;
 
 /// The state of one queue.
 #[derive(Default)]
@@ -23,8 +24,8 @@ pub(super) struct QueueData {
     bucket: Option<Bucket>,
     pub pass: u64,
     pub paused: bool,
-    /// Per-buyer request budgets.
-    pub budgets: Buckets<UserId>,
+    /// Request budgets of users without a record (the others' are in it).
+    budgets: Buckets<UserId>,
     /// New places per client address.
     pub address_joins: Buckets<String>,
     /// Places per client address: (record, the entry the place was).
@@ -68,7 +69,9 @@ impl QueueData {
                 break;
             }
             self.expiry.pop_first();
-            self.buyers.remove(id);
+            if let Some(gone) = self.buyers.remove(id) {
+                self.budgets.restore(gone.user, gone.budget);
+            }
         }
     }
 
@@ -109,6 +112,7 @@ impl QueueData {
             user: user.clone(),
             entry,
             entered_at: now,
+            budget: self.budgets.take(user),
             state: State::Ready(Box::new(Token {
                 token: token.clone(),
                 expires_at,
@@ -126,6 +130,7 @@ impl QueueData {
             user: user.clone(),
             entry,
             entered_at: now,
+            budget: self.budgets.take(user),
             state: State::Waiting {
                 seen: now,
                 prev: Id::MAX,
@@ -159,9 +164,25 @@ impl QueueData {
         self.expiry.insert((expires_at, id));
     }
 
-    /// Ends buyer `id`'s entry, waiting or ready; their record.
+    /// One request against `user`'s budget: `Err(ms to wait)` when spent.
+    pub fn spend_budget(&mut self, user: &UserId, rate: Rate, now: u64) -> Result<(), u64> {
+        let id = self.buyers.find(user.as_str());
+        match id.and_then(|id| self.buyers.get_mut(id)) {
+            Some(buyer) => {
+                buyer.budget = rate.spend(buyer.budget, now)?;
+                Ok(())
+            }
+            None => self.budgets.spend(user.clone(), rate, now),
+        }
+    }
+
+    /// Ends buyer `id`'s entry, waiting or ready; their record. A budget
+    /// still running goes back to the map: leaving does not refill it.
     pub fn remove(&mut self, id: Id) -> Option<Buyer> {
         let buyer = self.buyers.remove(id)?;
+        if buyer.budget > 0 {
+            self.budgets.restore(buyer.user.clone(), buyer.budget);
+        }
         match &buyer.state {
             State::Waiting { .. } => {
                 self.line.remove(&buyer.entry);
