@@ -112,13 +112,14 @@ async fn joiner(ctx: Arc<Ctx>, k: usize, next: Arc<AtomicUsize>, run_id: String)
                 out.lat.push(t.elapsed().as_secs_f64() * 1000.0);
                 out.at.push((t - ctx.start).as_millis() as u32);
                 *out.status.entry(r.status).or_default() += 1;
-                if r.status == 201 && i < ctx.want_tickets {
-                    if let Some(ticket) = ticket_of(&r.body) {
-                        ctx.tickets
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(ticket);
-                    }
+                if r.status == 201
+                    && i < ctx.want_tickets
+                    && let Some(ticket) = ticket_of(&r.body)
+                {
+                    ctx.tickets
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(ticket);
                 }
                 if !r.close {
                     conn = Some(c);
