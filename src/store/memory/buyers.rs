@@ -260,6 +260,13 @@ mod tests {
         out
     }
 
+    /// The record is what every waiting buyer pays for; the README's table
+    /// counts it as 72 bytes (a free slot costs nothing more).
+    #[test]
+    fn a_record_is_72_bytes() {
+        assert_eq!(std::mem::size_of::<Option<Buyer>>(), 72);
+    }
+
     /// Across chunk boundaries and index growth, with records freed and
     /// reused: every buyer is found under their own id, and only they.
     #[test]
