@@ -132,6 +132,7 @@ impl Buyers {
                 let c = self.chunks.len() - 1;
                 let chunk = &mut self.chunks[c];
                 chunk.push(Some(buyer));
+                // 2^32 records (hundreds of GB) is past any single box.
                 Id::try_from(c * CHUNK + chunk.len() - 1).unwrap_or(NIL)
             }
         };
