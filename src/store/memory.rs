@@ -1,11 +1,15 @@
 //! The in-memory store: the embedded default for a single process.
 //!
-//! Same behaviour as the Redis adapter, with one mutex standing in for Lua's
-//! atomicity and a broadcast channel standing in for pub/sub. The line is an
-//! order-statistic B-tree, so a rank is O(log n) like Redis's `ZRANK`.
+//! Same behaviour as the Redis adapter, with a lock per queue standing in
+//! for Lua's atomicity and a broadcast channel standing in for pub/sub.
+//! Queues never wait on each other: the map of queues is only locked to
+//! find one (or add it), and each queue's data has its own mutex. Inside
+//! a queue, each buyer is one record (`buyers.rs`) and the line an
+//! order-statistic B-tree of entry ids (`queue.rs`), so a join stays short
+//! at a million waiting. Tokens are generated before a lock is taken.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -23,9 +27,16 @@ use crate::queue::{
     UserId,
 };
 
+mod buckets;
+mod buyers;
 mod door;
+mod queue;
 mod settings;
 mod stock;
+
+use buckets::Buckets;
+use buyers::State;
+use queue::QueueData;
 
 /// Users dropped as absent in one pass at most, as in the Lua script, so a
 /// pass stays short however many left at once.
@@ -33,7 +44,7 @@ const SWEEP_LIMIT: usize = 500;
 
 /// The in-memory store.
 pub struct MemoryStore {
-    queues: Mutex<HashMap<QueueName, QueueData>>,
+    queues: RwLock<HashMap<QueueName, Arc<Mutex<QueueData>>>>,
     /// The buckets of [`Store::spend`]: name -> theoretical arrival time.
     buckets: Mutex<Buckets>,
     events: broadcast::Sender<StoreEvent>,
@@ -41,80 +52,6 @@ pub struct MemoryStore {
     door: door::Door,
     /// Live queue settings (`settings.rs`).
     settings: settings::Settings,
-}
-
-/// Rate buckets (GCRA "theoretical arrival times", ms), forgetting full
-/// ones every [`SWEEP_BUCKETS_MS`] so the table does not grow with every
-/// buyer and address ever seen (a full bucket and none are the same).
-struct Buckets<K = String> {
-    tat: HashMap<K, u64>,
-    swept_at: u64,
-}
-
-impl<K> Default for Buckets<K> {
-    fn default() -> Self {
-        Self {
-            tat: HashMap::new(),
-            swept_at: 0,
-        }
-    }
-}
-
-const SWEEP_BUCKETS_MS: u64 = 30_000;
-
-impl<K: std::hash::Hash + Eq> Buckets<K> {
-    fn spend(&mut self, key: K, rate: Rate, now: u64) -> Result<(), u64> {
-        if now >= self.swept_at + SWEEP_BUCKETS_MS {
-            self.tat.retain(|_, tat| *tat > now);
-            self.swept_at = now;
-        }
-        let tat = self.tat.get(&key).copied().unwrap_or(0);
-        let next = rate.spend(tat, now)?;
-        self.tat.insert(key, next);
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct QueueData {
-    /// The line: arrival sequence → user.
-    line: indexset::BTreeMap<u64, UserId>,
-    seq_of: HashMap<UserId, u64>,
-    /// The last entry id handed out (arrival sequence; fast track included).
-    last_seq: u64,
-    entered_at: HashMap<UserId, u64>,
-    /// Last time each waiting user was seen, and the same ordered by time.
-    seen: HashMap<UserId, u64>,
-    seen_order: BTreeSet<(u64, UserId)>,
-    tokens: HashMap<UserId, TokenRecord>,
-    /// Token expiry order, for lazy clean-up; doubles as the active set.
-    expiry: BTreeSet<(u64, UserId)>,
-    bucket: Option<Bucket>,
-    pass: u64,
-    paused: bool,
-    /// Per-buyer request budgets.
-    budgets: Buckets<UserId>,
-    /// New places per client address.
-    address_joins: Buckets<String>,
-    /// Places per client address: user -> the entry the place was.
-    address_places: HashMap<String, HashMap<UserId, u64>>,
-    /// The order service's stock, once reported (`stock.rs`).
-    stock: Option<stock::Stock>,
-}
-
-struct TokenRecord {
-    token: EntryToken,
-    /// The entry the token was issued to.
-    entry: u64,
-    entered_at: u64,
-    expires_at: u64,
-    claim: Option<(String, u64)>,
-}
-
-/// The admission budget: `level` admissions available as of `at`.
-struct Bucket {
-    level: f64,
-    at: u64,
 }
 
 fn now_ms() -> u64 {
@@ -135,7 +72,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         let (events, _) = broadcast::channel(4096);
         Self {
-            queues: Mutex::new(HashMap::new()),
+            queues: RwLock::new(HashMap::new()),
             buckets: Mutex::new(Buckets::default()),
             events,
             door: door::Door::default(),
@@ -143,12 +80,29 @@ impl MemoryStore {
         }
     }
 
+    /// `queue`'s data, created empty on first use.
+    fn queue(&self, queue: &QueueName) -> Arc<Mutex<QueueData>> {
+        let found = self
+            .queues
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(queue)
+            .cloned();
+        found.unwrap_or_else(|| {
+            let mut queues = self.queues.write().unwrap_or_else(|e| e.into_inner());
+            queues
+                .entry(queue.clone())
+                .or_insert_with(|| Arc::new(Mutex::new(QueueData::empty())))
+                .clone()
+        })
+    }
+
     fn with_queue<T>(&self, queue: &QueueName, f: impl FnOnce(&mut QueueData, u64) -> T) -> T {
-        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        let data = queues.entry(queue.clone()).or_insert_with(QueueData::empty);
+        let data = self.queue(queue);
+        let mut data = data.lock().unwrap_or_else(|e| e.into_inner());
         let now = now_ms();
         data.expire_tokens(now);
-        f(data, now)
+        f(&mut data, now)
     }
 
     fn publish(&self, queue: &QueueName, event: QueueEvent) {
@@ -157,174 +111,6 @@ impl MemoryStore {
             queue: queue.clone(),
             event,
         });
-    }
-}
-
-impl QueueData {
-    /// An empty queue whose entry ids start at a random point.
-    fn empty() -> Self {
-        Self {
-            last_seq: super::first_entry_id(),
-            ..Self::default()
-        }
-    }
-
-    fn next_entry(&mut self) -> u64 {
-        self.last_seq += 1;
-        self.last_seq
-    }
-
-    fn expire_tokens(&mut self, now: u64) {
-        while let Some((at, user)) = self.expiry.first().cloned() {
-            if at > now {
-                break;
-            }
-            self.expiry.pop_first();
-            self.tokens.remove(&user);
-        }
-    }
-
-    fn refill(&mut self, policy: &Policy, now: u64) -> f64 {
-        let capacity = policy.batch as f64;
-        let per_ms = capacity / policy.interval_ms.max(1) as f64;
-        let bucket = self.bucket.get_or_insert(Bucket {
-            level: capacity,
-            at: now,
-        });
-        let elapsed = now.saturating_sub(bucket.at) as f64;
-        bucket.level = (bucket.level + elapsed * per_ms).min(capacity);
-        bucket.at = now.max(bucket.at);
-        bucket.level
-    }
-
-    fn spend(&mut self, n: usize) {
-        if let Some(b) = self.bucket.as_mut() {
-            b.level -= n as f64;
-        }
-    }
-
-    fn room(&self, policy: &Policy) -> u64 {
-        let holders = self.tokens.len() as u64;
-        let room = match policy.max_active {
-            Some(max) => max.saturating_sub(holders),
-            None => u64::MAX,
-        };
-        room.min(stock::room(&self.stock, holders))
-    }
-
-    fn issue(
-        &mut self,
-        user: &UserId,
-        token: &EntryToken,
-        entry: u64,
-        entered_at: u64,
-        ttl_ms: u64,
-        now: u64,
-    ) {
-        let expires_at = now + ttl_ms;
-        self.tokens.insert(
-            user.clone(),
-            TokenRecord {
-                token: token.clone(),
-                entry,
-                entered_at,
-                expires_at,
-                claim: None,
-            },
-        );
-        self.expiry.insert((expires_at, user.clone()));
-    }
-
-    fn drop_token(&mut self, user: &UserId) -> Option<TokenRecord> {
-        let record = self.tokens.remove(user)?;
-        self.expiry.remove(&(record.expires_at, user.clone()));
-        Some(record)
-    }
-
-    /// Removes `user` from the line and its indexes; their sequence number.
-    fn unline(&mut self, user: &UserId) -> Option<(u64, u64)> {
-        let seq = self.seq_of.remove(user)?;
-        self.line.remove(&seq);
-        let entered = self.entered_at.remove(user).unwrap_or(0);
-        if let Some(seen) = self.seen.remove(user) {
-            self.seen_order.remove(&(seen, user.clone()));
-        }
-        Some((seq, entered))
-    }
-
-    /// Whether `user`'s place `entry` lasts (waiting, or its token).
-    fn holds(&self, user: &UserId, entry: u64) -> bool {
-        self.seq_of.get(user) == Some(&entry)
-            || self.tokens.get(user).is_some_and(|t| t.entry == entry)
-    }
-
-    /// Live places held by `address`, forgetting ended ones when the count
-    /// reaches `max` (as `enter.lua` prunes).
-    fn places_held(&mut self, address: &str, max: u32) -> usize {
-        let Some(held) = self.address_places.get(address) else {
-            return 0;
-        };
-        if held.len() < max as usize {
-            return held.len();
-        }
-        let live: HashMap<UserId, u64> = held
-            .iter()
-            .filter(|(u, e)| self.holds(u, **e))
-            .map(|(u, e)| (u.clone(), *e))
-            .collect();
-        let n = live.len();
-        if live.is_empty() {
-            self.address_places.remove(address);
-        } else {
-            self.address_places.insert(address.to_owned(), live);
-        }
-        n
-    }
-
-    fn mark_seen(&mut self, user: &UserId, now: u64) {
-        if let Some(seen) = self.seen.get_mut(user) {
-            self.seen_order.remove(&(*seen, user.clone()));
-            *seen = now;
-            self.seen_order.insert((now, user.clone()));
-        }
-    }
-
-    fn snapshot(&self, user: &UserId, now: u64) -> Snapshot {
-        let total_waiting = self.line.len() as u64;
-        if let Some(t) = self.tokens.get(user) {
-            return Snapshot {
-                standing: Standing::Ready {
-                    token: t.token.clone(),
-                    expires_in_ms: t.expires_at.saturating_sub(now),
-                },
-                total_waiting,
-                entered_at_ms: Some(t.entered_at),
-                pass: self.pass,
-                entry: Some(t.entry),
-                sold_out: stock::sold_out(&self.stock),
-            };
-        }
-        if let Some(&seq) = self.seq_of.get(user) {
-            return Snapshot {
-                standing: Standing::Waiting {
-                    rank: self.line.rank(&seq) as u64,
-                    seq,
-                },
-                total_waiting,
-                entered_at_ms: self.entered_at.get(user).copied(),
-                pass: self.pass,
-                entry: Some(seq),
-                sold_out: stock::sold_out(&self.stock),
-            };
-        }
-        Snapshot {
-            standing: Standing::NotEntered,
-            total_waiting,
-            entered_at_ms: None,
-            pass: self.pass,
-            entry: None,
-            sold_out: stock::sold_out(&self.stock),
-        }
     }
 }
 
@@ -345,18 +131,18 @@ impl Store for MemoryStore {
                     retry_after_ms,
                 })
             };
-            if q.tokens.contains_key(user) || q.seq_of.contains_key(user) {
+            if let Some(id) = q.buyers.find(user.as_str()) {
                 if let Some(budget) = limits.buyer {
-                    let entered = q.snapshot(user, now).entered_at_ms;
+                    let entered = q.buyers.get(id).map(|b| b.entered_at);
                     let counts = entered.is_none_or(|at| now.saturating_sub(at) >= budget.grace_ms);
-                    if counts && let Err(wait) = q.budgets.spend(user.clone(), budget.rate, now) {
+                    if counts && let Err(wait) = q.spend_budget(user, budget.rate, now) {
                         return limited(LimitKind::Buyer, wait);
                     }
                 }
-                q.mark_seen(user, now);
+                q.buyers.touch(id, now);
                 return Ok(EnterOutcome {
                     created: false,
-                    snapshot: q.snapshot(user, now),
+                    snapshot: q.snapshot_of(Some(id), now),
                 });
             }
             if let Some(address) = &limits.address {
@@ -371,28 +157,22 @@ impl Store for MemoryStore {
                     return limited(LimitKind::AddressJoins, wait);
                 }
             }
-            if q.line.is_empty() && !q.paused && q.room(policy) > 0 && q.refill(policy, now) >= 1.0
+            let id = if q.waiting() == 0
+                && !q.paused
+                && q.room(policy) > 0
+                && q.refill(policy, now) >= 1.0
             {
                 q.spend(1);
-                let entry = q.next_entry();
-                q.issue(user, fast_track_token, entry, now, policy.token_ttl_ms, now);
+                q.fast_track(user, fast_track_token, policy.token_ttl_ms, now)
             } else {
-                let seq = q.next_entry();
-                q.line.insert(seq, user.clone());
-                q.seq_of.insert(user.clone(), seq);
-                q.entered_at.insert(user.clone(), now);
-                q.seen.insert(user.clone(), now);
-                q.seen_order.insert((now, user.clone()));
-            }
-            let snapshot = q.snapshot(user, now);
+                q.join_line(user, now)
+            };
+            let snapshot = q.snapshot_of(Some(id), now);
             if let Some(address) = &limits.address
                 && address.places.is_some()
                 && let Some(entry) = snapshot.entry
             {
-                q.address_places
-                    .entry(address.key.clone())
-                    .or_default()
-                    .insert(user.clone(), entry);
+                q.note_place(&address.key, id, entry);
             }
             Ok(EnterOutcome {
                 created: true,
@@ -410,17 +190,18 @@ impl Store for MemoryStore {
     ) -> StoreResult<Result<Snapshot, Limited>> {
         Ok(self.with_queue(queue, |q, now| {
             if let Some(rate) = budget
-                && let Err(wait) = q.budgets.spend(user.clone(), rate, now)
+                && let Err(wait) = q.spend_budget(user, rate, now)
             {
                 return Err(Limited {
                     kind: LimitKind::Buyer,
                     retry_after_ms: wait,
                 });
             }
-            if touch {
-                q.mark_seen(user, now);
+            let id = q.buyers.find(user.as_str());
+            if touch && let Some(id) = id {
+                q.buyers.touch(id, now);
             }
-            Ok(q.snapshot(user, now))
+            Ok(q.snapshot_of(id, now))
         }))
     }
 
@@ -452,7 +233,9 @@ impl Store for MemoryStore {
     async fn touch(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<()> {
         self.with_queue(queue, |q, now| {
             for u in users {
-                q.mark_seen(u, now);
+                if let Some(id) = q.buyers.find(u.as_str()) {
+                    q.buyers.touch(id, now);
+                }
             }
         });
         Ok(())
@@ -460,26 +243,28 @@ impl Store for MemoryStore {
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         // The entry check and the removal under one lock, as in leave.lua.
-        let (left, seq) = self.with_queue(queue, |q, _| {
-            if q.tokens.get(user).is_some_and(|t| t.entry == entry) {
-                q.drop_token(user);
-                (true, None)
-            } else if q.seq_of.get(user) == Some(&entry) {
-                (true, q.unline(user).map(|(seq, _)| seq))
-            } else {
-                (false, None)
+        let left = self.with_queue(queue, |q, _| {
+            let id = q.buyers.find(user.as_str())?;
+            if q.buyers.get(id)?.entry != entry {
+                return None;
             }
+            let buyer = q.remove(id)?;
+            Some(match buyer.state {
+                State::Waiting { .. } => Some(buyer.entry),
+                State::Ready(_) => None,
+            })
         });
-        if left {
-            self.publish(
-                queue,
-                QueueEvent::Left {
-                    user: user.clone(),
-                    seq,
-                },
-            );
-        }
-        Ok(left)
+        let Some(seq) = left else {
+            return Ok(false);
+        };
+        self.publish(
+            queue,
+            QueueEvent::Left {
+                user: user.clone(),
+                seq,
+            },
+        );
+        Ok(true)
     }
 
     async fn admit(
@@ -490,23 +275,26 @@ impl Store for MemoryStore {
     ) -> StoreResult<Pass> {
         let policy = &self.settings.policy(queue, policy);
         let pass = self.with_queue(queue, |q, now| {
-            let busy = !q.line.is_empty();
+            let busy = q.waiting() > 0;
             let mut abandoned = Vec::new();
             if let Some(after) = policy.abandon_after_ms
                 && stock::sweeps(&q.stock, now, after)
             {
                 let cutoff = now.saturating_sub(after);
-                let stale: Vec<UserId> = q
-                    .seen_order
-                    .iter()
-                    .take_while(|(seen, _)| *seen < cutoff)
-                    .take(SWEEP_LIMIT)
-                    .map(|(_, u)| u.clone())
-                    .collect();
-                for user in stale {
-                    if let Some((seq, _)) = q.unline(&user) {
-                        abandoned.push(Abandoned { user, seq });
+                while abandoned.len() < SWEEP_LIMIT {
+                    let Some((id, seen)) = q.buyers.oldest_seen() else {
+                        break;
+                    };
+                    if seen >= cutoff {
+                        break;
                     }
+                    let Some(gone) = q.remove(id) else {
+                        break;
+                    };
+                    abandoned.push(Abandoned {
+                        user: gone.user,
+                        seq: gone.entry,
+                    });
                 }
             }
             let budget = if q.paused {
@@ -520,16 +308,17 @@ impl Store for MemoryStore {
                 .min(policy.batch as u64) as usize;
             let mut admitted = Vec::with_capacity(n);
             while admitted.len() < n {
-                let Some((&seq, user)) = q.line.first_key_value() else {
+                let Some(id) = q.head() else {
                     break;
                 };
-                let user = user.clone();
-                let (_, entered) = q.unline(&user).unwrap_or((seq, now));
                 let token = &tokens[admitted.len()];
-                q.issue(&user, token, seq, entered, policy.token_ttl_ms, now);
+                q.admit(id, token, policy.token_ttl_ms, now);
+                let Some(buyer) = q.buyers.get(id) else {
+                    break;
+                };
                 admitted.push(Admitted {
-                    user,
-                    seq,
+                    user: buyer.user.clone(),
+                    seq: buyer.entry,
                     token: token.as_str().to_owned(),
                     ttl_ms: policy.token_ttl_ms,
                 });
@@ -541,7 +330,7 @@ impl Store for MemoryStore {
                 at: now,
                 admitted,
                 abandoned,
-                waiting: q.line.len() as u64,
+                waiting: q.waiting() as u64,
                 busy,
             }
         });
@@ -558,35 +347,33 @@ impl Store for MemoryStore {
         presented: &str,
         lease_ms: u64,
     ) -> StoreResult<ClaimOutcome> {
+        // Made before the lock: most claims are granted.
+        let claim_id = EntryToken::generate().as_str().to_owned();
         Ok(self.with_queue(queue, |q, now| {
-            let Some(record) = q.tokens.get_mut(user) else {
+            let Some((id, token)) = q.token_mut(user) else {
                 return ClaimOutcome::Invalid;
             };
-            if !record.token.matches(presented) {
+            if !token.token.matches(presented) {
                 return ClaimOutcome::Invalid;
             }
-            if matches!(record.claim, Some((_, until)) if until > now) {
+            if matches!(token.claim, Some((_, until)) if until > now) {
                 return ClaimOutcome::InUse;
             }
-            let claim_id = EntryToken::generate().as_str().to_owned();
             let until = now + lease_ms;
-            record.claim = Some((claim_id.clone(), until));
-            if record.expires_at < until {
-                let old = record.expires_at;
-                record.expires_at = until;
-                q.expiry.remove(&(old, user.clone()));
-                q.expiry.insert((until, user.clone()));
-            }
+            token.claim = Some((claim_id.clone(), until));
+            q.extend(id, until);
             ClaimOutcome::Claimed { claim_id }
         }))
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let consumed = self.with_queue(queue, |q, _| {
-            let holds = matches!(q.tokens.get(user),
-                Some(TokenRecord { claim: Some((id, _)), .. }) if id == claim_id);
+            let Some((id, token)) = q.token_mut(user) else {
+                return false;
+            };
+            let holds = matches!(&token.claim, Some((held, _)) if held == claim_id);
             if holds {
-                q.drop_token(user);
+                q.remove(id);
                 stock::note_consumed(&mut q.stock);
             }
             holds
@@ -598,9 +385,9 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        Ok(self.with_queue(queue, |q, _| match q.tokens.get_mut(user) {
-            Some(record) if matches!(&record.claim, Some((id, _)) if id == claim_id) => {
-                record.claim = None;
+        Ok(self.with_queue(queue, |q, _| match q.token_mut(user) {
+            Some((_, token)) if matches!(&token.claim, Some((id, _)) if id == claim_id) => {
+                token.claim = None;
                 true
             }
             _ => false,
@@ -609,8 +396,8 @@ impl Store for MemoryStore {
 
     async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats> {
         Ok(self.with_queue(queue, |q, _| QueueStats {
-            waiting: q.line.len() as u64,
-            active: q.tokens.len() as u64,
+            waiting: q.waiting() as u64,
+            active: q.active() as u64,
             pass: q.pass,
             paused: q.paused,
         }))
@@ -625,7 +412,7 @@ impl Store for MemoryStore {
     async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState> {
         let (change, state) = self.with_queue(queue, |q, now| {
             let change = stock::report(&mut q.stock, report, now);
-            (change, stock::state(&q.stock, q.tokens.len() as u64))
+            (change, stock::state(&q.stock, q.active() as u64))
         });
         if change == stock::Change::SoldOut {
             self.publish(queue, QueueEvent::SoldOut);
@@ -634,7 +421,7 @@ impl Store for MemoryStore {
     }
 
     async fn stock(&self, queue: &QueueName) -> StoreResult<Option<StockState>> {
-        Ok(self.with_queue(queue, |q, _| stock::state(&q.stock, q.tokens.len() as u64)))
+        Ok(self.with_queue(queue, |q, _| stock::state(&q.stock, q.active() as u64)))
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -669,20 +456,15 @@ impl Store for MemoryStore {
     ) -> StoreResult<bool> {
         Ok(self.with_queue(queue, |q, now| {
             // Expired tokens are already gone (`with_queue`).
-            let Some(record) = q.tokens.get_mut(user) else {
+            let Some((id, token)) = q.token_mut(user) else {
                 return false;
             };
-            if !matches!(&record.claim, Some((id, _)) if id == claim_id) {
+            if !matches!(&token.claim, Some((held, _)) if held == claim_id) {
                 return false;
             }
             let until = now + lease_ms;
-            record.claim = Some((claim_id.to_owned(), until));
-            if record.expires_at < until {
-                let old = record.expires_at;
-                record.expires_at = until;
-                q.expiry.remove(&(old, user.clone()));
-                q.expiry.insert((until, user.clone()));
-            }
+            token.claim = Some((claim_id.to_owned(), until));
+            q.extend(id, until);
             true
         }))
     }
@@ -734,20 +516,7 @@ impl Store for MemoryStore {
 
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         let had = self.settings.remove(queue);
-        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = queues.remove(queue) {
-            // The entry counter and the pass counter carry on (no old entry
-            // id or event id comes back); tokens already issued live out
-            // their TTL.
-            let fresh = QueueData {
-                last_seq: old.last_seq,
-                pass: old.pass,
-                tokens: old.tokens,
-                expiry: old.expiry,
-                ..QueueData::default()
-            };
-            queues.insert(queue.clone(), fresh);
-        }
+        self.with_queue(queue, |q, _| q.clear_line());
         Ok(had)
     }
 }
@@ -796,21 +565,14 @@ mod tests {
     fn a_token_ends_at_its_expiry() {
         let policy = closed();
         let mut data = QueueData::empty();
-        let token = EntryToken::generate();
-        data.issue(
-            &UserId::parse("alice").unwrap(),
-            &token,
-            7,
-            1_000,
-            policy.token_ttl_ms,
-            1_000,
-        );
+        let alice = UserId::parse("alice").unwrap();
+        data.fast_track(&alice, &EntryToken::generate(), policy.token_ttl_ms, 1_000);
         let expires_at = 1_000 + policy.token_ttl_ms;
         data.expire_tokens(expires_at - 1);
-        assert!(data.tokens.contains_key("alice"));
+        assert!(data.buyers.find("alice").is_some());
         assert_eq!(data.room(&policy), 0);
         data.expire_tokens(expires_at);
-        assert!(!data.tokens.contains_key("alice") && data.expiry.is_empty());
+        assert!(data.buyers.find("alice").is_none() && data.active() == 0);
         assert_eq!(data.room(&policy), 1);
     }
 
@@ -889,13 +651,128 @@ mod tests {
                 .unwrap()
         );
         let after = now_ms();
-        let queues = store.queues.lock().unwrap();
-        let record = &queues[&q()].tokens["alice"];
-        let until = record.claim.as_ref().unwrap().1;
+        let (until, expires_at) = store.with_queue(&q(), |data, _| {
+            let (_, token) = data.token_mut(&alice).unwrap();
+            (token.claim.as_ref().unwrap().1, token.expires_at)
+        });
         assert!(
             (before + 90_000..=after + 90_000).contains(&until),
             "{until}"
         );
-        assert_eq!(record.expires_at, until, "the token lives as long");
+        assert_eq!(expires_at, until, "the token lives as long");
+    }
+
+    /// Many tasks joining, leaving, touching and admitting on several
+    /// queues at once: afterwards each queue's ranks are 0..n-1 in arrival
+    /// order, nobody stands twice, every token is older than every place
+    /// in line (first come, first served) and the counts match.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_joins_leaves_and_passes_keep_every_queue_consistent() {
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let queues: Vec<QueueName> = (0..3)
+            .map(|i| QueueName::parse(&format!("q{i}")).unwrap())
+            .collect();
+        let policy = Policy {
+            batch: 5,
+            interval_ms: 1,
+            token_ttl_ms: 600_000,
+            max_active: None,
+            abandon_after_ms: None,
+        };
+        let user = |t: usize, i: usize| UserId::parse(&format!("t{t}-u{i}")).unwrap();
+        let (tasks, per_task) = (8, 400);
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let (store, queues, policy) = (store.clone(), queues.clone(), policy.clone());
+            handles.push(tokio::spawn(async move {
+                for i in 0..per_task {
+                    let q = &queues[(t + i) % queues.len()];
+                    let u = user(t, i);
+                    let out = store
+                        .enter(q, &u, &policy, &EntryToken::generate())
+                        .await
+                        .unwrap();
+                    assert!(out.created, "{u:?} is new");
+                    let token = EntryToken::generate();
+                    let again = store.enter(q, &u, &policy, &token).await.unwrap();
+                    assert!(!again.created, "{u:?} twice");
+                    if i % 5 == 0 {
+                        let entry = out.snapshot.entry.unwrap();
+                        assert!(store.leave(q, &u, entry).await.unwrap());
+                    }
+                    if i % 7 == 0 {
+                        store.touch(q, &[u.clone(), user(t, 0)]).await.unwrap();
+                    }
+                    if i % 40 == 0 {
+                        let tokens: Vec<EntryToken> =
+                            (0..5).map(|_| EntryToken::generate()).collect();
+                        store.admit(q, &policy, &tokens).await.unwrap();
+                    }
+                }
+            }));
+        }
+        for h in handles {
+            h.await.unwrap();
+        }
+        for (k, q) in queues.iter().enumerate() {
+            let mine: Vec<(usize, UserId)> = (0..tasks)
+                .flat_map(|t| (0..per_task).map(move |i| (t, i)))
+                .filter(|(t, i)| (t + i) % queues.len() == k)
+                .map(|(t, i)| (i, user(t, i)))
+                .collect();
+            let users: Vec<UserId> = mine.iter().map(|(_, u)| u.clone()).collect();
+            let snaps = store.statuses(q, &users).await.unwrap();
+            let (mut waiting, mut ready) = (Vec::new(), Vec::new());
+            for ((i, u), s) in mine.iter().zip(&snaps) {
+                match &s.standing {
+                    Standing::Waiting { rank, seq } => waiting.push((*seq, *rank)),
+                    Standing::Ready { .. } => ready.push(s.entry.unwrap()),
+                    Standing::NotEntered => assert_eq!(i % 5, 0, "{u:?} lost"),
+                }
+                if i % 5 == 0 {
+                    assert_eq!(s.standing, Standing::NotEntered, "{u:?} left");
+                }
+            }
+            waiting.sort_unstable();
+            let ranks: Vec<u64> = waiting.iter().map(|(_, r)| *r).collect();
+            assert_eq!(ranks, (0..waiting.len() as u64).collect::<Vec<_>>());
+            let stats = store.stats(q).await.unwrap();
+            assert_eq!(stats.waiting, waiting.len() as u64);
+            assert_eq!(stats.active, ready.len() as u64);
+            let left = mine.iter().filter(|(i, _)| i % 5 == 0).count();
+            assert_eq!(mine.len(), waiting.len() + ready.len() + left, "counts");
+            if let (Some(newest_token), Some((oldest_place, _))) =
+                (ready.iter().max(), waiting.first())
+            {
+                assert!(newest_token < oldest_place, "served out of order");
+            }
+        }
+    }
+
+    /// A budget lives in the buyer's record while they have one, and
+    /// outlives it: leaving and joining again does not refill it.
+    #[tokio::test]
+    async fn a_spent_budget_is_not_refilled_by_leaving_and_joining_again() {
+        let store = MemoryStore::new();
+        let alice = UserId::parse("alice").unwrap();
+        let once = Rate {
+            period_ms: 3_600_000,
+            burst: 1,
+        };
+        let queue = q();
+        let poll = || store.status_limited(&queue, &alice, true, Some(once));
+        assert!(poll().await.unwrap().is_ok(), "spent before joining");
+        let token = EntryToken::generate();
+        let out = store.enter(&q(), &alice, &closed(), &token).await.unwrap();
+        let refused = poll().await.unwrap().unwrap_err();
+        assert_eq!(refused.kind, LimitKind::Buyer);
+        let entry = out.snapshot.entry.unwrap();
+        assert!(store.leave(&q(), &alice, entry).await.unwrap());
+        assert!(poll().await.unwrap().is_err(), "refilled by leaving");
+        store.enter(&q(), &alice, &closed(), &token).await.unwrap();
+        assert!(poll().await.unwrap().is_err(), "refilled by joining");
+        let bob = UserId::parse("bob").unwrap();
+        let bobs = store.status_limited(&q(), &bob, true, Some(once)).await;
+        assert!(bobs.unwrap().is_ok(), "budgets are per buyer");
     }
 }

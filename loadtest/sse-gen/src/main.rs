@@ -8,6 +8,7 @@ mod churn;
 mod coord;
 mod crowd;
 mod http;
+mod million;
 mod server;
 mod stats;
 mod table;
@@ -43,6 +44,8 @@ enum Cmd {
     Crowd(coord::CrowdArgs),
     /// A burst of enters over a fixed number of keep-alive connections.
     Burst(burst::BurstArgs),
+    /// Joins until a million wait, with streams, polls and admission running.
+    Million(million::MillionArgs),
     /// Draws the SVG chart of a crowd report.
     Chart(chart::ChartArgs),
     /// Builds the markdown results table from the run's reports.
@@ -56,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Table(a) => table::run(a),
         Cmd::Crowd(a) => runtime()?.block_on(coord::run(a)),
         Cmd::Burst(a) => runtime()?.block_on(burst::run(a)),
+        Cmd::Million(a) => runtime()?.block_on(million::run(a)),
     }
 }
 
