@@ -334,7 +334,10 @@ impl Hub {
             if due.len() >= REFRESH_BATCH {
                 break;
             }
-            if !w.is_gone() && w.next_refresh <= now {
+            // The time first: it is a field, while what a stream shows is
+            // behind its mailbox's lock (this walks every stream 5 times a
+            // second).
+            if w.next_refresh <= now && !w.is_gone() {
                 w.next_refresh = now + Duration::from_secs(5);
                 due.push(user.clone());
             }
