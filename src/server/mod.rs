@@ -13,7 +13,7 @@
 //! read buffer, a write buffer and hyper's connection state: about 34 KiB
 //! of server memory per idle stream, measured with the load test. Served
 //! straight on its socket it keeps the socket and its session: about
-//! 3.5 KiB. So one instance holds several times more waiting buyers.
+//! 3 KiB. So one instance holds several times more waiting buyers.
 //!
 //! **The hyper path** serves every connection first: hyper (HTTP/1.1, one
 //! task per connection) calls the axum router, tower middleware included,
