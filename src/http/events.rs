@@ -97,10 +97,9 @@ pub async fn open_stream(
     Ok(Opening::Stream(Box::new(
         StreamSession::new(
             sub,
-            Box::new(move |view| wire::event(view, entered_at.as_deref())),
+            Box::new(wire::StreamWire::new(entered_at)),
             retry,
             Duration::from_secs(state.config().keep_alive_secs),
-            state.shutdown().clone(),
             Duration::from_secs(state.config().drain_secs),
         )
         .holding(slot),

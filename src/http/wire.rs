@@ -212,48 +212,145 @@ pub enum GoneReasonName {
     SoldOut,
 }
 
-/// A stream's view as an event: its name and JSON data. `entered_at` is
-/// when the stream's entry joined, as [`entered_at`] formats it: no view
-/// carries it since it never changes for a stream (a new entry ends the
-/// stream as `replaced`), so the stream formats it once.
-pub fn event(view: &View, entered_at: Option<&str>) -> (&'static str, String) {
-    let entered_at = entered_at.map(str::to_owned);
-    let data = match view {
-        View::Waiting {
-            rank,
-            total,
-            eta,
-            range,
-        } => serde_json::to_string(&QueueStatus::waiting(
-            *rank,
-            *total,
-            (*eta, *range),
-            entered_at,
-        )),
-        View::Ready {
-            token,
-            expires_at,
-            total,
-            admitted_at,
-        } => {
-            let left = expires_at.saturating_duration_since(Instant::now());
-            let secs = left.as_millis().div_ceil(1000) as u64;
-            serde_json::to_string(&ReadyEvent {
-                status: QueueStatus::ready(token, secs, *total, entered_at),
-                admitted_at: *admitted_at,
-            })
+/// A stream's wire form: each view as an event, its name and JSON data.
+/// Holds when the stream's entry joined, as [`entered_at`] formats it: no
+/// view carries it since it never changes for a stream (a new entry ends
+/// the stream as `replaced`), so the stream formats it once.
+pub struct StreamWire {
+    entered_at: Option<String>,
+}
+
+impl StreamWire {
+    /// The wire form of a stream whose entry joined at `entered_at`.
+    pub fn new(entered_at: Option<String>) -> Self {
+        Self { entered_at }
+    }
+}
+
+impl crate::push::Render for StreamWire {
+    fn name(&self, view: &View) -> &'static str {
+        match view {
+            View::Waiting { .. } => "waiting",
+            View::Ready { .. } => "ready",
+            View::Gone(_) => "gone",
         }
-        View::Gone(reason) => serde_json::to_string(&GoneEvent {
-            status: Status::NotEntered,
-            reason: reason.as_str(),
-        }),
-    };
-    let name = match view {
-        View::Waiting { .. } => "waiting",
-        View::Ready { .. } => "ready",
-        View::Gone(_) => "gone",
-    };
-    (name, data.expect("plain data serializes"))
+    }
+
+    fn data(&self, view: &View, out: &mut String) {
+        let entered_at = self.entered_at.as_deref();
+        match view {
+            View::Waiting {
+                rank,
+                total,
+                eta,
+                range,
+            } => waiting_data(*rank, *total, (*eta, *range), entered_at, out),
+            View::Ready {
+                token,
+                expires_at,
+                total,
+                admitted_at,
+            } => {
+                let left = expires_at.saturating_duration_since(Instant::now());
+                let secs = left.as_millis().div_ceil(1000) as u64;
+                let event = ReadyEvent {
+                    status: QueueStatus::ready(token, secs, *total, entered_at.map(str::to_owned)),
+                    admitted_at: *admitted_at,
+                };
+                out.push_str(&serde_json::to_string(&event).expect("plain data serializes"));
+            }
+            View::Gone(reason) => {
+                let event = GoneEvent {
+                    status: Status::NotEntered,
+                    reason: reason.as_str(),
+                };
+                out.push_str(&serde_json::to_string(&event).expect("plain data serializes"));
+            }
+        }
+    }
+}
+
+/// A `waiting` event's data, byte for byte what serde writes for
+/// [`QueueStatus`] (a test holds it to that), written straight: a pass
+/// sends one to every stream, and this is most of what a frame costs
+/// besides its write.
+fn waiting_data(
+    rank: u64,
+    total: u64,
+    (eta, range): (Option<u64>, Option<WaitRange>),
+    entered_at: Option<&str>,
+    out: &mut String,
+) {
+    // RFC 3339 needs no JSON escape; anything else goes through serde.
+    let plain = |s: &str| s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if entered_at.is_some_and(|s| !plain(s)) {
+        let status = QueueStatus::waiting(rank, total, (eta, range), entered_at.map(str::to_owned));
+        out.push_str(&serde_json::to_string(&status).expect("plain data serializes"));
+        return;
+    }
+    out.push_str("{\"status\":\"WAITING\",\"rank\":");
+    push_decimal(out, rank);
+    out.push_str(",\"position\":");
+    push_decimal(out, rank + 1);
+    out.push_str(",\"totalWaiting\":");
+    push_decimal(out, total);
+    out.push_str(",\"estimatedWaitSeconds\":");
+    match eta {
+        Some(eta) => push_decimal(out, eta),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"estimatedWaitRange\":");
+    match range {
+        Some(range) => {
+            out.push_str("{\"low\":");
+            push_decimal(out, range.low);
+            out.push_str(",\"high\":");
+            push_decimal(out, range.high);
+            out.push('}');
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"pollingIntervalSeconds\":");
+    push_decimal(out, polling_interval_secs(rank));
+    out.push_str(",\"enteredAt\":");
+    match entered_at {
+        Some(at) => {
+            out.push('"');
+            out.push_str(at);
+            out.push('"');
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"entryToken\":null,\"tokenExpiresInSeconds\":null}");
+}
+
+/// Appends `n` in decimal, without the formatting machinery (`write!`
+/// costs more than the rest of a `waiting` data put together).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(d as char);
+    }
+}
+
+/// A view as an event, its name and JSON data, as a stream whose entry
+/// joined at `entered_at` writes it.
+#[cfg(test)]
+fn event(view: &View, entered_at: Option<&str>) -> (&'static str, String) {
+    use crate::push::Render as _;
+    let wire = StreamWire::new(entered_at.map(str::to_owned));
+    let mut data = String::new();
+    wire.data(view, &mut data);
+    (wire.name(view), data)
 }
 
 /// An entry time as the wire shows it (RFC 3339, milliseconds). A stream
@@ -427,5 +524,27 @@ mod tests {
         );
         let fallback = QueueStatus::new(&snapshot, Forecast::at_rate(50.0));
         assert_eq!(fallback.estimated_wait_range, None);
+    }
+
+    proptest::proptest! {
+        /// The hand-written `waiting` data is serde's, byte for byte.
+        #[test]
+        fn waiting_data_is_what_serde_writes(
+            rank in proptest::prop_oneof![0u64..2_000, 0u64..u64::MAX - 1],
+            total in proptest::num::u64::ANY,
+            eta in proptest::option::of(proptest::num::u64::ANY),
+            range in proptest::option::of((proptest::num::u64::ANY, proptest::num::u64::ANY)),
+            entered_ms in proptest::option::of(0u64..4_102_444_800_000),
+            odd in proptest::option::of("[ -~\u{1}-\u{1f}é]{0,12}"),
+        ) {
+            let at = odd.or_else(|| entered_at(entered_ms));
+            let range = range.map(|(a, b)| WaitRange { low: a.min(b), high: a.max(b) });
+            let view = View::Waiting { rank, total, eta, range };
+            let (name, data) = event(&view, at.as_deref());
+            let serde =
+                serde_json::to_string(&QueueStatus::waiting(rank, total, (eta, range), at)).unwrap();
+            proptest::prop_assert_eq!(name, "waiting");
+            proptest::prop_assert_eq!(data, serde);
+        }
     }
 }

@@ -8,13 +8,14 @@
 //! schedule, and a presence loop marks streaming users as seen with one
 //! write per queue.
 
+mod mailbox;
 mod registry;
 mod session;
 mod sources;
 mod view;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ use crate::store::{QueueEvent, SharedStore, StoreEvent};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
 pub use session::{Render, StreamSession, shed_frame};
-pub use sources::{Sources, StreamSlot};
+pub use sources::{Eviction, Sources, StreamSlot};
 pub use view::{EventId, GoneReason, Update, View};
 
 /// How far back the observed admission rate looks.
@@ -53,6 +54,9 @@ pub struct Hub {
     resyncs: AtomicU64,
     interruptions: AtomicU64,
     sources: Arc<Sources>,
+    /// Set at shutdown: every stream is told, and a stream registered
+    /// after is told at once.
+    closing: AtomicBool,
 }
 
 struct QueueHub {
@@ -83,7 +87,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A registered stream: its updates, and a guard that unregisters it when
 /// dropped (the client went away, or the stream ended).
 pub struct Subscription {
-    pub updates: watch::Receiver<Update>,
+    pub updates: mailbox::Receiver,
     pub guard: StreamGuard,
 }
 
@@ -129,6 +133,7 @@ impl Hub {
             resyncs: AtomicU64::new(0),
             interruptions: AtomicU64::new(0),
             sources: Arc::new(Sources::default()),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -260,7 +265,7 @@ impl Hub {
     ) -> Subscription {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let id = EventId::first(snapshot.pass, floor);
-        let (tx, updates) = watch::channel(Update {
+        let (tx, updates) = mailbox::channel(Update {
             id,
             view: view.clone(),
         });
@@ -290,6 +295,11 @@ impl Hub {
             if q.events_seen.load(Ordering::Acquire) != seen_before {
                 watcher.next_refresh = Instant::now();
             }
+            // Read under the lock `shut_down_streams` takes: a stream is
+            // either in the map it walks or sees the flag here.
+            if self.closing.load(Ordering::Acquire) {
+                watcher.tx.shut_down();
+            }
             if let Some(mut old) = watchers.insert(user.clone(), watcher) {
                 let pass = old.id.pass;
                 old.show(pass, View::Gone(GoneReason::Replaced));
@@ -305,6 +315,18 @@ impl Hub {
                 user: user.clone(),
                 conn,
             },
+        }
+    }
+
+    /// Tells every stream, open or opening, that the instance is shutting
+    /// down: each ends within the drain window.
+    fn shut_down_streams(&self) {
+        self.closing.store(true, Ordering::Release);
+        let queues = self.queues.read().unwrap_or_else(|e| e.into_inner());
+        for q in queues.values() {
+            for w in lock(&q.watchers).by_user.values() {
+                w.tx.shut_down();
+            }
         }
     }
 
@@ -389,7 +411,10 @@ impl Hub {
             if due.len() >= REFRESH_BATCH {
                 break;
             }
-            if !w.is_gone() && w.next_refresh <= now {
+            // The time first: it is a field, while what a stream shows is
+            // behind its mailbox's lock (this walks every stream 5 times a
+            // second).
+            if w.next_refresh <= now && !w.is_gone() {
                 w.next_refresh = now + Duration::from_secs(5);
                 due.push(user.clone());
             }
@@ -451,6 +476,9 @@ pub async fn run(
             _ = presence.tick() => touch_streaming(&hub, &store, &policy).await,
         }
     }
+    // Streams end at shutdown even if the subscription ended first.
+    shutdown.cancelled().await;
+    hub.shut_down_streams();
 }
 
 /// Presence writes often enough that a streaming user is never taken for

@@ -20,9 +20,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::mailbox;
 use super::view::{EventId, GoneReason, Update, View};
 use crate::queue::{Forecast, Snapshot, Standing, UserId};
 use crate::store::{Pass, QueueEvent};
@@ -30,7 +30,7 @@ use crate::store::{Pass, QueueEvent};
 /// One open stream.
 pub(super) struct Watcher {
     pub conn: u64,
-    pub tx: watch::Sender<Update>,
+    pub tx: mailbox::Sender,
     /// Arrival sequence while waiting (orders removals before/after us).
     pub seq: u64,
     /// Best known rank while waiting, before the pending leaves ahead of it
@@ -47,24 +47,27 @@ pub(super) struct Watcher {
 
 impl Watcher {
     fn view(&self) -> View {
-        self.tx.borrow().view.clone()
+        self.tx.view()
     }
 
     pub fn is_gone(&self) -> bool {
-        matches!(self.tx.borrow().view, View::Gone(_))
+        self.tx.with(|u| matches!(u.view, View::Gone(_)))
     }
 
     pub fn is_waiting(&self) -> bool {
-        matches!(self.tx.borrow().view, View::Waiting { .. })
+        self.tx.with(|u| matches!(u.view, View::Waiting { .. }))
     }
 
     /// Shows `view` as of `pass` if it differs from what is shown.
     pub fn show(&mut self, pass: u64, view: View) {
-        if self.view() == view {
-            return;
-        }
-        self.id = self.id.next(pass);
-        let _ = self.tx.send_replace(Update { id: self.id, view });
+        let id = &mut self.id;
+        self.tx.send_if(|shown| {
+            if shown.view == view {
+                return None;
+            }
+            *id = id.next(pass);
+            Some(Update { id: *id, view })
+        });
     }
 
     /// What a waiting stream at `rank` shows.
@@ -353,14 +356,14 @@ mod tests {
     use crate::queue::EntryToken;
     use crate::store::{Abandoned, Admitted};
 
-    fn watcher(seq: u64, rank: u64) -> (Watcher, watch::Receiver<Update>) {
+    fn watcher(seq: u64, rank: u64) -> (Watcher, mailbox::Receiver) {
         let view = View::Waiting {
             rank,
             total: 10,
             eta: None,
             range: None,
         };
-        let (tx, rx) = watch::channel(Update {
+        let (tx, rx) = mailbox::channel(Update {
             id: EventId { pass: 1, n: 0 },
             view,
         });
@@ -718,7 +721,7 @@ mod tests {
                         );
                         for (user, rx) in &rxs {
                             let want = rank_in(&line, user).unwrap();
-                            match &rx.borrow().view {
+                            match &rx.current().view {
                                 View::Waiting { rank, .. } => assert_eq!(
                                     *rank, want,
                                     "{user} after pass {pass_no} (step {step}, fold at {fold_at})"
@@ -993,7 +996,7 @@ mod tests {
         q.apply_snapshot(&u("me"), &not_entered(2), at(1.0));
         q.apply(&pass(3, vec![], vec![("c", 1)], 4), at(1.0));
         assert!(!rx.has_changed().unwrap());
-        assert_eq!(rx.borrow().view, View::Gone(GoneReason::Consumed));
+        assert_eq!(rx.current().view, View::Gone(GoneReason::Consumed));
     }
 
     #[test]

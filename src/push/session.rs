@@ -12,10 +12,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
-use tokio_util::sync::CancellationToken;
 
+use super::mailbox::Ended;
 use super::sources::StreamSlot;
 use super::view::{Update, View};
 use super::{StreamGuard, Subscription};
@@ -24,18 +23,24 @@ use super::{StreamGuard, Subscription};
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// How a view goes on the wire: the event's name and its JSON data.
-pub type Render = Box<dyn Fn(&View) -> (&'static str, String) + Send>;
+pub trait Render: Send {
+    /// The event's name for `view`.
+    fn name(&self, view: &View) -> &'static str;
+    /// Appends `view`'s JSON data to `out`.
+    fn data(&self, view: &View, out: &mut String);
+}
 
 /// The frames of one stream.
 pub struct StreamSession {
-    render: Render,
-    updates: watch::Receiver<Update>,
+    render: Box<dyn Render>,
+    updates: super::mailbox::Receiver,
     _guard: StreamGuard,
     first: Option<Bytes>,
     last_sent: View,
     finished: bool,
     keep_alive: Interval,
-    shutdown: CancellationToken,
+    /// When the last frame was made (keep-alives not counted).
+    last_frame: Instant,
     drain: Duration,
     /// The stream's slot among its source's, when it holds one.
     slot: Option<StreamSlot>,
@@ -44,30 +49,33 @@ pub struct StreamSession {
 impl StreamSession {
     /// A session over `sub`, writing views with `render`, asking the client
     /// to wait `retry` before reconnecting and closing within `drain` of
-    /// shutdown.
+    /// shutdown (the hub tells every stream).
     pub fn new(
         sub: Subscription,
-        render: Render,
+        render: Box<dyn Render>,
         retry: Duration,
         keep_alive: Duration,
-        shutdown: CancellationToken,
         drain: Duration,
     ) -> Self {
-        let current = sub.updates.borrow().clone();
+        let current = sub.updates.current();
         // A random phase, so streams opened together do not all send their
         // keep-alives in the same instant.
         let phase = keep_alive.mul_f64(rand::random_range(0.1..1.0));
         let mut ticker = tokio::time::interval_at(Instant::now() + phase, keep_alive);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Self {
-            first: Some(encode(&render, &current, Some(retry))),
+            first: Some(encode(&*render, &current, Some(retry))),
             render,
             finished: matches!(current.view, View::Gone(_)),
             last_sent: current.view,
             updates: sub.updates,
             _guard: sub.guard,
             keep_alive: ticker,
-            shutdown,
+            // The first frame does not hold back the first keep-alive,
+            // which keeps its random phase.
+            last_frame: Instant::now()
+                .checked_sub(keep_alive)
+                .unwrap_or_else(Instant::now),
             drain,
             slot: None,
         }
@@ -89,10 +97,10 @@ impl StreamSession {
         if self.finished {
             return None;
         }
-        let evicted = self.slot.as_ref().map(|s| s.evicted.clone());
-        let evicted = async {
-            match &evicted {
-                Some(token) => token.cancelled().await,
+        let slot = &self.slot;
+        let evicted = async move {
+            match slot {
+                Some(slot) => slot.evicted.wait().await,
                 None => std::future::pending().await,
             }
         };
@@ -104,28 +112,43 @@ impl StreamSession {
                     let retry = Duration::from_millis(rand::random_range(20_000..40_000));
                     return Some(shed_frame(retry));
                 }
-                _ = self.shutdown.cancelled() => {
-                    // Spread closes over the drain window so clients do not
-                    // all reconnect to the remaining instances at once.
-                    let share = rand::random_range(0.0..1.0);
-                    tokio::time::sleep(self.drain.mul_f64(share)).await;
-                    return None;
-                }
                 changed = self.updates.changed() => {
-                    if changed.is_err() {
-                        return None;
+                    match changed {
+                        Ok(()) => {}
+                        Err(Ended::Closed) => return None,
+                        Err(Ended::ShutDown) => {
+                            self.finished = true;
+                            // Spread closes over the drain window so clients
+                            // do not all reconnect to the remaining instances
+                            // at once. Boxed: only a shutdown needs its room.
+                            let share = rand::random_range(0.0..1.0);
+                            Box::pin(tokio::time::sleep(self.drain.mul_f64(share))).await;
+                            return None;
+                        }
                     }
-                    let update = self.updates.borrow_and_update().clone();
+                    let update = self.updates.borrow_and_update();
                     if update.view == self.last_sent {
                         continue;
                     }
                     self.finished = matches!(update.view, View::Gone(_));
-                    let frame = encode(&self.render, &update, None);
+                    let frame = encode(&*self.render, &update, None);
                     self.last_sent = update.view;
-                    self.keep_alive.reset();
+                    self.last_frame = Instant::now();
                     return Some(frame);
                 }
-                _ = self.keep_alive.tick() => return Some(Bytes::from_static(KEEP_ALIVE)),
+                _ = self.keep_alive.tick() => {
+                    // Only while idle: a frame since moves the next
+                    // keep-alive to a period after it. Checked here, once a
+                    // period, rather than re-arming the timer with every
+                    // frame (a pass sends thousands of frames at once, and
+                    // every re-arm takes the runtime's timer lock).
+                    let next = self.last_frame + self.keep_alive.period();
+                    if next > Instant::now() {
+                        self.keep_alive.reset_at(next);
+                        continue;
+                    }
+                    return Some(Bytes::from_static(KEEP_ALIVE));
+                }
             }
         }
     }
@@ -141,13 +164,16 @@ pub fn shed_frame(retry: Duration) -> Bytes {
 }
 
 /// The SSE text of one update.
-pub fn encode(render: &Render, update: &Update, retry: Option<Duration>) -> Bytes {
-    let (name, data) = render(&update.view);
-    let mut text = String::with_capacity(192);
+pub fn encode(render: &dyn Render, update: &Update, retry: Option<Duration>) -> Bytes {
+    // One allocation: a `waiting` frame with its whole status is ~280 bytes.
+    let mut text = String::with_capacity(320);
     if let Some(retry) = retry {
         let _ = writeln!(text, "retry: {}", retry.as_millis());
     }
-    let _ = write!(text, "event: {name}\nid: {}\ndata: {data}\n\n", update.id);
+    let name = render.name(&update.view);
+    let _ = write!(text, "event: {name}\nid: {}\ndata: ", update.id);
+    render.data(&update.view, &mut text);
+    text.push_str("\n\n");
     Bytes::from(text)
 }
 
@@ -157,12 +183,24 @@ mod tests {
     use super::*;
 
     /// Stands in for the HTTP edge's wire form.
-    fn render() -> Render {
-        Box::new(|view| match view {
-            View::Waiting { rank, .. } => ("waiting", format!("{{\"rank\":{rank}}}")),
-            View::Ready { .. } => ("ready", "{}".into()),
-            View::Gone(reason) => ("gone", format!("{{\"reason\":\"{}\"}}", reason.as_str())),
-        })
+    struct Wire;
+
+    impl Render for Wire {
+        fn name(&self, view: &View) -> &'static str {
+            match view {
+                View::Waiting { .. } => "waiting",
+                View::Ready { .. } => "ready",
+                View::Gone(_) => "gone",
+            }
+        }
+
+        fn data(&self, view: &View, out: &mut String) {
+            let _ = match view {
+                View::Waiting { rank, .. } => write!(out, "{{\"rank\":{rank}}}"),
+                View::Ready { .. } => write!(out, "{{}}"),
+                View::Gone(reason) => write!(out, "{{\"reason\":\"{}\"}}", reason.as_str()),
+            };
+        }
     }
 
     #[test]
@@ -176,13 +214,13 @@ mod tests {
                 range: None,
             },
         };
-        let text = encode(&render(), &update, Some(Duration::from_millis(2500)));
+        let text = encode(&Wire, &update, Some(Duration::from_millis(2500)));
         assert_eq!(
             text,
             "retry: 2500\nevent: waiting\nid: 4.2\ndata: {\"rank\":9}\n\n"
         );
         let gone = encode(
-            &render(),
+            &Wire,
             &Update {
                 id: EventId { pass: 5, n: 0 },
                 view: View::Gone(GoneReason::Left),

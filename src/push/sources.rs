@@ -13,15 +13,65 @@
 //!   the sources even out, and the heaviest is always shed first.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::poll_fn;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 
-use tokio_util::sync::CancellationToken;
+/// Tells one stream to go, once. A flag and the stream task's waker: a
+/// `CancellationToken` would do, but costs a tree node and a `Notify` per
+/// stream, and every open stream holds one of these.
+#[derive(Clone, Default)]
+pub struct Eviction(Arc<Mutex<EvictionState>>);
+
+#[derive(Default)]
+struct EvictionState {
+    evicted: bool,
+    waker: Option<Waker>,
+}
+
+impl Eviction {
+    fn lock(&self) -> MutexGuard<'_, EvictionState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn evict(&self) {
+        let waker = {
+            let mut state = self.lock();
+            state.evicted = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Whether the stream was told to go.
+    pub fn is_evicted(&self) -> bool {
+        self.lock().evicted
+    }
+
+    /// Waits until the stream is told to go. Cancel safe.
+    pub async fn wait(&self) {
+        poll_fn(|cx| {
+            let mut state = self.lock();
+            if state.evicted {
+                return Poll::Ready(());
+            }
+            match &mut state.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
 
 /// The streams of one source: their ids and how to tell each to go.
 #[derive(Default)]
 struct Source {
-    streams: HashMap<u64, CancellationToken>,
+    streams: HashMap<u64, Eviction>,
 }
 
 #[derive(Default)]
@@ -38,7 +88,7 @@ impl Table {
         self.sources.get(source).map_or(0, |s| s.streams.len())
     }
 
-    fn add(&mut self, source: IpAddr, id: u64, token: CancellationToken) {
+    fn add(&mut self, source: IpAddr, id: u64, token: Eviction) {
         let before = self.count(&source);
         self.by_weight.remove(&(before, source));
         let entry = self.sources.entry(source).or_default();
@@ -47,8 +97,8 @@ impl Table {
         self.total += 1;
     }
 
-    /// Forgets stream `id` of `source`; its token, if it was there.
-    fn remove(&mut self, source: IpAddr, id: u64) -> Option<CancellationToken> {
+    /// Forgets stream `id` of `source`; its eviction, if it was there.
+    fn remove(&mut self, source: IpAddr, id: u64) -> Option<Eviction> {
         let entry = self.sources.get_mut(&source)?;
         let before = entry.streams.len();
         let token = entry.streams.remove(&id)?;
@@ -69,14 +119,14 @@ pub struct Sources {
     table: Mutex<Table>,
 }
 
-/// A stream's slot: frees itself when dropped. `evicted` fires when the
+/// A stream's slot: frees itself when dropped. `evicted` is set when the
 /// slot was given to a lighter source; the stream must then end.
 pub struct StreamSlot {
     sources: Arc<Sources>,
     source: IpAddr,
     id: u64,
-    /// Fires when this stream is to make room for a lighter source.
-    pub evicted: CancellationToken,
+    /// Set when this stream is to make room for a lighter source.
+    pub evicted: Eviction,
 }
 
 impl Drop for StreamSlot {
@@ -129,14 +179,14 @@ impl Sources {
                 .keys()
                 .next()
                 .copied()?;
-            if let Some(token) = table.remove(heaviest, victim) {
-                token.cancel();
+            if let Some(eviction) = table.remove(heaviest, victim) {
+                eviction.evict();
             }
             metrics::counter!("waitroom_streams_evicted_total").increment(1);
         }
         let id = table.next_id;
         table.next_id += 1;
-        let evicted = CancellationToken::new();
+        let evicted = Eviction::default();
         table.add(source, id, evicted.clone());
         drop(table);
         Some(StreamSlot {
@@ -181,8 +231,8 @@ mod tests {
         let light = s
             .admit(ip(2), 10, None)
             .expect("a lighter source takes a slot");
-        assert!(!light.evicted.is_cancelled());
-        let gone = heavy.iter().filter(|h| h.evicted.is_cancelled()).count();
+        assert!(!light.evicted.is_evicted());
+        let gone = heavy.iter().filter(|h| h.evicted.is_evicted()).count();
         assert_eq!(
             gone, 1,
             "exactly one of the heaviest's streams is told to go"
@@ -191,6 +241,31 @@ mod tests {
         // Dropping the evicted stream later does not free a second slot.
         drop(heavy);
         assert_eq!((s.total(), s.count(ip(2))), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn an_evicted_stream_is_woken() {
+        let s = Arc::new(Sources::default());
+        let heavy: Vec<_> = (0..2).map(|_| s.admit(ip(1), 2, None).unwrap()).collect();
+        let waits: Vec<_> = heavy
+            .iter()
+            .map(|slot| {
+                let eviction = slot.evicted.clone();
+                tokio::spawn(async move { eviction.wait().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let _light = s.admit(ip(2), 2, None).expect("a lighter source");
+        let mut woken = 0;
+        for wait in waits {
+            if tokio::time::timeout(std::time::Duration::from_secs(5), wait)
+                .await
+                .is_ok()
+            {
+                woken += 1;
+            }
+        }
+        assert_eq!(woken, 1, "the evicted stream's wait ends, the other's not");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What one stream shows its buyer, and the SSE event ids.
 //!
-//! A stream carries only the latest view (a `watch` channel): a slow
+//! A stream carries only the latest view (its mailbox): a slow
 //! client skips intermediate ranks instead of queueing them, so its memory
 //! stays bounded however far behind it falls.
 
