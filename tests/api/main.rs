@@ -11,6 +11,7 @@ mod cluster;
 mod cluster_failover;
 mod failures;
 mod gone;
+mod group_commit;
 mod identity;
 mod instances;
 mod layering;

@@ -1,0 +1,115 @@
+-- join.lua: a helper prepended (after gcra.lua) to the scripts that put
+-- users in line, enter.lua (one join) and enter_many.lua (a group of
+-- joins, group commit); not a script on its own.
+--
+-- join(now, keys, a): one join at store time `now`, with
+--   keys = {token key, budget key, address joins key, address places key}
+--   (STRING budget and join rate, see gcra.lua; places: ZSET user -> entry id)
+--   a    = the join's 13 arguments, in order: user, fast-track token,
+--          token TTL ms, batch, interval ms, max active (-1 = unlimited),
+--          first entry id (used only if the entry counter does not exist
+--          yet), budget period ms (0: none), budget burst, grace ms,
+--          address join period ms (0: none), address join burst,
+--          places per address (0: none)
+-- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass},
+-- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing.
+-- A new entry (in line or on the fast track) takes the next entry id; so
+-- does a token issued by a version without entry ids, on its holder's next
+-- join, so they can be given a ticket for it (rolling upgrades).
+-- Must run inside one script because the check and the add must be one step (two
+-- concurrent first enters of one user must not both add), the arrival
+-- number must be taken in the same step as the add (strict FIFO), the fast
+-- track must spend from the shared budget in the same step as it issues the
+-- token (a burst cannot bypass the rate or maxActive), and an address's
+-- count must be checked and raised with the add (two instances at an
+-- address's last place must not both add). No fast track while paused.
+local function join(now, keys, a)
+  local tokkey, budget_key, joins_key, places_key = keys[1], keys[2], keys[3], keys[4]
+  local user, fast_token, first = a[1], a[2], a[7]
+  local ttl, batch, interval, max_active =
+    tonumber(a[3]), tonumber(a[4]), tonumber(a[5]), tonumber(a[6])
+  local budget_period, budget_burst, grace =
+    tonumber(a[8]), tonumber(a[9]), tonumber(a[10])
+  local join_period, join_burst, max_places =
+    tonumber(a[11]), tonumber(a[12]), tonumber(a[13])
+
+  local has_token = redis.call('EXISTS', tokkey) == 1
+  local waiting = not has_token and tonumber(redis.call('ZSCORE', K.waiting, user))
+  if has_token or waiting then
+    if budget_period > 0 then
+      -- A repeat join: counted once its entry is older than the grace.
+      local entered
+      if has_token then
+        entered = tonumber(redis.call('HGET', tokkey, 'enteredAt'))
+      else
+        entered = entered_at(user, waiting)
+      end
+      if not entered or now - entered >= grace then
+        local wait = gcra(budget_key, now, budget_period, budget_burst)
+        if wait > 0 then
+          return limited('buyer', wait)
+        end
+      end
+    end
+    if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
+      redis.call('HSET', tokkey, 'entry', next_entry(first))
+    end
+    redis.call('ZADD', K.seen, 'XX', now, user)
+    local total, pass = totals()
+    return describe(user, tokkey, now, 0, total, pass)
+  end
+
+  -- A new place: the client address's limits first.
+  if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
+    -- Forget places that ended (left, admitted and used, expired, dropped):
+    -- a place lasts while its user waits or holds a token with its entry id.
+    local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
+    for i = 1, #held, 2 do
+      local who, entry = held[i], tonumber(held[i + 1])
+      local live = tonumber(redis.call('ZSCORE', K.waiting, who)) == entry
+        or tonumber(redis.call('HGET', K.tokprefix .. who, 'entry')) == entry
+      if not live then
+        redis.call('ZREM', places_key, who)
+      end
+    end
+    if redis.call('ZCARD', places_key) >= max_places then
+      return limited('address_places', 10000)
+    end
+  end
+  if join_period > 0 then
+    local wait = gcra(joins_key, now, join_period, join_burst)
+    if wait > 0 then
+      return limited('address_joins', wait)
+    end
+  end
+
+  local function counted(entry)
+    if max_places > 0 then
+      redis.call('ZADD', places_key, entry, user)
+      -- Kept a day past the address's last new place; ended places are
+      -- forgotten when the count reaches the limit.
+      redis.call('PEXPIRE', places_key, 86400000)
+    end
+  end
+
+  if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
+      and redis.call('EXISTS', K.paused) == 0 then
+    local level, at = refill(batch, interval, now)
+    if level >= 1 then
+      save_bucket(level - 1, at)
+      local entry = next_entry(first)
+      issue(tokkey, user, fast_token, now, ttl, now, entry)
+      counted(entry)
+      local total, pass = totals()
+      return describe(user, tokkey, now, 1, total, pass)
+    end
+  end
+
+  local seq = next_entry(first)
+  redis.call('ZADD', K.waiting, seq, user)
+  mark_entry(seq, now)
+  redis.call('ZADD', K.seen, now, user)
+  counted(seq)
+  local total, pass = totals()
+  return describe(user, tokkey, now, 1, total, pass)
+end
