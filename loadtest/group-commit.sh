@@ -66,7 +66,8 @@ ulimit -n "$(ulimit -Hn)"
 
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   log "building release binaries"
-  cargo build --release --bin waitroom -p sse-gen -p plain-join >&2
+  cargo build --release --bin waitroom >&2
+  cargo build --release -p sse-gen -p plain-join >&2
 fi
 
 free_port() {
@@ -128,25 +129,42 @@ start() {
   curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null
 }
 
+# CPU seconds Redis has used, and the server process.
+redis_cpu() { redis-cli -p "$REDIS_PORT" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { print s }'; }
+server_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$SERVER_PID/stat"; }
+
 # burst VARIANT CONCURRENCY OUT: one measured burst on queue `hot` after a
-# short warm-up on queue `warm` (connections, script cache, allocator).
+# short warm-up on queue `warm` (connections, script cache, allocator);
+# OUT.cpu gets the CPU µs per join Redis and the server spent on it.
 burst() {
   local variant=$1 conc=$2 out=$3
   start "$variant"
   "$GEN" burst --addr "$SERVER_ADDR" --queue warm --users 1000 --concurrency "$conc" \
     --duration-secs "$RUN_SECS" --out "$TMP/warm.json" >/dev/null
+  local r0 s0
+  r0=$(redis_cpu) s0=$(server_cpu)
   "$GEN" burst --addr "$SERVER_ADDR" --queue hot --users "$BURST" --concurrency "$conc" \
     --duration-secs "$RUN_SECS" --out "$out" >&2
+  echo "$(echo "($(redis_cpu) - $r0) * 1000000 / $BURST" | bc -l) $(echo "($(server_cpu) - $s0) * 1000000 / $BURST" | bc -l)" >"$out.cpu"
   local created
   created=$(jq '.created_201' "$out")
   [[ "$created" == "$BURST" ]] || log "WARNING: $variant c=$conc placed $created of $BURST"
 }
 
-# median FILE...: the median run's "rate p50 p99" (by rate).
+# median FILE...: "rate p50 p99 redis-µs server-µs", each the median of
+# its own column over the runs.
 median() {
   for f in "$@"; do
-    jq -r '"\(.enters_per_s) \(.latency_ms.p50) \(.latency_ms.p99)"' "$f"
-  done | sort -n | awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }'
+    echo "$(jq -r '"\(.enters_per_s) \(.latency_ms.p50) \(.latency_ms.p99)"' "$f") $(cat "$f.cpu")"
+  done | awk '{ for (i = 1; i <= NF; i++) v[i, NR] = $i; nf = NF }
+    END {
+      for (i = 1; i <= nf; i++) {
+        for (j = 1; j <= NR; j++) c[j] = v[i, j]
+        # insertion sort of column i
+        for (j = 2; j <= NR; j++) { x = c[j]; k = j - 1; while (k >= 1 && c[k] > x) { c[k + 1] = c[k]; k-- } c[k + 1] = x }
+        printf "%s%s", c[int((NR + 1) / 2)], (i < nf ? " " : "\n")
+      }
+    }'
 }
 
 declare -A RESULT
@@ -176,25 +194,28 @@ MD=$RESULTS_DIR/group-commit.md
 {
   echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; $(date -u +%F)."
   echo
-  echo "| connections | variant | joins/s | × baseline | p50 ms | p99 ms |"
-  echo "| --- | --- | --- | --- | --- | --- |"
+  echo "Redis CPU per join bounds what one queue (one Redis core) can take: 10^6 / that µs is its ceiling, and the ratio of the baseline's to a variant's is that ceiling against the baseline's."
+  echo
+  echo "| connections | variant | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   for conc in $CONCURRENCY; do
-    read -r base _ _ <<<"${RESULT[plain-$conc]}"
+    read -r base _ _ rbase _ <<<"${RESULT[plain-$conc]}"
     for variant in plain off on; do
-      read -r rate p50 p99 <<<"${RESULT[$variant-$conc]}"
-      printf '| %s | %s | %.0f | %.2f | %.1f | %.1f |\n' "$conc" "$variant" "$rate" \
-        "$(echo "$rate / $base" | bc -l)" "$p50" "$p99"
+      read -r rate p50 p99 rus sus <<<"${RESULT[$variant-$conc]}"
+      printf '| %s | %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$conc" "$variant" "$rate" \
+        "$(echo "$rate / $base" | bc -l)" "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus"
     done
   done
   echo
   echo "Window sweep at 64 connections (--join-batch-window-us; baseline as above):"
   echo
-  echo "| window µs | joins/s | × baseline | p50 ms | p99 ms |"
-  echo "| --- | --- | --- | --- | --- |"
-  read -r base _ _ <<<"${RESULT[plain-64]:-1 0 0}"
+  echo "| window µs | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  read -r base _ _ rbase _ <<<"${RESULT[plain-64]:-1 0 0 1 0}"
   for w in $WINDOWS; do
-    read -r rate p50 p99 <<<"${RESULT[w$w]}"
-    printf '| %s | %.0f | %.2f | %.1f | %.1f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" "$p50" "$p99"
+    read -r rate p50 p99 rus sus <<<"${RESULT[w$w]}"
+    printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
+      "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus"
   done
 } >"$MD"
 cat "$MD"
@@ -206,7 +227,7 @@ mkdir -p "$(dirname "$SVG")"
   max=1
   for conc in "${concs[@]}"; do
     for variant in plain off on; do
-      read -r rate _ _ <<<"${RESULT[$variant-$conc]}"
+      read -r rate _ <<<"${RESULT[$variant-$conc]}"
       max=$(echo "if ($rate > $max) $rate else $max" | bc -l)
     done
   done
@@ -235,12 +256,12 @@ mkdir -p "$(dirname "$SVG")"
   for variant in plain off on; do
     pts=""
     for i in "${!concs[@]}"; do
-      read -r rate _ p99 <<<"${RESULT[$variant-${concs[$i]}]}"
+      read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"
       pts+="$(x "$i"),$(y "$rate") "
     done
     echo "<polyline points='$pts' fill='none' stroke='${COLOR[$variant]}' stroke-width='2'/>"
     for i in "${!concs[@]}"; do
-      read -r rate _ p99 <<<"${RESULT[$variant-${concs[$i]}]}"
+      read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"
       xx=$(x "$i") yy=$(y "$rate")
       echo "<circle cx='$xx' cy='$yy' r='3' fill='${COLOR[$variant]}'/><text x='$((xx + 5))' y='$((yy - 5))' fill='${COLOR[$variant]}' font-size='10'>$(printf '%.0f' "$p99")</text>"
     done

@@ -688,6 +688,17 @@ mod tests {
     }
 
     #[test]
+    fn joins_are_grouped_unless_the_group_is_one() {
+        let on = Config::default().join_batch().expect("grouped by default");
+        assert!(on.window <= Duration::from_millis(2) && on.max > 1);
+        let off = Config::from_args(["--join-batch-max", "1"]).unwrap();
+        assert_eq!(off.join_batch(), None);
+        let wide = Config::from_args(["--join-batch-window-us", "2000", "--join-batch-max", "8"]);
+        let wide = wide.unwrap().join_batch().unwrap();
+        assert_eq!((wide.window, wide.max), (Duration::from_millis(2), 8));
+    }
+
+    #[test]
     fn typed_configs_are_checked_like_flags() {
         let two = Config {
             admission_batch: 2,
@@ -713,6 +724,9 @@ mod tests {
             Config::try_parse_from(v).map(|c| c.validate())
         };
         assert!(parse(&["--queues", "ok,Bad"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-window-us", "2001"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-max", "0"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-max", "1001"]).unwrap().is_err());
         assert!(parse(&["--admission-batch", "0"]).unwrap().is_err());
         assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
         assert!(parse(&["--admission-interval-ms", "-1"]).is_err());
