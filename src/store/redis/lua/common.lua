@@ -117,13 +117,14 @@ end
 -- both only grow, so the entries after a mark share its time until the
 -- next; should the clock step back, the entries of that moment keep the
 -- last mark's time (a few ms late) rather than break the marks' order.
+-- Returns the entry's time as entered_at will read it, and its span field.
 local function mark_entry(seq, now)
   local field, offset, b = span_of(seq)
   local marks = redis.call('HGET', K.entered, field)
   if not marks then
     redis.call('HSET', K.entered, field, string.format('%d,%d', offset, now))
     redis.call('HSETNX', K.entered, '~lo', string.format('%d', b))
-    return
+    return now, field
   end
   local first = tonumber(marks:match('^%d+,(%d+)'))
   local last = first
@@ -132,7 +133,9 @@ local function mark_entry(seq, now)
   end
   if now > last then
     redis.call('HSET', K.entered, field, marks .. string.format(' %d,%d', offset, now - first))
+    return now, field
   end
+  return last, field
 end
 
 -- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil

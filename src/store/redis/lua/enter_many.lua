@@ -19,10 +19,11 @@
 local n = (#ARGV - 2) / 13
 local now = now_ms()
 expire_active(now)
+local g = group(now)
 local out = {}
 for i = 1, n do
   local k = 9 + n + 3 * (i - 1)
   local a = 3 + 13 * (i - 1)
-  out[i] = join(now, {KEYS[8 + i], KEYS[k], KEYS[k + 1], KEYS[k + 2]}, {unpack(ARGV, a, a + 12)})
+  out[i] = join(g, {KEYS[8 + i], KEYS[k], KEYS[k + 1], KEYS[k + 2]}, {unpack(ARGV, a, a + 12)})
 end
 return out

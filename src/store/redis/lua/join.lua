@@ -2,7 +2,12 @@
 -- users in line, enter.lua (one join) and enter_many.lua (a group of
 -- joins, group commit); not a script on its own.
 --
--- join(now, keys, a): one join at store time `now`, with
+-- join(g, keys, a): one join, with
+--   g    = the call's shared state, from group(now): the store time, and
+--          what the joins of one call would otherwise each read again
+--          (line length, pass counter, whether the entry counter exists,
+--          the span last marked), kept current by each join
+
 --   keys = {token key, budget key, address joins key, address places key}
 --   (STRING budget and join rate, see gcra.lua; places: ZSET user -> entry id)
 --   a    = the join's 13 arguments, in order: user, fast-track token,
@@ -23,7 +28,30 @@
 -- token (a burst cannot bypass the rate or maxActive), and an address's
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
-local function join(now, keys, a)
+local function group(now)
+  return {now = now}
+end
+
+-- The line's length and the pass counter, read once per call: within a
+-- call only a join's own add changes them (join keeps g.total current).
+local function group_totals(g)
+  if not g.total then
+    g.total, g.pass = totals()
+  end
+  return g.total, g.pass
+end
+
+-- The next entry id; the counter's start is set at most once per call.
+local function group_entry(g, first)
+  if g.counted then
+    return redis.call('INCR', K.seq)
+  end
+  g.counted = true
+  return next_entry(first)
+end
+
+local function join(g, keys, a)
+  local now = g.now
   local tokkey, budget_key, joins_key, places_key = keys[1], keys[2], keys[3], keys[4]
   local user, fast_token, first = a[1], a[2], a[7]
   local ttl, batch, interval, max_active =
@@ -52,10 +80,10 @@ local function join(now, keys, a)
       end
     end
     if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
-      redis.call('HSET', tokkey, 'entry', next_entry(first))
+      redis.call('HSET', tokkey, 'entry', group_entry(g, first))
     end
     redis.call('ZADD', K.seen, 'XX', now, user)
-    local total, pass = totals()
+    local total, pass = group_totals(g)
     return describe(user, tokkey, now, 0, total, pass)
   end
 
@@ -92,24 +120,30 @@ local function join(now, keys, a)
     end
   end
 
-  if redis.call('ZCARD', K.waiting) == 0 and room(max_active) > 0
-      and redis.call('EXISTS', K.paused) == 0 then
+  local total, pass = group_totals(g)
+  if total == 0 and room(max_active) > 0 and redis.call('EXISTS', K.paused) == 0 then
     local level, at = refill(batch, interval, now)
     if level >= 1 then
       save_bucket(level - 1, at)
-      local entry = next_entry(first)
+      local entry = group_entry(g, first)
       issue(tokkey, user, fast_token, now, ttl, now, entry)
       counted(entry)
-      local total, pass = totals()
       return describe(user, tokkey, now, 1, total, pass)
     end
   end
 
-  local seq = next_entry(first)
+  local seq = group_entry(g, first)
   redis.call('ZADD', K.waiting, seq, user)
-  mark_entry(seq, now)
+  -- Every join of a call has the same time: once a span is marked, the
+  -- call's later entries in it are covered by that mark.
+  local field = span_of(seq)
+  if g.marked ~= field then
+    g.entered, g.marked = mark_entry(seq, now)
+  end
   redis.call('ZADD', K.seen, now, user)
   counted(seq)
-  local total, pass = totals()
-  return describe(user, tokkey, now, 1, total, pass)
+  g.total = total + 1
+  -- Entry ids only grow, so the new place is the last: its rank is the
+  -- line's length before it, and nobody holds a token under this user.
+  return {'waiting', 1, total, seq, '', -1, g.entered, g.total, pass}
 end
