@@ -11,4 +11,7 @@
 -- Atomic for the reasons join.lua gives.
 local now = now_ms()
 expire_active(now)
-return join(group(now), {KEYS[9], KEYS[10], KEYS[11], KEYS[12]}, {unpack(ARGV, 3, 15)})
+local g = group(now)
+local row = join(g, {KEYS[9], KEYS[10], KEYS[11], KEYS[12]}, {unpack(ARGV, 3, 15)})
+flush(g)
+return row

@@ -26,4 +26,5 @@ for i = 1, n do
   local a = 3 + 13 * (i - 1)
   out[i] = join(g, {KEYS[8 + i], KEYS[k], KEYS[k + 1], KEYS[k + 2]}, {unpack(ARGV, a, a + 12)})
 end
+flush(g)
 return out

@@ -3,11 +3,11 @@
 -- joins, group commit); not a script on its own.
 --
 -- join(g, keys, a): one join, with
---   g    = the call's shared state, from group(now): the store time, and
+--   g    = the call's shared state, from group(now): the store time;
 --          what the joins of one call would otherwise each read again
---          (line length, pass counter, whether the entry counter exists,
---          the span last marked), kept current by each join
-
+--          (line length, pass counter, entry counter, the span last
+--          marked), kept current by each join; and the new places' writes
+--          to the line, presence and the counter, deferred to flush(g)
 --   keys = {token key, budget key, address joins key, address places key}
 --   (STRING budget and join rate, see gcra.lua; places: ZSET user -> entry id)
 --   a    = the join's 13 arguments, in order: user, fast-track token,
@@ -29,7 +29,7 @@
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
 local function group(now)
-  return {now = now}
+  return {now = now, line = {}, seen = {}, added = {}}
 end
 
 -- The line's length and the pass counter, read once per call: within a
@@ -41,13 +41,30 @@ local function group_totals(g)
   return g.total, g.pass
 end
 
--- The next entry id; the counter's start is set at most once per call.
+-- The next entry id, counted in the call and stored by flush(g); the
+-- counter's start is set at most once per call.
 local function group_entry(g, first)
-  if g.counted then
-    return redis.call('INCR', K.seq)
+  if not g.last then
+    g.last = tonumber(next_entry(first)) - 1
   end
-  g.counted = true
-  return next_entry(first)
+  g.last = g.last + 1
+  g.dirty = true
+  return g.last
+end
+
+-- Writes what the call's new places deferred: the entry counter, and one
+-- ZADD each for the line and presence. Called before anything reads them
+-- (a repeat join, an address's places) and at the end of the call.
+local function flush(g)
+  if g.dirty then
+    redis.call('SET', K.seq, string.format('%d', g.last))
+    g.dirty = false
+  end
+  if #g.line > 0 then
+    redis.call('ZADD', K.waiting, unpack(g.line))
+    redis.call('ZADD', K.seen, unpack(g.seen))
+    g.line, g.seen, g.added = {}, {}, {}
+  end
 end
 
 local function join(g, keys, a)
@@ -61,9 +78,13 @@ local function join(g, keys, a)
   local join_period, join_burst, max_places =
     tonumber(a[11]), tonumber(a[12]), tonumber(a[13])
 
+  if g.added[user] then
+    flush(g) -- the same buyer again in this call: read it back as stored
+  end
   local has_token = redis.call('EXISTS', tokkey) == 1
   local waiting = not has_token and tonumber(redis.call('ZSCORE', K.waiting, user))
   if has_token or waiting then
+    flush(g) -- describe() reads the line as stored
     if budget_period > 0 then
       -- A repeat join: counted once its entry is older than the grace.
       local entered
@@ -89,6 +110,7 @@ local function join(g, keys, a)
 
   -- A new place: the client address's limits first.
   if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
+    flush(g) -- the liveness check below reads the line
     -- Forget places that ended (left, admitted and used, expired, dropped):
     -- a place lasts while its user waits or holds a token with its entry id.
     local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
@@ -133,14 +155,16 @@ local function join(g, keys, a)
   end
 
   local seq = group_entry(g, first)
-  redis.call('ZADD', K.waiting, seq, user)
+  local n = #g.line
+  g.line[n + 1], g.line[n + 2] = seq, user
+  g.seen[n + 1], g.seen[n + 2] = now, user
+  g.added[user] = true
   -- Every join of a call has the same time: once a span is marked, the
   -- call's later entries in it are covered by that mark.
   local field = span_of(seq)
   if g.marked ~= field then
     g.entered, g.marked = mark_entry(seq, now)
   end
-  redis.call('ZADD', K.seen, now, user)
   counted(seq)
   g.total = total + 1
   -- Entry ids only grow, so the new place is the last: its rank is the
