@@ -12,6 +12,9 @@
 //! into [`StoreError::Unavailable`] quickly instead of hanging requests,
 //! background tasks or a shutdown.
 //!
+//! Joins of one queue are grouped (group commit, `batch.rs`): many joins
+//! per `enter_many.lua` call, each answered from its own row, in order.
+//!
 //! With `wait_replicas` (`--redis-wait-replicas`), a join and an admission
 //! pass are answered or published only after that many replicas
 //! acknowledged them (`WAIT`), so a master killed right after cannot take

@@ -1,7 +1,8 @@
 //! The Lua scripts, each prefixed with `common.lua` (Redis scripts cannot
 //! include one another), those that keep request rates with `gcra.lua`,
-//! and those that put users in line with `join.lua`. `Script` sends `EVALSHA` and falls back to `EVAL`
-//! when Redis lost its script cache (a restart), so no load step is needed.
+//! and those that put users in line with `join.lua`. `Script` sends
+//! `EVALSHA` and falls back to `EVAL` when Redis lost its script cache (a
+//! restart), so no load step is needed.
 //!
 //! A two-line prelude before `common.lua` fixes how events are published,
 //! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
