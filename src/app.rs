@@ -81,7 +81,9 @@ impl AppState {
                     topology: Topology::from_flags(url, config.redis_cluster),
                     wait_replicas: config.redis_wait_replicas,
                 };
-                let redis = RedisStore::open(&options, &config.key_prefix).await?;
+                let redis = RedisStore::open(&options, &config.key_prefix)
+                    .await?
+                    .with_join_batch(config.join_batch());
                 let secret = match config.ticket_secret {
                     Some(_) => None,
                     None => {

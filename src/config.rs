@@ -45,6 +45,18 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub redis_wait_replicas: u32,
 
+    /// Group commit of joins (Redis only): how long, in microseconds, an
+    /// instance waits after a queue's first join for more joins to send in
+    /// the same script call. 0: only the joins already waiting are taken.
+    /// At most 2000. Each join keeps its own answer and its place in order.
+    #[arg(long, env = "WAITROOM_JOIN_BATCH_WINDOW_US", default_value_t = crate::store::redis::DEFAULT_JOIN_BATCH_WINDOW_US)]
+    pub join_batch_window_us: u64,
+
+    /// Group commit of joins (Redis only): the most joins of one queue in
+    /// one script call; 1 turns grouping off (one call per join). 1-1000.
+    #[arg(long, env = "WAITROOM_JOIN_BATCH_MAX", default_value_t = crate::store::redis::DEFAULT_JOIN_BATCH_MAX)]
+    pub join_batch_max: usize,
+
     /// Prefix of every Redis key, so several deployments can share a Redis.
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "waitroom")]
     pub key_prefix: String,
@@ -368,6 +380,12 @@ impl Config {
         if self.redis_wait_replicas > MAX_WAIT_REPLICAS {
             return bad("--redis-wait-replicas must be 0-16");
         }
+        if self.join_batch_window_us > 2000 {
+            return bad("--join-batch-window-us must be 0-2000");
+        }
+        if !(1..=1000).contains(&self.join_batch_max) {
+            return bad("--join-batch-max must be 1-1000");
+        }
         if let Some(url) = &self.redis_url
             && !self.redis_cluster
             && url.contains(',')
@@ -575,6 +593,14 @@ impl Config {
         Ok(nets)
     }
 
+    /// How joins are grouped into script calls; `None`: one call per join.
+    pub fn join_batch(&self) -> Option<crate::store::redis::JoinBatch> {
+        (self.join_batch_max > 1).then(|| crate::store::redis::JoinBatch {
+            window: Duration::from_micros(self.join_batch_window_us),
+            max: self.join_batch_max,
+        })
+    }
+
     /// The configured queues, validated and without duplicates.
     pub fn queue_names(&self) -> Result<Vec<QueueName>, ConfigError> {
         let mut names: Vec<QueueName> = Vec::new();
@@ -682,6 +708,17 @@ mod tests {
     }
 
     #[test]
+    fn joins_are_grouped_unless_the_group_is_one() {
+        let on = Config::default().join_batch().expect("grouped by default");
+        assert!(on.window <= Duration::from_millis(2) && on.max > 1);
+        let off = Config::from_args(["--join-batch-max", "1"]).unwrap();
+        assert_eq!(off.join_batch(), None);
+        let wide = Config::from_args(["--join-batch-window-us", "2000", "--join-batch-max", "8"]);
+        let wide = wide.unwrap().join_batch().unwrap();
+        assert_eq!((wide.window, wide.max), (Duration::from_millis(2), 8));
+    }
+
+    #[test]
     fn typed_configs_are_checked_like_flags() {
         let two = Config {
             admission_batch: 2,
@@ -707,6 +744,9 @@ mod tests {
             Config::try_parse_from(v).map(|c| c.validate())
         };
         assert!(parse(&["--queues", "ok,Bad"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-window-us", "2001"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-max", "0"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-max", "1001"]).unwrap().is_err());
         assert!(parse(&["--admission-batch", "0"]).unwrap().is_err());
         assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
         assert!(parse(&["--admission-interval-ms", "-1"]).is_err());

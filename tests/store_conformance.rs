@@ -717,7 +717,97 @@ conformance!(
     a_pass_runs_on_the_stored_settings,
     deleting_a_queue_empties_it_but_keeps_entry_ids_fresh,
     stream_reports_are_shared_until_they_lapse,
+    joins_sent_together_keep_their_order,
+    entry_times_are_kept_per_entry,
 );
+
+/// Joins sent together (on Redis: gathered into groups, one script call
+/// each) are placed in the order they were sent, each answered with its
+/// own place. `join_all` on the one-threaded test runtime starts them in
+/// list order.
+async fn joins_sent_together_keep_their_order(store: SharedStore) {
+    let p = Policy {
+        max_active: Some(0),
+        ..slow(1)
+    };
+    let joins = (0..300).map(|i| {
+        let (store, p) = (store.clone(), p.clone());
+        async move {
+            store
+                .enter(&q(), &u(&format!("o{i:03}")), &p, &EntryToken::generate())
+                .await
+                .unwrap()
+        }
+    });
+    let outcomes = futures::future::join_all(joins).await;
+    let mut last = None;
+    for (i, o) in outcomes.iter().enumerate() {
+        assert!(o.created, "join {i}");
+        let Standing::Waiting { rank, seq } = o.snapshot.standing else {
+            panic!("join {i} waits: {o:?}");
+        };
+        assert_eq!(rank, i as u64, "join {i} is behind every earlier one");
+        assert!(last < Some(seq), "entry ids follow the order");
+        last = Some(seq);
+    }
+}
+
+/// Every waiting entry keeps the time it was made, whoever joined, left
+/// or was admitted around it (Redis derives it from the entry id rather
+/// than storing it per user), and an admitted user's token keeps it.
+async fn entry_times_are_kept_per_entry(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let mut users = Vec::new();
+    for round in 0..4 {
+        let pair = [u(&format!("t{round}a")), u(&format!("t{round}b"))];
+        let joins = pair.iter().map(|user| {
+            let (store, p) = (store.clone(), p.clone());
+            async move { store.enter(&q(), user, &p, &EntryToken::generate()).await }
+        });
+        for o in futures::future::join_all(joins).await {
+            assert!(o.unwrap().created);
+        }
+        users.extend(pair);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let times = |snapshots: &[Snapshot]| -> Vec<u64> {
+        snapshots
+            .iter()
+            .map(|s| s.entered_at_ms.expect("an entry has a time"))
+            .collect()
+    };
+    let mut at = Vec::new();
+    for user in &users {
+        at.push(store.status(&q(), user, false).await.unwrap());
+    }
+    let at = times(&at);
+    for round in 0..3 {
+        assert!(at[2 * round] <= at[2 * round + 1], "{at:?}");
+        assert!(
+            at[2 * round + 1] < at[2 * round + 2],
+            "rounds 5 ms apart: {at:?}"
+        );
+    }
+    // A user in the middle leaves, the two at the head are admitted.
+    assert!(leave_current(&store, &users[3]).await);
+    let fast = Policy {
+        interval_ms: 50,
+        ..slow(2)
+    };
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
+    let admitted: Vec<UserId> = pass.admitted.into_iter().map(|a| a.user).collect();
+    assert_eq!(admitted, users[..2]);
+    for (i, user) in users.iter().enumerate() {
+        let s = store.status(&q(), user, false).await.unwrap();
+        if i == 3 {
+            assert_eq!(s.standing, Standing::NotEntered);
+            continue;
+        }
+        assert_eq!(s.entered_at_ms, Some(at[i]), "{user} keeps its entry time");
+    }
+}
 
 /// A rate that does not refill within a test: `burst` and no more.
 fn only(burst: u32) -> Rate {

@@ -13,6 +13,7 @@ mod console;
 mod eta_range;
 mod failures;
 mod gone;
+mod group_commit;
 mod identity;
 mod instances;
 mod layering;

@@ -12,17 +12,25 @@
 //! into [`StoreError::Unavailable`] quickly instead of hanging requests,
 //! background tasks or a shutdown.
 //!
+//! Joins of one queue are grouped (group commit, `batch.rs`): many joins
+//! per `enter_many.lua` call, each answered from its own row, in order.
+//!
 //! With `wait_replicas` (`--redis-wait-replicas`), a join and an admission
 //! pass are answered or published only after that many replicas
 //! acknowledged them (`WAIT`), so a master killed right after cannot take
 //! an acknowledged place or an announced token along.
 
+mod batch;
 mod conn;
 mod door;
 mod events;
 mod scripts;
 mod settings;
 
+pub use batch::{
+    DEFAULT_MAX as DEFAULT_JOIN_BATCH_MAX, DEFAULT_WINDOW_US as DEFAULT_JOIN_BATCH_WINDOW_US,
+    JoinBatch,
+};
 pub use conn::Topology;
 
 use std::time::Duration;
@@ -39,6 +47,7 @@ use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
     UserId,
 };
+use batch::{Batcher, JoinCall};
 use conn::Conn;
 use scripts::{Publishing, Scripts};
 
@@ -53,6 +62,8 @@ pub struct RedisStore {
     note_joins: redis::Script,
     /// `lua/put_settings.lua` (live queue settings, `settings.rs`).
     put_settings: redis::Script,
+    /// Group commit of joins (`batch.rs`); `None`: one call per join.
+    batcher: Option<Batcher>,
 }
 
 /// How to reach Redis and how safe a write must be before it counts.
@@ -89,6 +100,56 @@ async fn bounded<T>(call: impl Future<Output = Result<T, RedisError>>) -> StoreR
             "no answer within {CALL_TIMEOUT:?}"
         ))),
     }
+}
+
+/// Runs `script` with `keys` (every key it touches) and, after the queue's
+/// two common arguments, `args`. With `wait_replicas`, the script and
+/// `WAIT` go as one pipeline on one connection, and the call fails closed
+/// when fewer replicas acknowledged within [`WAIT_TIMEOUT`].
+async fn eval_durable<'a>(
+    conn: &Conn,
+    script: &redis::Script,
+    queue: &QueueKeys,
+    keys: &[String],
+    args: impl Iterator<Item = &'a [u8]>,
+    wait_replicas: u32,
+) -> StoreResult<redis::Value> {
+    let mut conn = conn.clone();
+    if wait_replicas == 0 {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        invocation.arg(&queue.token_prefix).arg(&queue.channel);
+        for arg in args {
+            invocation.arg(arg);
+        }
+        return bounded(invocation.invoke_async(&mut conn)).await;
+    }
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(&queue.token_prefix)
+        .arg(&queue.channel);
+    for arg in args {
+        evalsha.arg(arg);
+    }
+    let (value, acked) = bounded(conn.eval_and_wait(
+        script,
+        &evalsha,
+        &queue.channel,
+        wait_replicas,
+        WAIT_TIMEOUT,
+    ))
+    .await?;
+    if acked < i64::from(wait_replicas) {
+        return Err(StoreError::Unavailable(format!(
+            "{acked} of {wait_replicas} replicas acknowledged within {WAIT_TIMEOUT:?}"
+        )));
+    }
+    Ok(value)
 }
 
 impl From<RedisError> for StoreError {
@@ -156,7 +217,24 @@ impl RedisStore {
             wait_replicas: options.wait_replicas,
             note_joins: door::note_joins_script(),
             put_settings: settings::put_settings_script(),
-        })
+            batcher: None,
+        }
+        .with_join_batch(Some(JoinBatch::default())))
+    }
+
+    /// Groups joins as `batch` says (group commit), or sends one script
+    /// call per join with `None`. Grouped by default.
+    pub fn with_join_batch(mut self, batch: Option<JoinBatch>) -> Self {
+        self.batcher = batch.map(|batch| {
+            Batcher::new(
+                self.conn.clone(),
+                self.scripts.enter_many.clone(),
+                &self.prefix,
+                self.wait_replicas,
+                batch,
+            )
+        });
+        self
     }
 
     /// The key prefix this store writes under.
@@ -189,10 +267,8 @@ impl RedisStore {
     }
 
     /// Runs a script whose write must be on `wait_replicas` replicas before
-    /// it counts (a join, an admission pass): the script and `WAIT` as one
-    /// pipeline on one connection, failing closed when fewer replicas
-    /// acknowledged within [`WAIT_TIMEOUT`]. Without `wait_replicas`, an
-    /// ordinary [`RedisStore::run_for`].
+    /// it counts (a join, an admission pass): see [`eval_durable`]. The
+    /// keys are laid out as [`RedisStore::run_for`] lays them out.
     async fn run_durable<T: redis::FromRedisValue>(
         &self,
         script: &redis::Script,
@@ -203,48 +279,15 @@ impl RedisStore {
     ) -> StoreResult<T> {
         let mut extra = redis::Cmd::new();
         args(&mut extra);
-        if self.wait_replicas == 0 {
-            return self
-                .run_for(script, queue, users, extra_keys, |inv| {
-                    for arg in extra.args_iter() {
-                        if let redis::Arg::Simple(bytes) = arg {
-                            inv.arg(bytes);
-                        }
-                    }
-                })
-                .await;
-        }
         let keys = self.keys(queue);
         let mut all: Vec<String> = keys.script_keys().into();
         all.extend(users.iter().map(|u| keys.token_key(u)));
         all.extend(extra_keys);
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(script.get_hash())
-            .arg(all.len())
-            .arg(&all)
-            .arg(&keys.token_prefix)
-            .arg(&keys.channel);
-        for arg in extra.args_iter() {
-            if let redis::Arg::Simple(bytes) = arg {
-                evalsha.arg(bytes);
-            }
-        }
-        let mut conn = self.conn.clone();
-        let (value, acked) = bounded(conn.eval_and_wait(
-            script,
-            &evalsha,
-            &keys.channel,
-            self.wait_replicas,
-            WAIT_TIMEOUT,
-        ))
-        .await?;
-        if acked < i64::from(self.wait_replicas) {
-            return Err(StoreError::Unavailable(format!(
-                "{acked} of {} replicas acknowledged within {WAIT_TIMEOUT:?}",
-                self.wait_replicas
-            )));
-        }
+        let args = extra.args_iter().filter_map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        let value = eval_durable(&self.conn, script, &keys, &all, args, self.wait_replicas).await?;
         Ok(redis::from_redis_value(value).map_err(RedisError::from)?)
     }
 
@@ -333,6 +376,51 @@ impl RedisStore {
             ))),
         }
     }
+
+    /// One join's keys after its token key and its arguments, as
+    /// `join.lua` takes them.
+    fn join_call(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        policy: &Policy,
+        fast_track_token: &EntryToken,
+        limits: &JoinLimits,
+    ) -> JoinCall {
+        let (budget_period, budget_burst) = rate_args(limits.buyer.map(|b| b.rate));
+        let grace = limits.buyer.map_or(0, |b| b.grace_ms);
+        let address = limits.address.as_ref();
+        let (join_period, join_burst) = rate_args(address.and_then(|a| a.joins));
+        let places = address.and_then(|a| a.places).unwrap_or(0);
+        // Without an address, placeholder keys the script does not touch.
+        let address_key = address.map_or("-", |a| a.key.as_str());
+        let keys = self.keys(queue);
+        let [joins, places_key] = keys.address(address_key);
+        let mut args = Vec::with_capacity(13);
+        push(&mut args, user.as_str());
+        push(&mut args, fast_track_token.as_str());
+        push(&mut args, policy.token_ttl_ms);
+        push(&mut args, policy.batch);
+        push(&mut args, policy.interval_ms);
+        push(&mut args, max_active_arg(policy));
+        push(&mut args, super::first_entry_id());
+        push(&mut args, budget_period);
+        push(&mut args, budget_burst);
+        push(&mut args, grace);
+        push(&mut args, join_period);
+        push(&mut args, join_burst);
+        push(&mut args, places);
+        JoinCall {
+            user: user.clone(),
+            keys: [keys.budget(user), joins, places_key],
+            args,
+        }
+    }
+}
+
+/// Appends `arg` to a script call's arguments.
+fn push(args: &mut Vec<Vec<u8>>, arg: impl redis::ToRedisArgs) {
+    args.extend(arg.to_redis_args());
 }
 
 /// The names of one queue's keys.
@@ -464,43 +552,23 @@ impl Store for RedisStore {
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        let (budget_period, budget_burst) = rate_args(limits.buyer.map(|b| b.rate));
-        let grace = limits.buyer.map_or(0, |b| b.grace_ms);
-        let address = limits.address.as_ref();
-        let (join_period, join_burst) = rate_args(address.and_then(|a| a.joins));
-        let places = address.and_then(|a| a.places).unwrap_or(0);
-        // Without an address, placeholder keys the script does not touch.
-        let address_key = address.map_or("-", |a| a.key.as_str());
-        let reply: Vec<redis::Value> = self
-            .run_durable(
-                &self.scripts.enter,
-                queue,
-                &[user],
-                {
-                    let keys = self.keys(queue);
-                    let mut extra = vec![keys.budget(user)];
-                    extra.extend(keys.address(address_key));
-                    extra.push(keys.stock());
-                    extra
-                },
-                |inv| {
-                    inv.arg(user.as_str())
-                        .arg(fast_track_token.as_str())
-                        .arg(policy.token_ttl_ms)
-                        .arg(policy.batch)
-                        .arg(policy.interval_ms)
-                        .arg(max_active_arg(policy))
-                        .arg(super::first_entry_id())
-                        .arg(budget_period)
-                        .arg(budget_burst)
-                        .arg(grace)
-                        .arg(join_period)
-                        .arg(join_burst)
-                        .arg(places);
-                },
-            )
-            .await?;
-        let row = split_row(reply)?;
+        let call = self.join_call(queue, user, policy, fast_track_token, limits);
+        let row = match &self.batcher {
+            Some(batcher) => batcher.join(queue, call).await?,
+            None => {
+                let JoinCall { keys, args, .. } = call;
+                let mut keys: Vec<String> = keys.into();
+                keys.push(self.keys(queue).stock());
+                let reply: Vec<redis::Value> = self
+                    .run_durable(&self.scripts.enter, queue, &[user], keys, |cmd| {
+                        for arg in &args {
+                            cmd.arg(arg);
+                        }
+                    })
+                    .await?;
+                split_row(reply)?
+            }
+        };
         if let Some(limited) = refusal(&row.0)? {
             return Ok(Err(limited));
         }

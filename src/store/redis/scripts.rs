@@ -1,6 +1,8 @@
 //! The Lua scripts, each prefixed with `common.lua` (Redis scripts cannot
-//! include one another), and those that keep request rates with `gcra.lua`. `Script` sends `EVALSHA` and falls back to `EVAL`
-//! when Redis lost its script cache (a restart), so no load step is needed.
+//! include one another), those that keep request rates with `gcra.lua`,
+//! and those that put users in line with `join.lua`. `Script` sends
+//! `EVALSHA` and falls back to `EVAL` when Redis lost its script cache (a
+//! restart), so no load step is needed.
 //!
 //! A two-line prelude before `common.lua` fixes how events are published,
 //! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
@@ -12,6 +14,7 @@ use redis::Script;
 
 const COMMON: &str = include_str!("lua/common.lua");
 const GCRA: &str = include_str!("lua/gcra.lua");
+const JOIN: &str = include_str!("lua/join.lua");
 
 /// How the scripts publish events.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +39,8 @@ impl Publishing {
 /// Every script the adapter runs.
 pub(super) struct Scripts {
     pub enter: Script,
+    /// A group of joins in one call (group commit, `batch.rs`).
+    pub enter_many: Script,
     pub status: Script,
     pub statuses: Script,
     pub touch: Script,
@@ -57,8 +62,11 @@ impl Scripts {
         let with_common = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{body}"));
         // A script that keeps request rates: `gcra.lua` after `common.lua`.
         let with_rates = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{GCRA}\n{body}"));
+        // A script that puts users in line: `join.lua` after the rates.
+        let with_join = |body: &str| with_rates(&format!("{JOIN}\n{body}"));
         Self {
-            enter: with_rates(include_str!("lua/enter.lua")),
+            enter: with_join(include_str!("lua/enter.lua")),
+            enter_many: with_join(include_str!("lua/enter_many.lua")),
             status: with_rates(include_str!("lua/status.lua")),
             statuses: with_common(include_str!("lua/statuses.lua")),
             touch: with_common(include_str!("lua/touch.lua")),

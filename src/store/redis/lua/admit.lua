@@ -59,6 +59,7 @@ if n > 0 then
   end
 end
 save_bucket(level - #admitted, at)
+trim_marks()
 
 local pass = redis.call('INCR', K.pass)
 local msg = cjson.encode({

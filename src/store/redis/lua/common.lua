@@ -10,7 +10,17 @@
 --   KEYS[1] waiting  ZSET user -> arrival sequence (the line, strict FIFO)
 --   KEYS[2] seq      STRING entry counter (INCR): every entry's id, the
 --                    arrival sequence, fast track included
---   KEYS[3] entered  HASH user -> entry time ms (waiting users)
+--   KEYS[3] entered  HASH of entry times of waiting entries, by entry id:
+--                    field '~'..floor(id / 128) holds that span's marks,
+--                    "o,T o,d o,d ..." (offset in the span, then the first
+--                    mark's time ms, then each later one's ms after it):
+--                    an entry's time is the last mark at or before it, so
+--                    a burst costs one mark per span and millisecond, not
+--                    one field per user (mark_entry, entered_at, trim_marks);
+--                    '~lo' the lowest span that may hold marks. Fields
+--                    named by a user id (which cannot contain '~') are
+--                    entry times written per user by earlier versions:
+--                    still read, deleted as their users leave the line.
 --   KEYS[4] seen     ZSET user -> last seen ms (waiting users; presence)
 --   KEYS[5] active   ZSET user -> token expiry ms (holders; maxActive)
 --   KEYS[6] bucket   HASH level, at (the shared admission budget)
@@ -94,18 +104,95 @@ local function issue(key, user, token, entered_at, ttl, now, entry)
   redis.call('ZADD', K.active, exp, user)
 end
 
+-- Entry times (KEYS[3]): the span of entry ids one field of marks covers.
+local MARK_SPAN = 128
+
+local function span_of(seq)
+  local b = math.floor(seq / MARK_SPAN)
+  return '~' .. string.format('%d', b), seq - b * MARK_SPAN, b
+end
+
+-- Records that waiting entry `seq` was made at `now`: a mark, unless the
+-- span's last mark already has this time. Entry ids and the store clock
+-- both only grow, so the entries after a mark share its time until the
+-- next; should the clock step back, the entries of that moment keep the
+-- last mark's time (a few ms late) rather than break the marks' order.
+-- Returns the entry's time as entered_at will read it, and its span field.
+local function mark_entry(seq, now)
+  local field, offset, b = span_of(seq)
+  local marks = redis.call('HGET', K.entered, field)
+  if not marks then
+    redis.call('HSET', K.entered, field, string.format('%d,%d', offset, now))
+    redis.call('HSETNX', K.entered, '~lo', string.format('%d', b))
+    return now, field
+  end
+  local first = tonumber(marks:match('^%d+,(%d+)'))
+  local last = first
+  if marks:find(' ', 1, true) then
+    last = first + tonumber(marks:match('(%d+)$'))
+  end
+  if now > last then
+    redis.call('HSET', K.entered, field, marks .. string.format(' %d,%d', offset, now - first))
+    return now, field
+  end
+  return last, field
+end
+
+-- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
+-- if nothing recorded it.
+local function entered_at(user, seq)
+  local field, offset = span_of(seq)
+  local marks = redis.call('HGET', K.entered, field)
+  if not marks then
+    return tonumber(redis.call('HGET', K.entered, user))
+  end
+  local first, at
+  for o, t in marks:gmatch('(%d+),(%d+)') do
+    if tonumber(o) > offset then
+      break
+    end
+    at = first and first + tonumber(t) or tonumber(t)
+    first = first or at
+  end
+  return at or tonumber(redis.call('HGET', K.entered, user))
+end
+
+-- Drops the marks no waiting entry needs: the spans before the head of
+-- the line (at most 1000 a call; the rest on later calls), or all of them
+-- once the line is empty.
+local function trim_marks()
+  local head = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')[2]
+  if not head then
+    redis.call('DEL', K.entered)
+    return
+  end
+  local lo = tonumber(redis.call('HGET', K.entered, '~lo'))
+  if not lo then
+    return
+  end
+  local _, _, hb = span_of(tonumber(head))
+  local to = math.min(hb - 1, lo + 999)
+  for b = lo, to do
+    redis.call('HDEL', K.entered, '~' .. string.format('%d', b))
+  end
+  if to >= lo then
+    redis.call('HSET', K.entered, '~lo', string.format('%d', to + 1))
+  end
+end
+
 -- Removes a waiting user from the line and its indexes; returns their
--- sequence number and entry time, or nil if they were not in line.
+-- sequence number and entry time, or nil if they were not in line. The
+-- marks stay until the head of the line passes them (trim_marks).
 local function unline(user)
-  local seq = redis.call('ZSCORE', K.waiting, user)
+  local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
   if not seq then
     return nil
   end
-  local entered = redis.call('HGET', K.entered, user)
+  local entered = entered_at(user, seq)
   redis.call('ZREM', K.waiting, user)
   redis.call('HDEL', K.entered, user)
   redis.call('ZREM', K.seen, user)
-  return tonumber(seq), tonumber(entered)
+  return seq, entered
 end
 
 -- One user's standing (tokkey their token key), token first:
@@ -120,9 +207,8 @@ local function describe(user, tokkey, now, created, total, pass)
   end
   local rank = redis.call('ZRANK', K.waiting, user)
   if rank then
-    local seq = redis.call('ZSCORE', K.waiting, user)
-    local entered = redis.call('HGET', K.entered, user)
-    return {'waiting', created, rank, tonumber(seq), '', -1, tonumber(entered) or -1, total, pass}
+    local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
+    return {'waiting', created, rank, seq, '', -1, entered_at(user, seq) or -1, total, pass}
   end
   return {'none', created, -1, -1, '', -1, -1, total, pass}
 end

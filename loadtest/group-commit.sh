@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# loadtest/group-commit.sh: a hot queue past one script call per join.
+#
+# A burst of BURST joins on ONE queue (`sse-gen burst`: closed loop, each
+# connection sends its next distinct user's join as soon as the last one
+# answered), against, in the same run and on the same redis-server of the
+# script's own (no persistence, port chosen here):
+#   plain  the baseline: loadtest/plain-join, the plainest axum server that
+#          makes one Lua call per join
+#   off    waitroom, one script call per join (--join-batch-max 1)
+#   on     waitroom with group commit (its defaults)
+# at each concurrency of CONCURRENCY, REPEATS times each (interleaved, so
+# load from elsewhere hits every variant alike; the median is reported),
+# then the window sweep at 64 connections (WINDOWS, microseconds).
+# Writes $RESULTS_DIR/group-commit.md (the table: joins/s, ratio to the
+# baseline, p50/p99) and docs/benchmarks/group-commit.svg (the curve).
+#
+# Loopback only; every run is bounded (BURST joins, RUN_SECS each) and
+# every process started here is stopped on exit.
+#
+# env (defaults): BURST (10000), CONCURRENCY ("16 64 256"), REPEATS (3),
+#   WINDOWS ("0 250 1000 2000"), RUN_SECS (60), RESULTS_DIR
+#   (loadtest/results), SKIP_BUILD (unset).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BURST=${BURST:-10000}
+CONCURRENCY=${CONCURRENCY:-16 64 256}
+REPEATS=${REPEATS:-3}
+WINDOWS=${WINDOWS:-0 250 1000 2000}
+RUN_SECS=${RUN_SECS:-60}
+RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
+SVG=$ROOT/docs/benchmarks/group-commit.svg
+mkdir -p "$RESULTS_DIR"
+RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
+TMP=$(mktemp -d /tmp/waitroom-group.XXXXXX)
+GEN=$ROOT/target/release/sse-gen
+SERVER_BIN=$ROOT/target/release/waitroom
+PLAIN_BIN=$ROOT/target/release/plain-join
+REDIS_PID=""
+SERVER_PID=""
+
+log() { printf '[group-commit.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+stop_pid() {
+  local pid=$1
+  [[ -n "$pid" ]] || return 0
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+  stop_pid "$SERVER_PID"
+  stop_pid "$REDIS_PID"
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+ulimit -n "$(ulimit -Hn)"
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  log "building release binaries"
+  cargo build --release --bin waitroom >&2
+  cargo build --release -p sse-gen -p plain-join >&2
+fi
+
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 12000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$TMP" --logfile "$TMP/redis.log" &
+REDIS_PID=$!
+for _ in $(seq 1 50); do
+  redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+redis-cli -p "$REDIS_PORT" ping >/dev/null
+REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+log "redis-server pid $REDIS_PID on port $REDIS_PORT"
+
+# start VARIANT: a fresh server on an empty Redis; sets SERVER_ADDR.
+start() {
+  local variant=$1
+  stop_pid "$SERVER_PID"
+  redis-cli -p "$REDIS_PORT" flushall >/dev/null
+  SERVER_ADDR=127.0.0.1:$(free_port)
+  case $variant in
+  plain)
+    "$PLAIN_BIN" --addr "$SERVER_ADDR" --redis-url "$REDIS_URL" >"$TMP/server.log" 2>&1 &
+    ;;
+  *)
+    local flags=()
+    case $variant in
+    off) flags=(--join-batch-max 1) ;;
+    on) flags=() ;;
+    w*) flags=(--join-batch-window-us "${variant#w}") ;;
+    esac
+    # Everyone waits (no admission, no fast track) as on the baseline;
+    # the per-address limits are off: the burst comes from ten addresses.
+    "$SERVER_BIN" --addr "$SERVER_ADDR" --admin-addr "127.0.0.1:$(free_port)" \
+      --redis-url "$REDIS_URL" --key-prefix gc --queues hot,warm --max-active 0 \
+      --identity header --ticket-secret "group-commit-bench-secret" --drain-secs 1 \
+      --joins-per-address-per-minute 0 --places-per-address 0 \
+      --visitors-per-address-per-minute 0 --streams-per-address 0 \
+      "${flags[@]}" >"$TMP/server.log" 2>&1 &
+    ;;
+  esac
+  SERVER_PID=$!
+  for _ in $(seq 1 100); do
+    curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null
+}
+
+# CPU seconds Redis has used, and the server process.
+redis_cpu() { redis-cli -p "$REDIS_PORT" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { print s }'; }
+server_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$SERVER_PID/stat"; }
+
+# burst VARIANT CONCURRENCY OUT: one measured burst on queue `hot` after a
+# short warm-up on queue `warm` (connections, script cache, allocator);
+# OUT.cpu gets the CPU µs per join Redis and the server spent on it.
+burst() {
+  local variant=$1 conc=$2 out=$3
+  start "$variant"
+  "$GEN" burst --addr "$SERVER_ADDR" --queue warm --users 1000 --concurrency "$conc" \
+    --duration-secs "$RUN_SECS" --out "$TMP/warm.json" >/dev/null
+  local r0 s0
+  r0=$(redis_cpu) s0=$(server_cpu)
+  "$GEN" burst --addr "$SERVER_ADDR" --queue hot --users "$BURST" --concurrency "$conc" \
+    --duration-secs "$RUN_SECS" --out "$out" >&2
+  echo "$(echo "($(redis_cpu) - $r0) * 1000000 / $BURST" | bc -l) $(echo "($(server_cpu) - $s0) * 1000000 / $BURST" | bc -l)" >"$out.cpu"
+  local created
+  created=$(jq '.created_201' "$out")
+  [[ "$created" == "$BURST" ]] || log "WARNING: $variant c=$conc placed $created of $BURST"
+}
+
+# median FILE...: "rate p50 p99 redis-µs server-µs", each the median of
+# its own column over the runs.
+median() {
+  for f in "$@"; do
+    echo "$(jq -r '"\(.enters_per_s) \(.latency_ms.p50) \(.latency_ms.p99)"' "$f") $(cat "$f.cpu")"
+  done | awk '{ for (i = 1; i <= NF; i++) v[i, NR] = $i; nf = NF }
+    END {
+      for (i = 1; i <= nf; i++) {
+        for (j = 1; j <= NR; j++) c[j] = v[i, j]
+        # insertion sort of column i
+        for (j = 2; j <= NR; j++) { x = c[j]; k = j - 1; while (k >= 1 && c[k] > x) { c[k + 1] = c[k]; k-- } c[k + 1] = x }
+        printf "%s%s", c[int((NR + 1) / 2)], (i < nf ? " " : "\n")
+      }
+    }'
+}
+
+declare -A RESULT
+for conc in $CONCURRENCY; do
+  for r in $(seq 1 "$REPEATS"); do
+    for variant in plain off on; do
+      log "c=$conc run $r: $variant"
+      burst "$variant" "$conc" "$TMP/$variant-$conc-$r.json"
+    done
+  done
+  for variant in plain off on; do
+    RESULT[$variant-$conc]=$(median "$TMP/$variant-$conc-"*.json)
+  done
+done
+for w in $WINDOWS; do
+  for r in $(seq 1 "$REPEATS"); do
+    log "c=64 window ${w} us run $r"
+    burst "w$w" 64 "$TMP/w$w-$r.json"
+  done
+  RESULT[w$w]=$(median "$TMP/w$w-"*.json)
+done
+stop_pid "$SERVER_PID"
+SERVER_PID=""
+
+# --- the table ------------------------------------------------------------
+MD=$RESULTS_DIR/group-commit.md
+{
+  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; $(date -u +%F)."
+  echo
+  echo "Redis CPU per join bounds what one queue (one Redis core) can take: 10^6 / that µs is its ceiling, and the ratio of the baseline's to a variant's is that ceiling against the baseline's."
+  echo
+  echo "| connections | variant | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  for conc in $CONCURRENCY; do
+    read -r base _ _ rbase _ <<<"${RESULT[plain-$conc]}"
+    for variant in plain off on; do
+      read -r rate p50 p99 rus sus <<<"${RESULT[$variant-$conc]}"
+      printf '| %s | %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$conc" "$variant" "$rate" \
+        "$(echo "$rate / $base" | bc -l)" "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus"
+    done
+  done
+  echo
+  echo "Window sweep at 64 connections (--join-batch-window-us; baseline as above):"
+  echo
+  echo "| window µs | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  read -r base _ _ rbase _ <<<"${RESULT[plain-64]:-1 0 0 1 0}"
+  for w in $WINDOWS; do
+    read -r rate p50 p99 rus sus <<<"${RESULT[w$w]}"
+    printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
+      "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus"
+  done
+} >"$MD"
+cat "$MD"
+
+# --- the curve: joins/s over connections, one line per variant ----------
+mkdir -p "$(dirname "$SVG")"
+{
+  concs=($CONCURRENCY)
+  max=1
+  for conc in "${concs[@]}"; do
+    for variant in plain off on; do
+      read -r rate _ <<<"${RESULT[$variant-$conc]}"
+      max=$(echo "if ($rate > $max) $rate else $max" | bc -l)
+    done
+  done
+  top=$(echo "($max * 1.15) / 1" | bc)
+  W=640 H=380 L=70 R=150 T=40 B=50
+  pw=$((W - L - R)) ph=$((H - T - B)) n=${#concs[@]}
+  x() { echo $((L + (n > 1 ? $1 * pw / (n - 1) : pw / 2))); }
+  y() { echo "$T + $ph - $1 * $ph / $top" | bc -l | xargs printf '%.0f'; }
+  echo "<svg xmlns='http://www.w3.org/2000/svg' width='$W' height='$H' font-family='sans-serif' font-size='12'>"
+  echo "<rect width='$W' height='$H' fill='white'/>"
+  echo "<text x='$L' y='22' font-size='14'>Joins/s on one queue, burst of $BURST (median of $REPEATS); p99 ms at each point</text>"
+  echo "<line x1='$L' y1='$((T + ph))' x2='$((L + pw))' y2='$((T + ph))' stroke='black'/>"
+  echo "<line x1='$L' y1='$T' x2='$L' y2='$((T + ph))' stroke='black'/>"
+  for i in 0 1 2 3 4; do
+    v=$((top * i / 4))
+    yy=$(y "$v")
+    echo "<line x1='$L' y1='$yy' x2='$((L + pw))' y2='$yy' stroke='#ddd'/><text x='$((L - 6))' y='$((yy + 4))' text-anchor='end'>$v</text>"
+  done
+  for i in "${!concs[@]}"; do
+    echo "<text x='$(x "$i")' y='$((T + ph + 18))' text-anchor='middle'>${concs[$i]}</text>"
+  done
+  echo "<text x='$((L + pw / 2))' y='$((H - 10))' text-anchor='middle'>connections (closed loop)</text>"
+  declare -A COLOR=([plain]='#888888' [off]='#d95f02' [on]='#1b9e77')
+  declare -A NAME=([plain]='baseline: one Lua call per join' [off]='waitroom, grouping off' [on]='waitroom, grouping on')
+  k=0
+  for variant in plain off on; do
+    pts=""
+    for i in "${!concs[@]}"; do
+      read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"
+      pts+="$(x "$i"),$(y "$rate") "
+    done
+    echo "<polyline points='$pts' fill='none' stroke='${COLOR[$variant]}' stroke-width='2'/>"
+    for i in "${!concs[@]}"; do
+      read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"
+      xx=$(x "$i") yy=$(y "$rate")
+      echo "<circle cx='$xx' cy='$yy' r='3' fill='${COLOR[$variant]}'/><text x='$((xx + 5))' y='$((yy - 5))' fill='${COLOR[$variant]}' font-size='10'>$(printf '%.0f' "$p99")</text>"
+    done
+    ly=$((T + 10 + k * 34))
+    echo "<line x1='$((L + pw + 10))' y1='$ly' x2='$((L + pw + 30))' y2='$ly' stroke='${COLOR[$variant]}' stroke-width='2'/>"
+    echo "<text x='$((L + pw + 34))' y='$((ly + 4))' font-size='10'>${NAME[$variant]}</text>"
+    k=$((k + 1))
+  done
+  echo "</svg>"
+} >"$SVG"
+log "wrote $MD and $SVG"

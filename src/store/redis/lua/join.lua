@@ -1,0 +1,176 @@
+-- join.lua: a helper prepended (after gcra.lua) to the scripts that put
+-- users in line, enter.lua (one join) and enter_many.lua (a group of
+-- joins, group commit); not a script on its own.
+--
+-- join(g, keys, a): one join, with
+--   g    = the call's shared state, from group(now, stock key): the store
+--          time; the queue's stock HASH (see common.lua: no fast track past
+--          it, and every row says whether the queue is sold out);
+--          what the joins of one call would otherwise each read again
+--          (line length, pass counter, entry counter, the span last
+--          marked), kept current by each join; and the new places' writes
+--          to the line, presence and the counter, deferred to flush(g)
+--   keys = {token key, budget key, address joins key, address places key}
+--   (STRING budget and join rate, see gcra.lua; places: ZSET user -> entry id)
+--   a    = the join's 13 arguments, in order: user, fast-track token,
+--          token TTL ms, batch, interval ms, max active (-1 = unlimited),
+--          first entry id (used only if the entry counter does not exist
+--          yet), budget period ms (0: none), budget burst, grace ms,
+--          address join period ms (0: none), address join burst,
+--          places per address (0: none)
+-- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
+-- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing.
+-- A new entry (in line or on the fast track) takes the next entry id; so
+-- does a token issued by a version without entry ids, on its holder's next
+-- join, so they can be given a ticket for it (rolling upgrades).
+-- Must run inside one script because the check and the add must be one step (two
+-- concurrent first enters of one user must not both add), the arrival
+-- number must be taken in the same step as the add (strict FIFO), the fast
+-- track must spend from the shared budget in the same step as it issues the
+-- token (a burst cannot bypass the rate or maxActive), and an address's
+-- count must be checked and raised with the add (two instances at an
+-- address's last place must not both add). No fast track while paused.
+local function group(now, stock)
+  return {now = now, stock = stock, line = {}, seen = {}, added = {}}
+end
+
+-- The line's length and the pass counter, read once per call: within a
+-- call only a join's own add changes them (join keeps g.total current).
+local function group_totals(g)
+  if not g.total then
+    g.total, g.pass = totals()
+  end
+  return g.total, g.pass
+end
+
+-- The next entry id, counted in the call and stored by flush(g); the
+-- counter's start is set at most once per call.
+local function group_entry(g, first)
+  if not g.last then
+    g.last = tonumber(next_entry(first)) - 1
+  end
+  g.last = g.last + 1
+  g.dirty = true
+  return g.last
+end
+
+-- Writes what the call's new places deferred: the entry counter, and one
+-- ZADD each for the line and presence. Called before anything reads them
+-- (a repeat join, an address's places) and at the end of the call.
+local function flush(g)
+  if g.dirty then
+    redis.call('SET', K.seq, string.format('%d', g.last))
+    g.dirty = false
+  end
+  if #g.line > 0 then
+    redis.call('ZADD', K.waiting, unpack(g.line))
+    redis.call('ZADD', K.seen, unpack(g.seen))
+    g.line, g.seen, g.added = {}, {}, {}
+  end
+end
+
+local function join(g, keys, a)
+  local now = g.now
+  local tokkey, budget_key, joins_key, places_key = keys[1], keys[2], keys[3], keys[4]
+  local user, fast_token, first = a[1], a[2], a[7]
+  local ttl, batch, interval, max_active =
+    tonumber(a[3]), tonumber(a[4]), tonumber(a[5]), tonumber(a[6])
+  local budget_period, budget_burst, grace =
+    tonumber(a[8]), tonumber(a[9]), tonumber(a[10])
+  local join_period, join_burst, max_places =
+    tonumber(a[11]), tonumber(a[12]), tonumber(a[13])
+
+  if g.added[user] then
+    flush(g) -- the same buyer again in this call: read it back as stored
+  end
+  local has_token = redis.call('EXISTS', tokkey) == 1
+  local waiting = not has_token and tonumber(redis.call('ZSCORE', K.waiting, user))
+  if has_token or waiting then
+    flush(g) -- describe() reads the line as stored
+    if budget_period > 0 then
+      -- A repeat join: counted once its entry is older than the grace.
+      local entered
+      if has_token then
+        entered = tonumber(redis.call('HGET', tokkey, 'enteredAt'))
+      else
+        entered = entered_at(user, waiting)
+      end
+      if not entered or now - entered >= grace then
+        local wait = gcra(budget_key, now, budget_period, budget_burst)
+        if wait > 0 then
+          return limited('buyer', wait)
+        end
+      end
+    end
+    if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
+      redis.call('HSET', tokkey, 'entry', group_entry(g, first))
+    end
+    redis.call('ZADD', K.seen, 'XX', now, user)
+    local total, pass = group_totals(g)
+    return with_stock(describe(user, tokkey, now, 0, total, pass), g.stock)
+  end
+
+  -- A new place: the client address's limits first.
+  if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
+    flush(g) -- the liveness check below reads the line
+    -- Forget places that ended (left, admitted and used, expired, dropped):
+    -- a place lasts while its user waits or holds a token with its entry id.
+    local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
+    for i = 1, #held, 2 do
+      local who, entry = held[i], tonumber(held[i + 1])
+      local live = tonumber(redis.call('ZSCORE', K.waiting, who)) == entry
+        or tonumber(redis.call('HGET', K.tokprefix .. who, 'entry')) == entry
+      if not live then
+        redis.call('ZREM', places_key, who)
+      end
+    end
+    if redis.call('ZCARD', places_key) >= max_places then
+      return limited('address_places', 10000)
+    end
+  end
+  if join_period > 0 then
+    local wait = gcra(joins_key, now, join_period, join_burst)
+    if wait > 0 then
+      return limited('address_joins', wait)
+    end
+  end
+
+  local function counted(entry)
+    if max_places > 0 then
+      redis.call('ZADD', places_key, entry, user)
+      -- Kept a day past the address's last new place; ended places are
+      -- forgotten when the count reaches the limit.
+      redis.call('PEXPIRE', places_key, 86400000)
+    end
+  end
+
+  local total, pass = group_totals(g)
+  if total == 0 and room(max_active) > 0 and redis.call('EXISTS', K.paused) == 0
+      and stock_room(g.stock) > 0 then
+    local level, at = refill(batch, interval, now)
+    if level >= 1 then
+      save_bucket(level - 1, at)
+      local entry = group_entry(g, first)
+      issue(tokkey, user, fast_token, now, ttl, now, entry)
+      counted(entry)
+      return with_stock(describe(user, tokkey, now, 1, total, pass), g.stock)
+    end
+  end
+
+  local seq = group_entry(g, first)
+  local n = #g.line
+  g.line[n + 1], g.line[n + 2] = seq, user
+  g.seen[n + 1], g.seen[n + 2] = now, user
+  g.added[user] = true
+  -- Every join of a call has the same time: once a span is marked, the
+  -- call's later entries in it are covered by that mark.
+  local field = span_of(seq)
+  if g.marked ~= field then
+    g.entered, g.marked = mark_entry(seq, now)
+  end
+  counted(seq)
+  g.total = total + 1
+  -- Entry ids only grow, so the new place is the last: its rank is the
+  -- line's length before it, and nobody holds a token under this user.
+  return with_stock({'waiting', 1, total, seq, '', -1, g.entered, g.total, pass}, g.stock)
+end

@@ -1,0 +1,291 @@
+//! Group commit of joins on a Redis of the test's own (so its command
+//! counts are the test's alone): many joins per script call, each with its
+//! own outcome, in arrival order, with every limit counted per join, and
+//! a dying Redis failing every join of a group alike.
+//!
+//! The joins are polled by `join_all` on the test's one-threaded runtime:
+//! each reaches the queue's grouping task in the order of the list before
+//! the task runs, so the order they must be placed in is known.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use waitroom::queue::{EntryToken, Policy, QueueName, Standing, UserId};
+use waitroom::store::redis::{JoinBatch, RedisStore};
+use waitroom::store::{
+    AddressLimits, BuyerBudget, EnterOutcome, JoinLimits, LimitKind, Limited, Rate, Store,
+    StoreError,
+};
+
+use crate::common::{RedisProcess, eventually};
+
+fn q() -> QueueName {
+    QueueName::parse("hot").unwrap()
+}
+
+fn u(name: &str) -> UserId {
+    UserId::parse(name).unwrap()
+}
+
+/// Nobody is admitted or fast-tracked: every join waits.
+fn closed() -> Policy {
+    Policy {
+        batch: 1,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 300_000,
+        max_active: Some(0),
+        abandon_after_ms: None,
+    }
+}
+
+async fn grouped(redis: &RedisProcess, max: usize) -> Arc<RedisStore> {
+    let store = RedisStore::connect(&redis.url(), "group")
+        .await
+        .unwrap()
+        .with_join_batch(Some(JoinBatch {
+            window: Duration::from_millis(2),
+            max,
+        }));
+    Arc::new(store)
+}
+
+/// Script calls (`EVALSHA`, and `EVAL` after a cache miss) since the last
+/// reset of the server's statistics.
+fn script_calls(redis: &RedisProcess) -> u64 {
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+fn reset_stats(redis: &RedisProcess) {
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+}
+
+/// Loads the scripts (a first call may miss the cache) and resets the
+/// counts, so a test counts its own calls only.
+async fn warmed(redis: &RedisProcess, store: &RedisStore) {
+    let other = QueueName::parse("warm").unwrap();
+    store
+        .enter(&other, &u("warm"), &closed(), &EntryToken::generate())
+        .await
+        .unwrap();
+    reset_stats(redis);
+}
+
+/// One join of `user` that nobody is admitted with (see [`closed`]).
+async fn join(
+    store: &RedisStore,
+    user: String,
+    limits: JoinLimits,
+) -> Result<Result<EnterOutcome, Limited>, StoreError> {
+    store
+        .enter_limited(&q(), &u(&user), &closed(), &EntryToken::generate(), &limits)
+        .await
+}
+
+fn waiting(o: &EnterOutcome) -> (u64, u64) {
+    match o.snapshot.standing {
+        Standing::Waiting { rank, seq } => (rank, seq),
+        ref other => panic!("expected a waiting place, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn five_hundred_joins_keep_their_order_in_few_calls() {
+    let redis = RedisProcess::start(false);
+    let store = grouped(&redis, 64).await;
+    warmed(&redis, &store).await;
+    let none = JoinLimits::default();
+    let joins = (0..500).map(|i| {
+        let store = store.clone();
+        let none = none.clone();
+        async move { join(&store, format!("g{i:03}"), none).await }
+    });
+    let outcomes = futures::future::join_all(joins).await;
+    let mut last_seq = 0;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let outcome = outcome.as_ref().unwrap().as_ref().unwrap();
+        assert!(outcome.created, "join {i} is new");
+        let (rank, seq) = waiting(outcome);
+        // Rank at the join: everyone sent before it, nobody after.
+        assert_eq!(rank, i as u64, "join {i} keeps its arrival order");
+        assert!(seq > last_seq, "entry ids follow the arrival order");
+        last_seq = seq;
+    }
+    let calls = script_calls(&redis);
+    assert!(
+        (500 / 64..=250).contains(&calls),
+        "500 joins in groups of at most 64 took {calls} calls"
+    );
+    // Read back afterwards: the same ranks, every join answered once.
+    let users: Vec<UserId> = (0..500).map(|i| u(&format!("g{i:03}"))).collect();
+    let now = store.statuses(&q(), &users).await.unwrap();
+    for (i, s) in now.iter().enumerate() {
+        assert!(matches!(s.standing, Standing::Waiting { rank, .. } if rank == i as u64));
+        assert_eq!(s.total_waiting, 500);
+    }
+}
+
+#[tokio::test]
+async fn one_user_twice_in_a_group_takes_one_place() {
+    let redis = RedisProcess::start(false);
+    let store = grouped(&redis, 64).await;
+    warmed(&redis, &store).await;
+    let none = JoinLimits::default();
+    let names = ["a", "b", "a", "c", "a"];
+    let outcomes = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| join(&store, name.to_string(), none.clone())),
+    )
+    .await;
+    assert_eq!(script_calls(&redis), 1, "all five in one group");
+    let outcomes: Vec<EnterOutcome> = outcomes.into_iter().map(|o| o.unwrap().unwrap()).collect();
+    let created: Vec<bool> = outcomes.iter().map(|o| o.created).collect();
+    assert_eq!(created, [true, true, false, true, false]);
+    let ranks: Vec<u64> = outcomes.iter().map(|o| waiting(o).0).collect();
+    assert_eq!(ranks, [0, 1, 0, 2, 0]);
+    let a_seq = waiting(&outcomes[0]).1;
+    assert!(outcomes.iter().step_by(2).all(|o| waiting(o).1 == a_seq));
+    assert_eq!(outcomes[4].snapshot.total_waiting, 3);
+}
+
+fn only(burst: u32) -> Rate {
+    Rate {
+        period_ms: 3_600_000,
+        burst,
+    }
+}
+
+#[tokio::test]
+async fn limits_count_every_join_of_a_group() {
+    let redis = RedisProcess::start(false);
+    let store = grouped(&redis, 64).await;
+    warmed(&redis, &store).await;
+    let address = |key: &str, joins, places| JoinLimits {
+        buyer: None,
+        address: Some(AddressLimits {
+            key: key.into(),
+            joins,
+            places,
+        }),
+    };
+    // Places: six joins from one address, three places.
+    let places = address("192.0.2.1", None, Some(3));
+    let outcomes =
+        futures::future::join_all((0..6).map(|i| join(&store, format!("p{i}"), places.clone())))
+            .await;
+    let kinds: Vec<Option<LimitKind>> = outcomes
+        .into_iter()
+        .map(|o| o.unwrap().err().map(|l| l.kind))
+        .collect();
+    let refused = Some(LimitKind::AddressPlaces);
+    assert_eq!(kinds, [None, None, None, refused, refused, refused]);
+    // Join rate: four joins from another address, a burst of two.
+    let rate = address("192.0.2.2", Some(only(2)), None);
+    let outcomes =
+        futures::future::join_all((0..4).map(|i| join(&store, format!("r{i}"), rate.clone())))
+            .await;
+    let kinds: Vec<Option<LimitKind>> = outcomes
+        .into_iter()
+        .map(|o| o.unwrap().err().map(|l| l.kind))
+        .collect();
+    let refused = Some(LimitKind::AddressJoins);
+    assert_eq!(kinds, [None, None, refused, refused]);
+    // A buyer's budget: repeat joins past the grace spend it one by one.
+    let budget = JoinLimits {
+        buyer: Some(BuyerBudget {
+            rate: only(2),
+            grace_ms: 0,
+        }),
+        address: None,
+    };
+    let outcomes =
+        futures::future::join_all((0..4).map(|_| join(&store, "p0".into(), budget.clone()))).await;
+    let kinds: Vec<Option<LimitKind>> = outcomes
+        .into_iter()
+        .map(|o| o.unwrap().err().map(|l| l.kind))
+        .collect();
+    let refused = Some(LimitKind::Buyer);
+    assert_eq!(kinds, [None, None, refused, refused]);
+    assert_eq!(script_calls(&redis), 3, "each batch of joins was one group");
+    let total = store.stats(&q()).await.unwrap().waiting;
+    assert_eq!(total, 5, "three places and two joins at the rate");
+}
+
+/// Redis is killed (SIGKILL, AOF fsynced on every write) under a stream of
+/// grouped joins: every join is answered, a place or a `503`, none hangs;
+/// after the restart every acknowledged place is still there.
+#[tokio::test]
+async fn killing_redis_mid_group_fails_its_joins_and_loses_no_acknowledged_place() {
+    let mut redis = RedisProcess::start(true);
+    let store = grouped(&redis, 32).await;
+    let placed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (store, placed, failed) = (store.clone(), placed.clone(), failed.clone());
+        workers.push(tokio::spawn(async move {
+            for i in 0..10_000 {
+                let user = format!("k{w}-{i}");
+                match join(&store, user.clone(), JoinLimits::default()).await {
+                    Ok(Ok(o)) => {
+                        assert!(o.created);
+                        placed.lock().unwrap().push(user);
+                    }
+                    Ok(Err(limited)) => panic!("no limits here: {limited:?}"),
+                    Err(StoreError::Unavailable(_)) => {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                        break;
+                    }
+                    Err(other) => panic!("a dead Redis is unavailable, not {other}"),
+                }
+            }
+        }));
+    }
+    eventually(Duration::from_secs(20), "some joins placed", || {
+        let n = placed.lock().unwrap().len();
+        async move { (n >= 500).then_some(()) }
+    })
+    .await;
+    redis.kill();
+    for w in futures::future::join_all(workers).await {
+        w.unwrap();
+    }
+    assert!(
+        failed.load(Ordering::SeqCst) > 0,
+        "joins after the kill failed"
+    );
+    redis.restart();
+    let store = RedisStore::connect(&redis.url(), "group").await.unwrap();
+    let placed = placed.lock().unwrap().clone();
+    let users: Vec<UserId> = placed.iter().map(|p| u(p)).collect();
+    let snapshots = store.statuses(&q(), &users).await.unwrap();
+    for (user, s) in placed.iter().zip(&snapshots) {
+        assert!(
+            matches!(s.standing, Standing::Waiting { .. }),
+            "{user} was told it had a place: {s:?}"
+        );
+    }
+}
