@@ -168,8 +168,7 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
             paused: stats.as_ref().map(|s| s.paused),
             observed_rate: rate,
             admitted_seen: state.hub().admitted_seen(queue),
-            wait_for_last_secs: waiting
-                .and_then(|w| forecast.wait_secs(w.saturating_sub(1))),
+            wait_for_last_secs: waiting.and_then(|w| forecast.wait_secs(w.saturating_sub(1))),
             streams_on_this_instance: state.hub().registered(queue),
             settings: settings.clone(),
         });

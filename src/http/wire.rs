@@ -95,7 +95,12 @@ impl QueueStatus {
                 estimated_wait_seconds: None,
                 estimated_wait_range: None,
                 polling_interval_seconds: Some(SOLD_OUT_POLL_SECS),
-                ..Self::waiting(*rank, total, (None, None), entered_at(snapshot.entered_at_ms))
+                ..Self::waiting(
+                    *rank,
+                    total,
+                    (None, None),
+                    entered_at(snapshot.entered_at_ms),
+                )
             },
             Standing::Waiting { rank, .. } => Self::waiting(
                 *rank,

@@ -199,10 +199,9 @@ impl Hub {
     /// The wait forecast of `queue` from its observed passes, or a point
     /// estimate at `fallback` admissions a second without data.
     pub fn forecast(&self, queue: &QueueName, fallback: f64) -> Forecast {
-        self.queue(queue)
-            .map_or(Forecast::at_rate(fallback), |q| {
-                lock(&q.rate).forecast(fallback)
-            })
+        self.queue(queue).map_or(Forecast::at_rate(fallback), |q| {
+            lock(&q.rate).forecast(fallback)
+        })
     }
 
     /// The observed admission rate of `queue`, or `fallback` without data.
