@@ -21,6 +21,7 @@ mod orders;
 mod orders_pg;
 mod queue;
 mod reach;
+mod sentinel;
 mod shutdown;
 mod sse;
 mod store_bound;
