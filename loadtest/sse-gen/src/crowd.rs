@@ -85,6 +85,8 @@ pub fn total(ps: &[Arc<Progress>]) -> [u64; PROGRESS_FIELDS] {
 pub struct Ctx {
     pub mode: Mode,
     pub addr: SocketAddr,
+    /// Where a broken stream is reopened, after `addr`, in turn.
+    pub fallback: Vec<SocketAddr>,
     pub queue: String,
     pub ips: SourceIps,
     pub read_chunk: usize,
@@ -179,6 +181,18 @@ async fn enter(
         res.fast_tracked = true;
     }
     Ok(v)
+}
+
+impl Ctx {
+    /// The instance for a stream's `attempt`-th reconnection: `addr`,
+    /// then the fallbacks in turn.
+    fn addr_for(&self, attempt: u32) -> SocketAddr {
+        let n = self.fallback.len() + 1;
+        match attempt as usize % n {
+            0 => self.addr,
+            i => self.fallback[i - 1],
+        }
+    }
 }
 
 /// Splits an SSE id `<pass>` / `<pass>.<n>`: `(pass, exact)`.
@@ -394,7 +408,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                         drop(_open);
                         tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
                             .await;
-                        conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                        conn = Conn::connect(ip, ctx.addr_for(attempts), ctx.read_chunk).await?;
                         continue 'streams;
                     }
                     return Err(e.into());
@@ -418,7 +432,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                         drop(_open);
                         tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
                             .await;
-                        conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                        conn = Conn::connect(ip, ctx.addr_for(attempts), ctx.read_chunk).await?;
                         continue 'streams;
                     }
                     if res.ready.is_empty() {

@@ -9,6 +9,7 @@ mod coord;
 mod crowd;
 mod http;
 mod server;
+mod soak;
 mod stats;
 mod table;
 
@@ -47,6 +48,8 @@ enum Cmd {
     Chart(chart::ChartArgs),
     /// Builds the markdown results table from the run's reports.
     Table(table::TableArgs),
+    /// A long steady run on several instances: anything that grows.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Table(a) => table::run(a),
         Cmd::Crowd(a) => runtime()?.block_on(coord::run(a)),
         Cmd::Burst(a) => runtime()?.block_on(burst::run(a)),
+        Cmd::Soak(a) => runtime()?.block_on(soak::run(a)),
     }
 }
 
