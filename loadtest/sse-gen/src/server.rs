@@ -255,7 +255,9 @@ pub async fn listen_passes(
 
 /// `SSUBSCRIBE` over a plain RESP2 connection on a thread of its own
 /// (redis-rs's async pub/sub has no sharded subscribe outside its cluster
-/// client): `smessage` arrays until `stop` fires.
+/// client): `smessage` arrays until `stop` fires. The thread blocks on
+/// the socket without a read timeout (a timed-out read makes redis-rs skip
+/// the next reply) and is left behind when the run ends.
 fn listen_sharded(
     client: redis::Client,
     channel: String,
@@ -264,14 +266,22 @@ fn listen_sharded(
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let mut con = client.get_connection_with_timeout(Duration::from_secs(5))?;
     con.send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())?;
-    con.set_read_timeout(Some(Duration::from_secs(5)))?;
     // The confirmation.
     con.recv_response()?;
-    con.set_read_timeout(Some(Duration::from_millis(200)))?;
-    Ok(tokio::task::spawn_blocking(move || {
-        while !*stop.borrow() {
+    let watching = stop.clone();
+    std::thread::spawn(move || {
+        while !*watching.borrow() {
             match con.recv_response() {
-                Ok(redis::Value::Array(items)) | Ok(redis::Value::Push { data: items, .. }) => {
+                // The parser may turn the `smessage` array into a push.
+                Ok(redis::Value::Push {
+                    kind: redis::PushKind::SMessage,
+                    data,
+                }) => {
+                    if let Some(redis::Value::BulkString(payload)) = data.get(1) {
+                        record(&log, payload, now_ms());
+                    }
+                }
+                Ok(redis::Value::Array(items)) => {
                     if let [
                         redis::Value::BulkString(kind),
                         _,
@@ -283,10 +293,13 @@ fn listen_sharded(
                     }
                 }
                 Ok(_) => {}
-                Err(e) if e.is_timeout() => {}
                 Err(_) => break,
             }
         }
+    });
+    let mut stop = stop;
+    Ok(tokio::spawn(async move {
+        let _ = stop.wait_for(|s| *s).await;
     }))
 }
 
