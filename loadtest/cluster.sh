@@ -27,8 +27,8 @@
 #
 # env (defaults): CROWD (15000 per instance), BATCH (admission lasts
 #   ~ open + settle + steady + 60 s: 42 at CROWD=15000), INTERVAL_MS
-#   (1000), SETTLE_SECS (20), STEADY_SECS (20), KILL_AFTER (unset: after
-#   the steady window; 0: no kill), BURST (5000), ROUNDS (3),
+#   (1000), SETTLE_SECS (20), STEADY_SECS (20), KILL_AFTER (unset: once
+#   the crowds are open; 0: no kill), BURST (5000), ROUNDS (3),
 #   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset), SKIP_WAIT_COST
 #   (unset), SKIP_CROWDS (unset).
 set -euo pipefail
@@ -50,7 +50,8 @@ OPEN_SECS=$((30 + CROWD * 3 / 200))
 # waits through the steady window and the kill: it lasts about the open
 # time + settle + steady + 60 s.
 BATCH=${BATCH:-$(((CROWD * INTERVAL_MS / 1000 + OPEN_SECS + SETTLE_SECS + STEADY_SECS + 59) / (OPEN_SECS + SETTLE_SECS + STEADY_SECS + 60)))}
-KILL_AFTER=${KILL_AFTER:-$((OPEN_SECS / 2 + SETTLE_SECS + STEADY_SECS + 5))}
+# The kill comes once every stream is open (OPEN_SECS is generous).
+KILL_AFTER=${KILL_AFTER:-$((OPEN_SECS + 10))}
 # Admission takes CROWD / BATCH passes; room for the kill and the report.
 CROWD_DURATION=$((OPEN_SECS + SETTLE_SECS + STEADY_SECS + CROWD * INTERVAL_MS / BATCH / 1000 + 90))
 
