@@ -21,8 +21,9 @@
 #
 # env (defaults): DURATION (30m; s/m suffix), JOIN_RATE (30 per s),
 #   BATCH (10) and INTERVAL_MS (500): 20 admissions per s,
-#   TOKEN_TTL_SECS (60), PATIENCE_SECS (300, mean; ~(JOIN_RATE - rate) *
-#   PATIENCE waiting at steady state), POLL_SHARE (0.2), DROP_SHARE (0.3),
+#   TOKEN_TTL_SECS (60), PATIENCE_SECS (120, mean; ~(JOIN_RATE - rate) *
+#   PATIENCE waiting at steady state, reached after ~3 x PATIENCE: keep
+#   that inside the first third of DURATION), POLL_SHARE (0.2), DROP_SHARE (0.3),
 #   ORDER_SHARE (0.6), DRAIN_SECS (240), SAMPLE_SECS (10),
 #   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset).
 set -euo pipefail
@@ -41,7 +42,7 @@ JOIN_RATE=${JOIN_RATE:-30}
 BATCH=${BATCH:-10}
 INTERVAL_MS=${INTERVAL_MS:-500}
 TOKEN_TTL_SECS=${TOKEN_TTL_SECS:-60}
-PATIENCE_SECS=${PATIENCE_SECS:-300}
+PATIENCE_SECS=${PATIENCE_SECS:-120}
 POLL_SHARE=${POLL_SHARE:-0.2}
 DROP_SHARE=${DROP_SHARE:-0.3}
 ORDER_SHARE=${ORDER_SHARE:-0.6}

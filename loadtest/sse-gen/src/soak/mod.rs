@@ -73,7 +73,7 @@ pub struct SoakArgs {
     #[arg(long)]
     pub configured_rate: f64,
     /// Mean patience of a waiting buyer (exponential), seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 120)]
     pub patience_secs: u64,
     /// Share of buyers who poll instead of holding a stream.
     #[arg(long, default_value_t = 0.2)]
@@ -295,8 +295,11 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
         .await?
         .into_iter()
         .find(|p| p["queue"] == a.queue.as_str());
-    if let (Some(p), Some(token), Some(admin)) = (&product, &a.admin_token, admins[0]) {
-        setup::set_stock(admin, p, a.stock, token).await?;
+    // Each instance may have its own order database: stock every one.
+    if let (Some(p), Some(token)) = (&product, &a.admin_token) {
+        for admin in admins.iter().flatten() {
+            setup::set_stock(*admin, p, a.stock, token).await?;
+        }
     }
     let product = product.and_then(|p| p["id"].as_str().map(str::to_owned));
 
