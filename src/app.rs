@@ -78,7 +78,8 @@ impl AppState {
         let (store, shared_secret): (SharedStore, Option<String>) = match &config.redis_url {
             Some(url) => {
                 let options = RedisOptions {
-                    topology: Topology::from_flags(url, config.redis_cluster),
+                    topology: Topology::from_flags(url, config.redis_cluster)
+                        .map_err(config::ConfigError)?,
                     wait_replicas: config.redis_wait_replicas,
                 };
                 let redis = RedisStore::open(&options, &config.key_prefix)

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::queue::{Policy, QueueName};
+use crate::store::redis::Topology;
 
 /// waitroom: a virtual waiting room in front of an order API.
 #[derive(Debug, Clone, Parser)]
@@ -29,7 +30,11 @@ pub struct Config {
 
     /// Redis URL (redis://host:port/db). Unset: the embedded in-memory store
     /// (one process only). With --redis-cluster: comma-separated seed nodes
-    /// of the cluster (redis://host:port,redis://host:port,...).
+    /// of the cluster (redis://host:port,redis://host:port,...). A master
+    /// with replicas behind Redis Sentinel:
+    /// redis+sentinel://[[user]:password@]host:port,host:port,.../master-name[/db]
+    /// (the sentinels, default port 26379; the credentials and db are the
+    /// Redis nodes').
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
 
@@ -386,11 +391,11 @@ impl Config {
         if !(1..=1000).contains(&self.join_batch_max) {
             return bad("--join-batch-max must be 1-1000");
         }
-        if let Some(url) = &self.redis_url
-            && !self.redis_cluster
-            && url.contains(',')
-        {
-            return bad("--redis-url names several nodes: add --redis-cluster");
+        if let Some(url) = &self.redis_url {
+            let topology = Topology::from_flags(url, self.redis_cluster).map_err(ConfigError)?;
+            if matches!(topology, Topology::Single(_)) && url.contains(',') {
+                return bad("--redis-url names several nodes: add --redis-cluster");
+            }
         }
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ' ']) {
             return bad("--key-prefix must be non-empty, without braces or spaces");

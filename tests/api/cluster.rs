@@ -18,7 +18,7 @@ async fn cluster() -> &'static crate::common::cluster::SharedCluster {
 
 async fn store(prefix: &str) -> Arc<RedisStore> {
     let options = RedisOptions {
-        topology: Topology::from_flags(&cluster().await.seeds, true),
+        topology: Topology::from_flags(&cluster().await.seeds, true).unwrap(),
         wait_replicas: 0,
     };
     Arc::new(RedisStore::open(&options, prefix).await.unwrap())
@@ -180,7 +180,7 @@ fn cluster_flags_that_cannot_work_are_refused() {
     .unwrap();
     ok.validate().unwrap();
     assert_eq!(
-        Topology::from_flags(ok.redis_url.as_deref().unwrap(), ok.redis_cluster),
+        Topology::from_flags(ok.redis_url.as_deref().unwrap(), ok.redis_cluster).unwrap(),
         Topology::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
     );
 }

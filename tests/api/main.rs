@@ -26,6 +26,7 @@ mod page;
 mod queue;
 mod queue_settings;
 mod reach;
+mod sentinel;
 mod shutdown;
 mod sse;
 mod stock;

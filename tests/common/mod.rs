@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod sentinel;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -115,7 +116,7 @@ pub async fn cluster_store(prefix: &str) -> RedisStore {
         .await
         .unwrap();
     let options = RedisOptions {
-        topology: Topology::from_flags(&seeds, true),
+        topology: Topology::from_flags(&seeds, true).unwrap(),
         wait_replicas: 0,
     };
     RedisStore::open(&options, prefix)

@@ -85,6 +85,8 @@ pub fn total(ps: &[Arc<Progress>]) -> [u64; PROGRESS_FIELDS] {
 pub struct Ctx {
     pub mode: Mode,
     pub addr: SocketAddr,
+    /// Where a broken stream is reopened, after `addr`, in turn.
+    pub fallback: Vec<SocketAddr>,
     pub queue: String,
     pub ips: SourceIps,
     pub read_chunk: usize,
@@ -179,6 +181,31 @@ async fn enter(
         res.fast_tracked = true;
     }
     Ok(v)
+}
+
+impl Ctx {
+    /// The instance for a stream's `attempt`-th reconnection: `addr`,
+    /// then the fallbacks in turn.
+    fn addr_for(&self, attempt: u32) -> SocketAddr {
+        let n = self.fallback.len() + 1;
+        match attempt as usize % n {
+            0 => self.addr,
+            i => self.fallback[i - 1],
+        }
+    }
+
+    /// Connects for the `attempts`-th reconnection; an instance that
+    /// refuses (it died) is skipped for the next one, each try counted.
+    async fn reconnect(&self, ip: std::net::Ipv4Addr, attempts: &mut u32) -> std::io::Result<Conn> {
+        loop {
+            match Conn::connect(ip, self.addr_for(*attempts), self.read_chunk).await {
+                Err(_) if *attempts < self.max_reconnects + self.fallback.len() as u32 => {
+                    *attempts += 1;
+                }
+                other => return other,
+            }
+        }
+    }
 }
 
 /// Splits an SSE id `<pass>` / `<pass>.<n>`: `(pass, exact)`.
@@ -394,7 +421,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                         drop(_open);
                         tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
                             .await;
-                        conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                        conn = ctx.reconnect(ip, &mut attempts).await?;
                         continue 'streams;
                     }
                     return Err(e.into());
@@ -418,7 +445,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                         drop(_open);
                         tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
                             .await;
-                        conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
+                        conn = ctx.reconnect(ip, &mut attempts).await?;
                         continue 'streams;
                     }
                     if res.ready.is_empty() {

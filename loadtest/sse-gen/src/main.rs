@@ -10,6 +10,7 @@ mod crowd;
 mod http;
 mod million;
 mod server;
+mod soak;
 mod stats;
 mod table;
 
@@ -50,6 +51,8 @@ enum Cmd {
     Chart(chart::ChartArgs),
     /// Builds the markdown results table from the run's reports.
     Table(table::TableArgs),
+    /// A long steady run on several instances: anything that grows.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Crowd(a) => runtime()?.block_on(coord::run(a)),
         Cmd::Burst(a) => runtime()?.block_on(burst::run(a)),
         Cmd::Million(a) => runtime()?.block_on(million::run(a)),
+        Cmd::Soak(a) => runtime()?.block_on(soak::run(a)),
     }
 }
 

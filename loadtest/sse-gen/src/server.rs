@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -196,15 +197,45 @@ fn list<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Vec<T> {
     }
 }
 
+/// Adds one message of the pass channel to `log`.
+fn record(log: &Mutex<ChannelLog>, payload: &[u8], recv: f64) {
+    let parsed: Result<RawPass, _> = serde_json::from_slice(payload);
+    let mut log = log.lock().unwrap();
+    match parsed {
+        Ok(p) if p.kind == "pass" => log.passes.push(PassRec {
+            pass: p.pass,
+            at: p.at,
+            recv,
+            admitted: list::<RawAdmitted>(p.admitted)
+                .into_iter()
+                .map(|a| (a.user, a.token.unwrap_or_default()))
+                .collect(),
+            abandoned: p.abandoned.as_array().map_or(0, Vec::len),
+            waiting: p.waiting,
+            busy: p.busy,
+        }),
+        Ok(p) if p.kind == "left" => log.left += 1,
+        Ok(p) if p.kind == "consumed" => log.consumed += 1,
+        Ok(_) => log.other += 1,
+        Err(_) => log.unreadable += 1,
+    }
+}
+
 /// Subscribes to the pass channel; the log grows until `stop` fires. The
-/// returned future resolves once subscribed.
+/// returned future resolves once subscribed. `sharded`: the servers run on
+/// a Redis Cluster and publish with `SPUBLISH`; `url` must then be the
+/// master of the queue's slot.
 pub async fn listen_passes(
     url: &str,
     channel: String,
     log: Arc<Mutex<ChannelLog>>,
     stop: tokio::sync::watch::Receiver<bool>,
+    sharded: bool,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let client = redis::Client::open(url)?;
+    if sharded {
+        return listen_sharded(client, channel, log, stop);
+    }
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(&channel).await?;
     Ok(tokio::spawn(async move {
@@ -215,30 +246,60 @@ pub async fn listen_passes(
                 _ = stop.changed() => break,
                 msg = messages.next() => {
                     let Some(msg) = msg else { break };
-                    let recv = now_ms();
-                    let parsed: Result<RawPass, _> = serde_json::from_slice(msg.get_payload_bytes());
-                    let mut log = log.lock().unwrap();
-                    match parsed {
-                        Ok(p) if p.kind == "pass" => log.passes.push(PassRec {
-                            pass: p.pass,
-                            at: p.at,
-                            recv,
-                            admitted: list::<RawAdmitted>(p.admitted)
-                                .into_iter()
-                                .map(|a| (a.user, a.token.unwrap_or_default()))
-                                .collect(),
-                            abandoned: p.abandoned.as_array().map_or(0, Vec::len),
-                            waiting: p.waiting,
-                            busy: p.busy,
-                        }),
-                        Ok(p) if p.kind == "left" => log.left += 1,
-                        Ok(p) if p.kind == "consumed" => log.consumed += 1,
-                        Ok(_) => log.other += 1,
-                        Err(_) => log.unreadable += 1,
-                    }
+                    record(&log, msg.get_payload_bytes(), now_ms());
                 }
             }
         }
+    }))
+}
+
+/// `SSUBSCRIBE` over a plain RESP2 connection on a thread of its own
+/// (redis-rs's async pub/sub has no sharded subscribe outside its cluster
+/// client): `smessage` arrays until `stop` fires. The thread blocks on
+/// the socket without a read timeout (a timed-out read makes redis-rs skip
+/// the next reply) and is left behind when the run ends.
+fn listen_sharded(
+    client: redis::Client,
+    channel: String,
+    log: Arc<Mutex<ChannelLog>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut con = client.get_connection_with_timeout(Duration::from_secs(5))?;
+    con.send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())?;
+    // The confirmation.
+    con.recv_response()?;
+    let watching = stop.clone();
+    std::thread::spawn(move || {
+        while !*watching.borrow() {
+            match con.recv_response() {
+                // The parser may turn the `smessage` array into a push.
+                Ok(redis::Value::Push {
+                    kind: redis::PushKind::SMessage,
+                    data,
+                }) => {
+                    if let Some(redis::Value::BulkString(payload)) = data.get(1) {
+                        record(&log, payload, now_ms());
+                    }
+                }
+                Ok(redis::Value::Array(items)) => {
+                    if let [
+                        redis::Value::BulkString(kind),
+                        _,
+                        redis::Value::BulkString(payload),
+                    ] = &items[..]
+                        && kind == b"smessage"
+                    {
+                        record(&log, payload, now_ms());
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    let mut stop = stop;
+    Ok(tokio::spawn(async move {
+        let _ = stop.wait_for(|s| *s).await;
     }))
 }
 

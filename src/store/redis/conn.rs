@@ -1,9 +1,12 @@
-//! The connection layer: one Redis, or a Redis Cluster, behind one type.
+//! The connection layer: one Redis, a Redis behind Sentinel, or a Redis
+//! Cluster, behind one type.
 //!
 //! Every store method runs its script through [`Conn`], which implements
-//! [`redis::aio::ConnectionLike`]; only this module knows which of the two it
-//! speaks to. A single Redis is one multiplexed, self-reconnecting
-//! connection ([`ConnectionManager`]); a cluster is redis-rs's async cluster
+//! [`redis::aio::ConnectionLike`]; only this module knows which of the three
+//! it speaks to. A single Redis is one multiplexed, self-reconnecting
+//! connection ([`ConnectionManager`]); behind Sentinel it is one multiplexed
+//! connection to whichever node the sentinels name master, found again
+//! after a failover (`sentinel.rs`); a cluster is redis-rs's async cluster
 //! connection, which routes each call by the slot of its first key, follows
 //! `MOVED`/`ASK` and refreshes its slot map after a failover. Every key of
 //! one call shares the queue's hash tag, so a call never spans two slots.
@@ -18,6 +21,8 @@
 //! land on a fresh connection (or on the promoted replica after a
 //! failover), where it answers at once, for a write it never saw.
 
+mod sentinel;
+
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -25,6 +30,12 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use sentinel::SentinelConn;
+pub(super) use sentinel::{Endpoint, Locator};
+
+/// The scheme of a `--redis-url` that names sentinels, not a Redis.
+const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
 /// Where the store's data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,13 +45,23 @@ pub enum Topology {
     /// A Redis Cluster, found through these seed nodes (any of them will
     /// do; the others are learnt from `CLUSTER SLOTS`).
     Cluster(Vec<String>),
+    /// One master with replicas, found through Redis Sentinel.
+    Sentinel(SentinelUrl),
 }
 
 impl Topology {
     /// Reads `--redis-url` with `--redis-cluster`: a cluster's seeds are
-    /// comma-separated.
-    pub fn from_flags(url: &str, cluster: bool) -> Self {
-        if cluster {
+    /// comma-separated; a `redis+sentinel://` URL names sentinels.
+    pub fn from_flags(url: &str, cluster: bool) -> Result<Self, String> {
+        if url.starts_with(SENTINEL_SCHEME) {
+            if cluster {
+                return Err(
+                    "--redis-cluster takes redis:// seed nodes, not a redis+sentinel:// URL".into(),
+                );
+            }
+            return SentinelUrl::parse(url).map(Topology::Sentinel);
+        }
+        Ok(if cluster {
             Topology::Cluster(
                 url.split(',')
                     .map(str::trim)
@@ -50,7 +71,7 @@ impl Topology {
             )
         } else {
             Topology::Single(url.to_owned())
-        }
+        })
     }
 
     /// Whether events use sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`): in a
@@ -60,10 +81,89 @@ impl Topology {
     }
 }
 
+/// `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]`:
+/// the sentinels (port 26379 unless given), the name they monitor the
+/// master under, and the database and credentials of the Redis nodes (the
+/// sentinels themselves are spoken to without). No percent-decoding: a
+/// password holding `@`, `/` or `,` cannot be written here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// `redis://host:port` of each sentinel.
+    pub sentinels: Vec<String>,
+    /// The master's name in the sentinels' configuration.
+    pub master: String,
+    pub db: i64,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl SentinelUrl {
+    /// Parses a `redis+sentinel://` URL; the error says what is wrong.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let bad = |what: &str| Err(format!("--redis-url {SENTINEL_SCHEME}...: {what}"));
+        let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
+            return bad("wrong scheme");
+        };
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((auth, rest)) => (Some(auth), rest),
+            None => (None, rest),
+        };
+        let (username, password) = match auth.map(|a| a.split_once(':')) {
+            None => (None, None),
+            Some(Some((user, pass))) if !pass.is_empty() => (
+                (!user.is_empty()).then(|| user.to_owned()),
+                Some(pass.to_owned()),
+            ),
+            Some(_) => return bad("credentials are written user:password@ or :password@"),
+        };
+        let Some((hosts, path)) = rest.split_once('/') else {
+            return bad("the master's name is missing (.../master-name)");
+        };
+        let mut path = path.split('/');
+        let master = path.next().unwrap_or_default();
+        if master.is_empty() {
+            return bad("the master's name is missing (.../master-name)");
+        }
+        let db = match path.next() {
+            None | Some("") => 0,
+            Some(db) => match db.parse::<i64>() {
+                Ok(db) if db >= 0 => db,
+                _ => return bad("the database must be a number"),
+            },
+        };
+        if path.next().is_some() {
+            return bad("the path is /master-name or /master-name/db");
+        }
+        let mut sentinels = Vec::new();
+        for host in hosts.split(',').map(str::trim) {
+            // `[::1]:26379`: the port follows the last colon outside brackets.
+            let (name, port) = match host.rsplit_once(':') {
+                Some((name, port)) if !port.contains(']') => match port.parse::<u16>() {
+                    Ok(port) if port > 0 => (name, port),
+                    _ => return bad("a sentinel's port must be 1-65535"),
+                },
+                _ => (host, 26379),
+            };
+            if name.is_empty() {
+                return bad("a sentinel's host is empty");
+            }
+            sentinels.push(format!("redis://{name}:{port}"));
+        }
+        Ok(Self {
+            sentinels,
+            master: master.to_owned(),
+            db,
+            username,
+            password,
+        })
+    }
+}
+
 /// One multiplexed connection to the store, cheap to clone.
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
+    Sentinel(SentinelConn),
     Cluster {
         /// Follows redirects and retries: every ordinary call.
         conn: ClusterConnection,
@@ -107,6 +207,9 @@ impl Conn {
                     ConnectionManager::new_with_config(client, config).await?,
                 ))
             }
+            Topology::Sentinel(url) => {
+                Ok(Conn::Sentinel(SentinelConn::connect(url, timeout).await?))
+            }
             Topology::Cluster(seeds) => {
                 let client = cluster_builder(seeds, timeout).build()?;
                 let durable = if durable {
@@ -144,6 +247,9 @@ impl Conn {
         loop {
             let values = match self {
                 Conn::Single(c) => c.req_packed_commands(&pipe, 0, 2).await,
+                // Sent again only when the master refused the script as a
+                // replica (`READONLY`): then neither command took effect.
+                Conn::Sentinel(c) => c.req_packed_commands(&pipe, 0, 2).await,
                 Conn::Cluster { durable, .. } => {
                     let durable = durable
                         .as_mut()
@@ -188,7 +294,7 @@ impl Conn {
     /// carries the queue's hash tag, so it lives on the queue's master).
     pub(super) async fn publish(&mut self, channel: &str, msg: &str) -> RedisResult<i64> {
         let name = match self {
-            Conn::Single(_) => "PUBLISH",
+            Conn::Single(_) | Conn::Sentinel(_) => "PUBLISH",
             Conn::Cluster { .. } => "SPUBLISH",
         };
         let mut cmd = redis::cmd(name);
@@ -203,6 +309,7 @@ impl Conn {
     ) -> RedisResult<T> {
         match self {
             Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Sentinel(c) => cmd.query_async(c).await,
             Conn::Cluster { conn: c, .. } => {
                 let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
@@ -217,6 +324,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
             Conn::Cluster { conn: c, .. } => c.req_packed_command(cmd),
         }
     }
@@ -229,6 +337,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster { conn: c, .. } => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -236,6 +345,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
             Conn::Cluster { conn: c, .. } => c.get_db(),
         }
     }

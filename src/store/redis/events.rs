@@ -23,7 +23,7 @@ use redis::{Client, PushKind};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::conn::cluster_builder;
+use super::conn::{Endpoint, Locator, cluster_builder};
 use super::{QueueKeys, Topology};
 use crate::queue::QueueName;
 use crate::store::{QueueEvent, StoreEvent};
@@ -47,10 +47,19 @@ pub(super) fn subscribe(
     match topology {
         Topology::Single(url) => match Client::open(url.as_str()) {
             Ok(client) => {
-                tokio::spawn(pump(client, channels, tx));
+                tokio::spawn(pump(Endpoint::Fixed(client), channels, tx));
             }
             // Unreachable: the store connected with this URL.
             Err(e) => tracing::error!(error = %e, "pub/sub: bad Redis URL"),
+        },
+        // Each reconnection asks the sentinels again: after a failover the
+        // master is another node.
+        Topology::Sentinel(url) => match Locator::new(&url, HEALTH_TIMEOUT) {
+            Ok(locator) => {
+                tokio::spawn(pump(Endpoint::Sentinel(locator), channels, tx));
+            }
+            // Unreachable: the store connected with this URL.
+            Err(e) => tracing::error!(error = %e, "pub/sub: bad sentinel URL"),
         },
         Topology::Cluster(seeds) => {
             tokio::spawn(pump_sharded(seeds, channels, tx));
@@ -59,11 +68,16 @@ pub(super) fn subscribe(
     ReceiverStream::new(rx).boxed()
 }
 
-async fn pump(client: Client, channels: HashMap<String, QueueName>, tx: mpsc::Sender<StoreEvent>) {
+async fn pump(
+    endpoint: Endpoint,
+    channels: HashMap<String, QueueName>,
+    tx: mpsc::Sender<StoreEvent>,
+) {
     let mut backoff = Duration::from_millis(100);
     let mut first = true;
     while !tx.is_closed() {
-        let connected = tokio::time::timeout(HEALTH_TIMEOUT, client.get_async_pubsub()).await;
+        let connect = async { endpoint.client().await?.get_async_pubsub().await };
+        let connected = tokio::time::timeout(HEALTH_TIMEOUT, connect).await;
         match connected
             .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
         {

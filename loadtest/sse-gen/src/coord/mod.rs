@@ -23,7 +23,7 @@
 
 mod probe;
 mod report;
-mod setup;
+pub(crate) mod setup;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -82,6 +82,15 @@ pub struct CrowdArgs {
     /// The server's --key-prefix (for the pass channel's name).
     #[arg(long, default_value = "waitroom")]
     pub key_prefix: String,
+    /// The server runs on a Redis Cluster: the pass channel is sharded
+    /// (`SSUBSCRIBE`), and --redis-url must be the master of the queue's
+    /// slot (its INFO is then that node's).
+    #[arg(long)]
+    pub sharded: bool,
+    /// Other instances of the same deployment (loopback only): a stream
+    /// that breaks is reopened on the next of --addr and these in turn.
+    #[arg(long, value_delimiter = ',')]
+    pub fallback_addrs: Vec<String>,
     /// The server's pid: RSS and CPU from /proc.
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -222,9 +231,18 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
         product_id = Some(id);
     }
 
+    let fallback: Vec<SocketAddr> = a
+        .fallback_addrs
+        .iter()
+        .map(|s| s.parse().context("--fallback-addrs"))
+        .collect::<anyhow::Result<_>>()?;
+    for f in &fallback {
+        ensure_loopback(f)?;
+    }
     let ctx_for = |progress: Arc<Progress>, concurrency: usize| Ctx {
         mode: a.mode,
         addr,
+        fallback: fallback.clone(),
         queue: a.queue.clone(),
         ips: ips.clone(),
         read_chunk: a.read_buf,
@@ -249,7 +267,8 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
                 .context("connecting to Redis")?,
         ));
         let channel = format!("{}:{{{}}}:events", a.key_prefix, a.queue);
-        listener = Some(server::listen_passes(url, channel, log.clone(), stop_rx).await?);
+        listener =
+            Some(server::listen_passes(url, channel, log.clone(), stop_rx, a.sharded).await?);
     }
     let probe = Arc::new(Probe {
         redis,
@@ -352,6 +371,9 @@ pub async fn run(a: CrowdArgs) -> anyhow::Result<()> {
                 .args(["--deadline-unix-ms", &format!("{deadline_unix:.0}")])
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true);
+            if !a.fallback_addrs.is_empty() {
+                cmd.args(["--fallback-addrs", &a.fallback_addrs.join(",")]);
+            }
             match &product_id {
                 Some(p) => {
                     cmd.args(["--product", p]);
@@ -616,9 +638,15 @@ async fn run_shard(
     let (i, n) = parse_shard(shard)?;
     let out = a.worker_out.clone().context("--shard needs --worker-out")?;
     let progress = Arc::new(Progress::default());
+    let fallback: Vec<SocketAddr> = a
+        .fallback_addrs
+        .iter()
+        .map(|s| s.parse().context("--fallback-addrs"))
+        .collect::<anyhow::Result<_>>()?;
     let ctx = Arc::new(Ctx {
         mode: a.mode,
         addr,
+        fallback,
         queue: a.queue.clone(),
         ips,
         read_chunk: a.read_buf,

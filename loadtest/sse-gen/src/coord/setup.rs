@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::http::Conn;
 
-pub(super) async fn products(addr: SocketAddr) -> anyhow::Result<Vec<Value>> {
+pub(crate) async fn products(addr: SocketAddr) -> anyhow::Result<Vec<Value>> {
     let mut c = Conn::connect(std::net::Ipv4Addr::new(127, 0, 0, 1), addr, 4096).await?;
     let r = c.request("GET", "/api/products", &[], None).await?;
     anyhow::ensure!(r.status == 200, "GET /api/products answered {}", r.status);
@@ -23,7 +23,7 @@ pub(super) async fn stock_of(addr: SocketAddr, id: &str) -> Option<i64> {
         .and_then(|p| p["stock"].as_i64())
 }
 
-pub(super) async fn set_stock(
+pub(crate) async fn set_stock(
     addr: SocketAddr,
     product: &Value,
     stock: i64,

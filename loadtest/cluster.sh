@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# loadtest/cluster.sh: several instances, one rate, on a Redis Cluster.
+#
+# Starts its OWN Redis Cluster (3 masters + 3 replicas on free ports,
+# no persistence; the shared Redis on 6379 is never touched), then:
+#   a. the cost of --redis-wait-replicas 1: join throughput (`sse-gen
+#      burst`, BURST joins over 64 connections) of an instance with
+#      --redis-wait-replicas 0 and one with 1, alternated ROUNDS times in
+#      the same run; the ratio of the medians;
+#   b. 3 instances (--redis-cluster, every instance serving 3 queues whose
+#      hash tags land on the 3 different masters), and 3 SSE crowds of CROWD
+#      buyers at once, crowd i joining instance i in queue i, so each master
+#      holds one queue; admission runs at BATCH per INTERVAL_MS for each
+#      queue, shared by the 3 instances through Redis. Per crowd: rank-update
+#      lag p99, RSS per stream of its instance, Redis commands per waiting
+#      user per second on its queue's master (INFO commandstats), and the
+#      admission rate against the configured one: the most any window of
+#      passes admitted above rate x window must stay within one batch.
+#      KILL_AFTER s after the crowds start, instance 3 is killed (SIGKILL):
+#      its streams reopen on instances 1 and 2, and every buyer must still
+#      get exactly one `ready` (lost = 0, duplicated = 0).
+# Writes $RESULTS_DIR/cluster.md (table), cluster.svg (chart of crowd 1)
+# and the raw JSON reports; exits non-zero when a check fails.
+#
+# Loopback only; every loop is bounded; every process started here is
+# stopped on exit. At CROWD=1000 it takes about 2 minutes.
+#
+# env (defaults): CROWD (15000 per instance), BATCH (admission lasts
+#   ~ open + settle + steady + 60 s: 42 at CROWD=15000), INTERVAL_MS
+#   (1000), SETTLE_SECS (20), STEADY_SECS (20), KILL_AFTER (unset: once
+#   the crowds are open; 0: no kill), BURST (5000), ROUNDS (3),
+#   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset), SKIP_WAIT_COST
+#   (unset), SKIP_CROWDS (unset).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+CROWD=${CROWD:-15000}
+INTERVAL_MS=${INTERVAL_MS:-1000}
+SETTLE_SECS=${SETTLE_SECS:-20}
+STEADY_SECS=${STEADY_SECS:-20}
+BURST=${BURST:-5000}
+ROUNDS=${ROUNDS:-3}
+RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
+((CROWD >= 10 && CROWD <= 17000)) || { echo "CROWD must be 10-17000 (one generator process per crowd)" >&2; exit 2; }
+# Time for the crowds to open (slow on a shared 2-core box: ~200 opens/s).
+OPEN_SECS=$((30 + CROWD * 3 / 200))
+# Admission runs from the start, slow enough that most of the crowd still
+# waits through the steady window and the kill: it lasts about the open
+# time + settle + steady + 60 s.
+BATCH=${BATCH:-$(((CROWD * INTERVAL_MS / 1000 + OPEN_SECS + SETTLE_SECS + STEADY_SECS + 59) / (OPEN_SECS + SETTLE_SECS + STEADY_SECS + 60)))}
+# The kill comes once every stream is open (OPEN_SECS is generous).
+KILL_AFTER=${KILL_AFTER:-$((OPEN_SECS + 10))}
+# Admission takes CROWD / BATCH passes; room for the kill and the report.
+CROWD_DURATION=$((OPEN_SECS + SETTLE_SECS + STEADY_SECS + CROWD * INTERVAL_MS / BATCH / 1000 + 90))
+
+mkdir -p "$RESULTS_DIR"
+RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
+TMP=$(mktemp -d /tmp/waitroom-cluster.XXXXXX)
+RUN=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+ADMIN_TOKEN=adm$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+TICKET_SECRET=sec$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+GEN=$ROOT/target/release/sse-gen
+SERVER_BIN=$ROOT/target/release/waitroom
+
+PIDS=()
+log() { printf '[cluster.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+stop_pid() {
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+cleanup() {
+  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+ulimit -n "$(ulimit -Hn)"
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  log "building release binaries"
+  cargo build --release --bin waitroom >&2
+  cargo build --release -p sse-gen >&2
+fi
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Below 22768, so the cluster bus (port + 10000) stays below the
+# ephemeral range too.
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 2700))
+    if port_free "$p" && port_free $((p + 10000)); then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# --- the cluster ----------------------------------------------------------
+NODES=()
+for _ in 1 2 3 4 5 6; do
+  p=$(free_port)
+  redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+    --cluster-node-timeout 2000 --save "" --appendonly no --repl-diskless-sync-delay 0 \
+    --dir "$TMP" --logfile "$TMP/redis-$p.log" &
+  PIDS+=($!)
+  NODES+=("$p")
+done
+for p in "${NODES[@]}"; do
+  for _ in $(seq 1 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+done
+redis-cli --cluster create $(printf '127.0.0.1:%s ' "${NODES[@]}") --cluster-replicas 1 --cluster-yes >"$TMP/create.log"
+for _ in $(seq 1 150); do
+  ok=1
+  for p in "${NODES[@]}"; do
+    redis-cli -p "$p" cluster info | grep -q cluster_state:ok || ok=0
+  done
+  synced=$(for p in "${NODES[@]}"; do redis-cli -p "$p" info replication; done | grep -c master_link_status:up || true)
+  ((ok && synced == 3)) && break
+  sleep 0.2
+done
+((ok && synced == 3)) || { log "the cluster did not settle"; exit 1; }
+SEEDS=$(printf 'redis://127.0.0.1:%s,' "${NODES[@]}")
+SEEDS=${SEEDS%,}
+log "cluster of 6 nodes (3 masters + 3 replicas): ${NODES[*]}"
+
+# master_of SLOT: the port of the master serving SLOT.
+master_of() {
+  redis-cli -p "${NODES[0]}" cluster nodes | awk -v s="$1" '$3 ~ /master/ && $3 !~ /fail/ {
+    for (i = 9; i <= NF; i++) { n = split($i, r, "-"); lo = r[1]; hi = (n == 2 ? r[2] : r[1]);
+      if (s >= lo && s <= hi) { split($2, a, "[:@]"); print a[2]; exit } } }'
+}
+# Three queues whose hash tags land on three different masters.
+QUEUES=() QMASTERS=()
+for i in $(seq 0 300); do
+  slot=$(redis-cli -p "${NODES[0]}" cluster keyslot "{q$i}")
+  m=$(master_of "$slot")
+  [[ " ${QMASTERS[*]} " == *" $m "* ]] && continue
+  QUEUES+=("q$i") QMASTERS+=("$m")
+  ((${#QUEUES[@]} == 3)) && break
+done
+((${#QUEUES[@]} == 3)) || { log "no three queues on three masters"; exit 1; }
+log "queues ${QUEUES[*]} on masters ${QMASTERS[*]}"
+
+ADDRESS_LIMIT_FLAGS=(--joins-per-address-per-minute 0 --places-per-address 0
+  --visitors-per-address-per-minute 0 --streams-per-address 0)
+# start NAME PREFIX [flags…]: an instance on the cluster; sets S_PID,
+# S_ADDR and S_ADMIN (its operator listener).
+start() {
+  local name=$1 prefix=$2
+  shift 2
+  S_ADDR=127.0.0.1:$(free_port)
+  S_ADMIN=127.0.0.1:$(free_port)
+  "$SERVER_BIN" --addr "$S_ADDR" --admin-addr "$S_ADMIN" --redis-url "$SEEDS" --redis-cluster \
+    --key-prefix "$prefix" --orders-db "$TMP/$name-orders.db" --admin-token "$ADMIN_TOKEN" \
+    --ticket-secret "$TICKET_SECRET" --drain-secs 1 --identity header "${ADDRESS_LIMIT_FLAGS[@]}" \
+    "$@" >"$TMP/$name.log" 2>&1 &
+  S_PID=$!
+  PIDS+=("$S_PID")
+  for _ in $(seq 1 100); do
+    curl -fsS "http://$S_ADDR/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  curl -fsS "http://$S_ADDR/readyz" >/dev/null || { log "$name did not start"; tail -5 "$TMP/$name.log" >&2; exit 1; }
+}
+
+STATUS=0
+TABLE=$TMP/table.md
+: >"$TABLE"
+
+# --- a. the cost of --redis-wait-replicas 1 ---------------------------------
+if [[ -z "${SKIP_WAIT_COST:-}" ]]; then
+  W0=() W1=()
+  for round in $(seq 1 "$ROUNDS"); do
+    for w in 0 1; do
+      start "wait$w-$round" "wr-w$w-$round-$RUN" --redis-wait-replicas "$w"
+      "$GEN" burst --addr "$S_ADDR" --users "$BURST" --concurrency 64 --source-ips 127.0.0.2-127.0.0.11 \
+        --duration-secs 60 --out "$RESULTS_DIR/cluster-burst-w$w-$round.json" >"$TMP/burst.log" 2>&1 || true
+      rate=$(jq -r '.enters_per_s | round' "$RESULTS_DIR/cluster-burst-w$w-$round.json")
+      stop_pid "$S_PID"
+      log "a. round $round, --redis-wait-replicas $w: $rate joins/s"
+      if ((w == 0)); then W0+=("$rate"); else W1+=("$rate"); fi
+    done
+  done
+  median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+  M0=$(median "${W0[@]}") M1=$(median "${W1[@]}")
+  RATIO=$(awk -v a="$M1" -v b="$M0" 'BEGIN { printf "%.2f", a / b }')
+  {
+    echo "| joins/s, one instance, --redis-wait-replicas 0 (median of $ROUNDS) | $M0 (${W0[*]}) |"
+    echo "| joins/s, one instance, --redis-wait-replicas 1 (median of $ROUNDS) | $M1 (${W1[*]}) |"
+    echo "| cost of --redis-wait-replicas 1 (ratio, same run) | ${RATIO}× |"
+  } >>"$TABLE"
+fi
+
+# --- b. three instances, three crowds, one rate per queue -------------------
+if [[ -z "${SKIP_CROWDS:-}" ]]; then
+  PREFIX=wr-crowd-$RUN
+  QLIST=$(IFS=,; echo "${QUEUES[*]}")
+  INST_PID=() INST_ADDR=() INST_ADMIN=()
+  for i in 0 1 2; do
+    start "inst$i" "$PREFIX" --queues "$QLIST" \
+      --admission-batch "$BATCH" --admission-interval-ms "$INTERVAL_MS" --token-ttl-secs 600
+    INST_PID+=("$S_PID") INST_ADDR+=("$S_ADDR") INST_ADMIN+=("$S_ADMIN")
+    log "b. instance $((i + 1)) pid $S_PID on $S_ADDR"
+  done
+  CROWD_PIDS=()
+  for i in 0 1 2; do
+    others=()
+    for j in 0 1 2; do ((j != i)) && others+=("${INST_ADDR[$j]}"); done
+    lo=$((2 + i * 10))
+    "$GEN" crowd --mode sse --addr "${INST_ADDR[$i]}" --queue "${QUEUES[$i]}" --users "$CROWD" \
+      --fallback-addrs "$(IFS=,; echo "${others[*]}")" --max-reconnects 6 \
+      --source-ips "127.0.0.$lo-127.0.0.$((lo + 9))" --connect-concurrency 100 \
+      --redis-url "redis://127.0.0.1:${QMASTERS[$i]}" --sharded --key-prefix "$PREFIX" \
+      --server-pid "${INST_PID[$i]}" --admin-addr "${INST_ADMIN[$i]}" --no-orders \
+      --settle-secs "$SETTLE_SECS" --steady-secs "$STEADY_SECS" --open-timeout-secs "$OPEN_SECS" \
+      --duration-secs "$CROWD_DURATION" --out "$RESULTS_DIR/cluster-crowd-$i.json" >"$TMP/crowd-$i.log" 2>&1 &
+    CROWD_PIDS+=($!)
+  done
+  log "b. 3 crowds of $CROWD streams (limit ${CROWD_DURATION}s); instance 3 killed after ${KILL_AFTER}s"
+  if ((KILL_AFTER > 0)); then
+    sleep "$KILL_AFTER"
+    kill -KILL "${INST_PID[2]}"
+    log "b. instance 3 killed (its streams reopen on instances 1 and 2)"
+  fi
+  for pid in "${CROWD_PIDS[@]}"; do wait "$pid" || true; done
+
+  RATE=$(awk -v b="$BATCH" -v i="$INTERVAL_MS" 'BEGIN { printf "%g", b * 1000 / i }')
+  for i in 0 1 2; do
+    f=$RESULTS_DIR/cluster-crowd-$i.json
+    [[ -s "$f" ]] || { log "crowd $((i + 1)) wrote no report"; tail -5 "$TMP/crowd-$i.log" >&2; STATUS=1; continue; }
+    # Over-admission: the most any run of consecutive passes admitted
+    # above the configured rate over its span, against one batch.
+    over=$(jq -r '.series.passes[] | "\(.t) \(.admitted)"' "$f" | awk -v r="$RATE" -v i="$INTERVAL_MS" '
+      { t[NR] = $1; a[NR] = $2 }
+      END { m = 0; for (x = 1; x <= NR; x++) { s = 0; for (y = x; y <= NR; y++) { s += a[y];
+        o = s - r * (t[y] - t[x] + i / 1000); if (o > m) m = o } } printf "%.0f", m }')
+    read -r p99 rss calls lost dup rate_s opened <<<"$(jq -r '[.rank_update_lag_ms.p99 // "n/a", .rss.per_stream_kib // "n/a",
+      .steady.redis_calls_per_user_s // "n/a", .readiness.lost, .readiness.duplicated,
+      .admission.admissions_per_s // "n/a", .events.streams_opened]
+      | map(if type == "number" then (. * 100 | round / 100) else . end | tostring) | join(" ")' "$f")"
+    verdict=met
+    if [[ "$lost" != 0 || "$dup" != 0 ]] || ((over > BATCH)); then verdict="**not met**"; STATUS=1; fi
+    killed=""
+    ((i == 2 && KILL_AFTER > 0)) && killed=" (instance killed mid-run)"
+    echo "| crowd $((i + 1))$killed: queue ${QUEUES[$i]} on master :${QMASTERS[$i]}, $CROWD streams ($opened opened) | rank-update p99 ${p99} ms; RSS ${rss} KiB/stream; ${calls} Redis commands per waiting user per s on its master; admission ${rate_s}/s vs ${RATE}/s configured, most over-admitted ${over} (≤ ${BATCH}); lost ready ${lost}, duplicated ${dup} | ${verdict} |" >>"$TABLE"
+  done
+  "$GEN" chart --report "$RESULTS_DIR/cluster-crowd-0.json" --out "$RESULTS_DIR/cluster.svg" || true
+fi
+
+{
+  echo "| figure | measured | |"
+  echo "|---|---|---|"
+  cat "$TABLE"
+  echo
+  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`loadtest/cluster.sh\` (CROWD=$CROWD BATCH=$BATCH INTERVAL_MS=$INTERVAL_MS SETTLE_SECS=$SETTLE_SECS STEADY_SECS=$STEADY_SECS KILL_AFTER=$KILL_AFTER BURST=$BURST ROUNDS=$ROUNDS): a Redis Cluster of 3 masters + 3 replicas $(redis-server --version | awk '{print $3}' | tr -d 'v='), no persistence; 3 waitroom instances; $(nproc) shared cores, loopback."
+} >"$RESULTS_DIR/cluster.md"
+cat "$RESULTS_DIR/cluster.md"
+exit $STATUS

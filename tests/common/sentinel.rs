@@ -1,0 +1,185 @@
+//! Redis Sentinel groups of the tests' own: one master, its replicas and
+//! three `redis-server --sentinel` processes on free ports, killed with the
+//! test (drop, and `PR_SET_PDEATHSIG` when the test process dies).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{RedisProcess, die_with_the_test, free_port};
+
+/// The name the sentinels monitor the master under.
+pub const MASTER_NAME: &str = "waitroom";
+
+/// How long starting a group may take before the test fails.
+const START_WITHIN: Duration = Duration::from_secs(40);
+
+/// A master, its replicas and three sentinels.
+pub struct SentinelGroup {
+    /// The nodes; which one is master changes with a failover.
+    pub nodes: Vec<RedisProcess>,
+    sentinels: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+impl SentinelGroup {
+    /// Starts a master with `replicas` replicas (in sync before this
+    /// returns) and three sentinels (quorum 2) that count a silent master as
+    /// down after `down_after_ms`.
+    pub fn start(replicas: usize, down_after_ms: u64) -> Self {
+        let deadline = Instant::now() + START_WITHIN;
+        let nodes: Vec<RedisProcess> = (0..=replicas).map(|_| RedisProcess::start(false)).collect();
+        let master = nodes[0].port;
+        for replica in &nodes[1..] {
+            let _: () = query(
+                replica.port,
+                redis::cmd("REPLICAOF").arg("127.0.0.1").arg(master),
+            )
+            .expect("REPLICAOF");
+        }
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-sentinel-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut me = Self {
+            nodes,
+            sentinels: Vec::new(),
+            dir,
+        };
+        me.wait_until(deadline, "replicas in sync", |me| {
+            me.nodes[1..].iter().all(|r| {
+                query::<String>(r.port, redis::cmd("INFO").arg("replication"))
+                    .is_some_and(|i| i.contains("master_link_status:up"))
+            })
+        });
+        while me.sentinels.len() < 3 {
+            assert!(Instant::now() < deadline, "sentinels did not start");
+            let port = free_port();
+            if let Some(child) = me.spawn_sentinel(port, master, down_after_ms) {
+                me.sentinels.push((port, child));
+            }
+        }
+        // A failover needs a quorum that knows each other and every
+        // replica: sentinels find both through the master, within seconds.
+        me.wait_until(deadline, "sentinels that know each other", |me| {
+            me.sentinels.iter().all(|(port, _)| {
+                query::<String>(*port, redis::cmd("INFO").arg("sentinel")).is_some_and(|i| {
+                    i.contains(&format!(
+                        "status=ok,address=127.0.0.1:{master},slaves={replicas},sentinels=3"
+                    ))
+                })
+            })
+        });
+        me
+    }
+
+    fn spawn_sentinel(&self, port: u16, master: u16, down_after_ms: u64) -> Option<Child> {
+        let conf = self.dir.join(format!("sentinel-{port}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}\n\
+                 sentinel failover-timeout {MASTER_NAME} 10000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
+                dir = self.dir.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new("redis-server");
+        cmd.arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        die_with_the_test(&mut cmd);
+        let mut child = cmd.spawn().expect("redis-server must be installed");
+        let pid = child.id();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = child.try_wait() {
+                return None;
+            }
+            if query::<String>(port, redis::cmd("INFO").arg("server"))
+                .is_some_and(|i| i.contains(&format!("process_id:{pid}")))
+            {
+                return Some(child);
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    fn wait_until(&self, deadline: Instant, what: &str, done: impl Fn(&Self) -> bool) {
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {START_WITHIN:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `--redis-url` for the group.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The port of the node the sentinels name master now (the first that
+    /// answers).
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|(port, _)| {
+            let addr: Option<(String, String)> = query(
+                *port,
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(MASTER_NAME),
+            );
+            addr.and_then(|(_, p)| p.parse().ok())
+        })
+    }
+
+    /// The node on `port`.
+    pub fn node(&mut self, port: u16) -> &mut RedisProcess {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of this group")
+    }
+
+    /// Cuts `master`'s links to its replicas (`CLIENT KILL TYPE replica`):
+    /// what it writes until they reconnect reaches no replica.
+    pub fn cut_replication(&self, master: u16) {
+        let killed: Option<i64> = query(
+            master,
+            redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+        );
+        assert!(killed.is_some_and(|n| n > 0), "no replica link to cut");
+    }
+}
+
+impl Drop for SentinelGroup {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    cmd.query(&mut conn).ok()
+}
