@@ -58,6 +58,13 @@ const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// behind the one writer, never an outage.
 const SQLITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a SQLite file's extra connection stays open idle.
+const SQLITE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a SQLite file's connection lives at most before it is
+/// replaced (sqlx's default).
+const SQLITE_MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
 /// The columns [`product_of`] reads, for `concat!` into queries (sqlx takes
 /// only static SQL).
 macro_rules! product_columns {
@@ -245,10 +252,20 @@ impl OrderStore {
                         .to_string()
                 };
                 // One writer at a time is SQLite's model; a few connections
-                // let reads proceed beside it. An in-memory database is per
-                // connection.
+                // let reads proceed beside it, and close after a minute idle
+                // so a quiet server holds one (its descriptors return after
+                // a rush). An in-memory database is per connection: its one
+                // connection is never closed, or the orders would go with it.
+                let (idle, lifetime) = if in_memory {
+                    (None, None)
+                } else {
+                    (Some(SQLITE_IDLE_TIMEOUT), Some(SQLITE_MAX_LIFETIME))
+                };
                 AnyPoolOptions::new()
                     .max_connections(if in_memory { 1 } else { 4 })
+                    .min_connections(1)
+                    .idle_timeout(idle)
+                    .max_lifetime(lifetime)
                     .acquire_timeout(SQLITE_ACQUIRE_TIMEOUT)
                     .after_connect(move |conn, _| {
                         Box::pin(async move {
