@@ -252,10 +252,10 @@ impl OrderStore {
                         .to_string()
                 };
                 // One writer at a time is SQLite's model; a few connections
-                // let reads proceed beside it, and close after a minute idle
-                // so a quiet server holds one (its descriptors return after
-                // a rush). An in-memory database is per connection: its one
-                // connection is never closed, or the orders would go with it.
+                // let reads proceed beside it (sqlx is asked to close extra
+                // ones after a minute idle). An in-memory database is per
+                // connection: its one connection is never closed nor
+                // recycled, or the orders would go with it.
                 let (idle, lifetime) = if in_memory {
                     (None, None)
                 } else {
