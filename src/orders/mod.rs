@@ -58,8 +58,13 @@ const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// behind the one writer, never an outage.
 const SQLITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a SQLite file's extra connection stays open idle.
-const SQLITE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connections to a SQLite file. SQLite lets one writer in at a time, so
+/// more connections only queue inside SQLite instead of in the pool, and
+/// each costs two descriptors (the file and its WAL) that sqlx does not
+/// give back reliably: the idle ones are handed out in turn, so the
+/// reconciler's sweep keeps every one of them younger than any idle
+/// timeout. One connection keeps an instance's descriptors constant.
+const SQLITE_FILE_CONNECTIONS: u32 = 1;
 
 /// How long a SQLite file's connection lives at most before it is
 /// replaced (sqlx's default).
@@ -230,6 +235,12 @@ impl OrderStore {
     /// memory. A PostgreSQL database must exist; every instance pointed at
     /// it shares its products and orders.
     pub async fn open(db: &str, queue: &str) -> Result<Self, sqlx::Error> {
+        Self::open_with(db, queue, SQLITE_FILE_CONNECTIONS).await
+    }
+
+    /// [`OrderStore::open`] with `file_connections` to a SQLite file (the
+    /// benchmark of the pool size compares sizes in one run).
+    async fn open_with(db: &str, queue: &str, file_connections: u32) -> Result<Self, sqlx::Error> {
         sqlx::any::install_default_drivers();
         let backend = Backend::of(db);
         let pool = match backend {
@@ -251,20 +262,18 @@ impl OrderStore {
                         .to_url_lossy()
                         .to_string()
                 };
-                // One writer at a time is SQLite's model; a few connections
-                // let reads proceed beside it (sqlx is asked to close extra
-                // ones after a minute idle). An in-memory database is per
-                // connection: its one connection is never closed nor
-                // recycled, or the orders would go with it.
-                let (idle, lifetime) = if in_memory {
-                    (None, None)
-                } else {
-                    (Some(SQLITE_IDLE_TIMEOUT), Some(SQLITE_MAX_LIFETIME))
-                };
+                // An in-memory database is per connection: its one
+                // connection is never recycled, or the orders would go
+                // with it. A file's is replaced now and then.
+                let lifetime = (!in_memory).then_some(SQLITE_MAX_LIFETIME);
                 AnyPoolOptions::new()
-                    .max_connections(if in_memory { 1 } else { 4 })
+                    .max_connections(if in_memory {
+                        1
+                    } else {
+                        file_connections.max(1)
+                    })
                     .min_connections(1)
-                    .idle_timeout(idle)
+                    .idle_timeout(None)
                     .max_lifetime(lifetime)
                     .acquire_timeout(SQLITE_ACQUIRE_TIMEOUT)
                     .after_connect(move |conn, _| {
@@ -841,5 +850,89 @@ mod tests {
         assert_eq!((old.stock, old.max_per_order), (5, DEFAULT_MAX_PER_ORDER));
         drop(s);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fresh SQLite file in its own temp dir, opened with `connections`,
+    /// stocked for `stock` orders.
+    async fn file_store(connections: u32, stock: i64) -> (std::path::PathBuf, OrderStore) {
+        let dir = std::env::temp_dir().join(format!("waitroom-orders-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("orders.db");
+        let s = OrderStore::open_with(path.to_str().unwrap(), "default", connections)
+            .await
+            .unwrap();
+        let p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
+        s.upsert_product(&update(&p, stock, None)).await.unwrap();
+        (dir, s)
+    }
+
+    /// `buyers` concurrent buyers, each placing an order and reading the
+    /// product back; returns how long they took together.
+    async fn order_burst(s: &OrderStore, tag: &str, buyers: usize) -> Duration {
+        let started = std::time::Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..buyers {
+            let s = s.clone();
+            let user = format!("{tag}-{i}");
+            tasks.spawn(async move {
+                s.place(DEMO_PRODUCT, 1, &format!("key-{user}"), &pending(&user))
+                    .await
+                    .unwrap();
+                s.product(DEMO_PRODUCT).await.unwrap().unwrap();
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        started.elapsed()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_database_keeps_its_one_connection_under_concurrent_orders() {
+        let (dir, s) = file_store(SQLITE_FILE_CONNECTIONS, 1000).await;
+        order_burst(&s, "c", 64).await;
+        assert_eq!(
+            s.order_count(DEMO_PRODUCT).await.unwrap(),
+            64,
+            "every order went through"
+        );
+        assert_eq!(
+            s.pool.size(),
+            1,
+            "concurrent orders opened no further connection (descriptors)"
+        );
+        assert_eq!(
+            s.product(DEMO_PRODUCT).await.unwrap().unwrap().stock,
+            1000 - 64
+        );
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Orders per second through one connection against four, in the same
+    /// run: `cargo test --lib orders::tests::pool_size_bench --
+    /// --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a benchmark: run by hand"]
+    async fn pool_size_bench() {
+        const ROUNDS: usize = 5;
+        const BUYERS: usize = 400;
+        let mut best = [f64::MAX; 2];
+        for round in 0..ROUNDS {
+            for (i, connections) in [1u32, 4].into_iter().enumerate() {
+                let (dir, s) = file_store(connections, 1_000_000).await;
+                let took = order_burst(&s, &format!("r{round}"), BUYERS).await;
+                best[i] = best[i].min(took.as_secs_f64());
+                s.pool.close().await;
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+        let rate = |secs: f64| BUYERS as f64 / secs;
+        println!(
+            "orders/s (best of {ROUNDS} x {BUYERS} concurrent): 1 connection {:.0}, 4 connections {:.0}, one against four {:.2}",
+            rate(best[0]),
+            rate(best[1]),
+            best[1] / best[0]
+        );
     }
 }
