@@ -11,17 +11,25 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+// The runtime's clock: the same as the system's, except in a test that
+// pauses time to check the schedule to the millisecond.
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::queue::{EntryToken, QueueName, QueueSettings, Queues};
 use crate::store::SharedStore;
 
-/// How often the loop looks for queues due for a pass: the finest
-/// interval it honours.
-const TICK: Duration = Duration::from_millis(20);
+/// Longest the loop sleeps between looks at the catalog: how soon it sees
+/// a new queue or a shortened interval. Otherwise it sleeps until the
+/// next pass is due, to the timer's millisecond: a pass polled for on a
+/// coarser tick would start late by a varying part of the tick, and the
+/// store's bucket (one interval's worth at most) drops what refills in a
+/// gap longer than the interval, so the varying lateness alone would
+/// admit less than the configured rate.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
 
 /// How often each queue's gauges of holders and hold are re-read.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
@@ -33,16 +41,15 @@ pub async fn run(
     live: watch::Receiver<Arc<Queues>>,
     shutdown: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(TICK);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // When each queue's next pass is due.
     let mut due: HashMap<QueueName, Instant> = HashMap::new();
     let mut gauges_at = Instant::now();
     let mut failing = false;
+    let mut wake = Instant::now();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = ticker.tick() => {}
+            _ = tokio::time::sleep_until(wake) => {}
         }
         let queues = live.borrow().clone();
         due.retain(|q, _| queues.contains_key(q));
@@ -68,9 +75,7 @@ pub async fn run(
             if *next > now {
                 continue;
             }
-            // On schedule rather than a tick late each time (the rate
-            // would drift), but never catching up more than one pass.
-            *next = (*next + interval).max(now);
+            *next = after_pass(*next, now, interval);
             let tokens: Vec<EntryToken> =
                 (0..policy.batch).map(|_| EntryToken::generate()).collect();
             let started = Instant::now();
@@ -103,7 +108,22 @@ pub async fn run(
                 }
             }
         }
+        wake = wake_at(due.values().copied(), gauges_at, Instant::now());
     }
+}
+
+/// When the next pass of a queue is due after the one due at `due` ran at
+/// `now`: on schedule rather than as late as this one was (the rate would
+/// drift), but never catching up more than one pass (the bucket would
+/// not have it anyway).
+fn after_pass(due: Instant, now: Instant, interval: Duration) -> Instant {
+    (due + interval).max(now)
+}
+
+/// When the loop wakes next: the first pass due, to the millisecond, or
+/// the gauges, or [`MAX_SLEEP`] from `now`, whichever comes first.
+fn wake_at(due: impl Iterator<Item = Instant>, gauges_at: Instant, now: Instant) -> Instant {
+    due.fold(gauges_at.min(now + MAX_SLEEP), Instant::min)
 }
 
 /// Sets `queue`'s gauges: its settings, and its holders and hold as the
@@ -120,5 +140,64 @@ async fn queue_gauges(store: &SharedStore, queue: &QueueName, settings: &QueueSe
         metrics::gauge!("waitroom_active", &labels).set(stats.active as f64);
         metrics::gauge!("waitroom_paused", &labels).set(if stats.paused { 1.0 } else { 0.0 });
         metrics::gauge!("waitroom_waiting", &labels).set(stats.waiting as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A late pass does not push the ones after it: the next is due an
+    /// interval after the one that was due, so the gaps average out to
+    /// the interval. Once more than an interval late, the next is due at
+    /// once, with no burst of passes to catch up.
+    #[test]
+    fn a_late_pass_keeps_the_schedule() {
+        let t0 = Instant::now();
+        let interval = 500 * MS;
+        assert_eq!(after_pass(t0, t0, interval), t0 + interval);
+        assert_eq!(after_pass(t0, t0 + 30 * MS, interval), t0 + interval);
+        assert_eq!(after_pass(t0, t0 + 499 * MS, interval), t0 + interval);
+        assert_eq!(after_pass(t0, t0 + 1_700 * MS, interval), t0 + 1_700 * MS);
+        // Passes run 30 ms late every other time: still 20 in 10 s.
+        let (mut due, mut passes) = (t0, 0);
+        while due < t0 + 10_000 * MS {
+            let ran = due
+                + if passes % 2 == 1 {
+                    30 * MS
+                } else {
+                    Duration::ZERO
+                };
+            due = after_pass(due, ran, interval);
+            passes += 1;
+        }
+        assert_eq!((passes, due), (20, t0 + 10_000 * MS));
+    }
+
+    /// The loop sleeps until the first pass due, whatever its phase: a
+    /// loop that looked for due passes on a fixed tick would start each
+    /// pass late by a part of the tick that changes from pass to pass,
+    /// and the bucket (one interval's worth at most) would not refill for
+    /// the longer gaps: with a 50 ms interval and a 20 ms tick, gaps of 60
+    /// and 40 ms in turn, a sixth of the rate lost.
+    #[test]
+    fn the_loop_wakes_when_the_first_pass_is_due() {
+        let now = Instant::now();
+        let gauges = now + 5_000 * MS;
+        let due = [now + 37 * MS, now + 13 * MS, now + 61 * MS];
+        assert_eq!(wake_at(due.into_iter(), gauges, now), now + 13 * MS);
+        // Nothing due soon: it still looks at the catalog now and then.
+        let later = [now + 900 * MS];
+        assert_eq!(wake_at(later.into_iter(), gauges, now), now + MAX_SLEEP);
+        assert_eq!(wake_at(std::iter::empty(), gauges, now), now + MAX_SLEEP);
+        // The gauges are due first.
+        assert_eq!(wake_at(later.into_iter(), now + 5 * MS, now), now + 5 * MS);
+        // Already due: at once.
+        assert_eq!(
+            wake_at([now - 3 * MS].into_iter(), gauges, now),
+            now - 3 * MS
+        );
     }
 }
