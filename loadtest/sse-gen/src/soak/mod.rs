@@ -119,7 +119,10 @@ pub struct Sample {
     pub streams: Vec<f64>,
     pub used_memory: u64,
     pub keys: u64,
-    /// Admitted per second since the previous sample (pass channel).
+    /// Admitted per second between the last pass heard by the previous
+    /// sample and the last one heard by this one (Redis clock): windows
+    /// aligned with passes, so a pass is never split between two samples
+    /// nor its delivery delay counted as a gap.
     pub admit_rate: f64,
     /// Waiting after the last pass.
     pub waiting: u64,
@@ -146,11 +149,22 @@ struct Probe {
     log: Arc<Mutex<ChannelLog>>,
     /// Passes already counted.
     seen_passes: usize,
+    /// Redis-clock time of the last pass counted: where the next
+    /// admission window starts.
+    last_pass_at: Option<u64>,
     last: Instant,
 }
 
 impl Probe {
     async fn sample(&mut self, t0: Instant, load: bool, c: &Counters) -> anyhow::Result<Sample> {
+        // Descriptors and RSS first: the metrics scrape below opens a
+        // connection the instance may not have closed yet when read.
+        let rss_kib = self
+            .pids
+            .iter()
+            .map(|p| server::rss_kib(*p).unwrap_or(0))
+            .collect();
+        let fds = self.pids.iter().map(|p| fd_count(*p)).collect();
         let info: String = redis::cmd("INFO")
             .arg("memory")
             .query_async(&mut self.redis)
@@ -165,30 +179,40 @@ impl Probe {
         for a in &self.admins {
             streams.push(server::streams_open(*a).await.unwrap_or(f64::NAN));
         }
-        let (admitted, waiting) = {
+        let local_secs = self.last.elapsed().as_secs_f64().max(1e-3);
+        self.last = Instant::now();
+        let (admit_rate, waiting) = {
             let log = self.log.lock().unwrap();
             let new = &log.passes[self.seen_passes.min(log.passes.len())..];
             let admitted: usize = new.iter().map(|p| p.admitted.len()).sum();
             let waiting = log.passes.last().map_or(0, |p| p.waiting);
             self.seen_passes = log.passes.len();
-            (admitted, waiting)
+            // The bucket refills continuously and each pass takes all it
+            // holds: what passes in (a, b] admitted is what refilled over
+            // b - a, give or take one token's fraction.
+            let rate = match (self.last_pass_at, new.last()) {
+                (Some(from), Some(p)) if p.at > from => {
+                    admitted as f64 * 1000.0 / (p.at - from) as f64
+                }
+                (_, None) => 0.0,
+                // No earlier pass to start from: the local clock.
+                _ => admitted as f64 / local_secs,
+            };
+            if let Some(p) = new.last() {
+                self.last_pass_at = Some(p.at);
+            }
+            (rate, waiting)
         };
-        let secs = self.last.elapsed().as_secs_f64().max(1e-3);
-        self.last = Instant::now();
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
         Ok(Sample {
             t: t0.elapsed().as_secs_f64(),
             load,
-            rss_kib: self
-                .pids
-                .iter()
-                .map(|p| server::rss_kib(*p).unwrap_or(0))
-                .collect(),
-            fds: self.pids.iter().map(|p| fd_count(*p)).collect(),
+            rss_kib,
+            fds,
             streams,
             used_memory,
             keys,
-            admit_rate: admitted as f64 / secs,
+            admit_rate,
             waiting,
             buyers: get(&c.alive),
             joins: get(&c.joins),
@@ -328,6 +352,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
         admins,
         log: log.clone(),
         seen_passes: 0,
+        last_pass_at: None,
         last: Instant::now(),
     };
     // Every lazily opened descriptor (the order database's journal, pooled
@@ -422,6 +447,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
         admins: Vec::new(),
         log: Arc::new(Mutex::new(ChannelLog::default())),
         seen_passes: 0,
+        last_pass_at: None,
         last: Instant::now(),
     };
     loop {
@@ -430,7 +456,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
             .server_pids
             .iter()
             .zip(&baseline.fds)
-            .all(|(p, b)| fd_count(*p) <= b + report::FD_SLACK);
+            .all(|(p, b)| fd_count(*p) <= *b);
         if (final_keys.is_subset(&allowed) && fds_back) || Instant::now() >= hard_end {
             break;
         }
@@ -439,6 +465,9 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
     let drained_after = (Instant::now() - load_end.min(Instant::now())).as_secs_f64();
     sampler.abort();
     let _ = sampler.await;
+    // The last count is judged against the baseline with nothing else
+    // allowed: let a scrape the sampler had in flight close first.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let mut last = check.sample(t0, false, &world.counters).await?;
     last.streams = Vec::new();
     samples.lock().unwrap().push(last);
