@@ -25,25 +25,8 @@ RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 TMP=$(mktemp -d /tmp/waitroom-bytes.XXXXXX)
-REDIS_PID=""
-SERVER_PID=""
-
-log() { printf '[bytes-per-buyer.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
-stop_pid() {
-  local pid=$1
-  [[ -n "$pid" ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-}
-cleanup() {
-  stop_pid "$SERVER_PID"
-  stop_pid "$REDIS_PID"
-  rm -rf "$TMP"
-}
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)"
@@ -52,24 +35,9 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   cargo build --release --bin waitroom >&2
   cargo build --release -p sse-gen >&2
 fi
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
 
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
-  --logfile "$TMP/redis.log" &
-REDIS_PID=$!
-R() { redis-cli -p "$PORT" "$@"; }
-for _ in $(seq 1 50); do R ping >/dev/null 2>&1 && break; sleep 0.1; done
+REDIS_MAXCLIENTS=10000 start_redis
+R() { redis-cli -p "$REDIS_PORT" "$@"; }
 used() { R info memory | awk -F: '$1 == "used_memory" { print $2 + 0 }'; }
 
 # measure BIN LABEL: a fresh server of BIN on an empty Redis, WAITING
@@ -79,12 +47,11 @@ measure() {
   R flushall >/dev/null
   local addr=127.0.0.1:$(free_port)
   "$bin" --addr "$addr" --admin-addr "127.0.0.1:$(free_port)" \
-    --redis-url "redis://127.0.0.1:$PORT" --key-prefix b --queues hot --max-active 0 \
+    --redis-url "$REDIS_URL" --key-prefix b --queues hot --max-active 0 \
     --identity header --ticket-secret "bytes-per-buyer-secret" --drain-secs 1 \
-    --joins-per-address-per-minute 0 --places-per-address 0 \
-    --visitors-per-address-per-minute 0 --streams-per-address 0 >"$TMP/server.log" 2>&1 &
+    "${ADDRESS_LIMIT_FLAGS[@]}" >"$TMP/server.log" 2>&1 &
   SERVER_PID=$!
-  for _ in $(seq 1 100); do curl -fsS "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_ready "$addr"
   # One join first, so the queue's fixed keys exist before the baseline.
   curl -fsS -X POST -H 'X-User-Id: first' "http://$addr/api/queues/hot/entries" >/dev/null
   local before after n added

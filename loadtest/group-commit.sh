@@ -38,28 +38,8 @@ TMP=$(mktemp -d /tmp/waitroom-group.XXXXXX)
 GEN=$ROOT/target/release/sse-gen
 SERVER_BIN=$ROOT/target/release/waitroom
 PLAIN_BIN=$ROOT/target/release/plain-join
-REDIS_PID=""
-SERVER_PID=""
-
-log() { printf '[group-commit.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-stop_pid() {
-  local pid=$1
-  [[ -n "$pid" ]] || return 0
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-}
-
-cleanup() {
-  stop_pid "$SERVER_PID"
-  stop_pid "$REDIS_PID"
-  rm -rf "$TMP"
-}
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)"
@@ -70,29 +50,7 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   cargo build --release -p sse-gen -p plain-join >&2
 fi
 
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
-
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$TMP" --logfile "$TMP/redis.log" &
-REDIS_PID=$!
-for _ in $(seq 1 50); do
-  redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
-redis-cli -p "$REDIS_PORT" ping >/dev/null
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT
-log "redis-server pid $REDIS_PID on port $REDIS_PORT"
+REDIS_MAXCLIENTS=10000 start_redis
 
 # start VARIANT: a fresh server on an empty Redis; sets SERVER_ADDR.
 start() {
@@ -116,17 +74,11 @@ start() {
     "$SERVER_BIN" --addr "$SERVER_ADDR" --admin-addr "127.0.0.1:$(free_port)" \
       --redis-url "$REDIS_URL" --key-prefix gc --queues hot,warm --max-active 0 \
       --identity header --ticket-secret "group-commit-bench-secret" --drain-secs 1 \
-      --joins-per-address-per-minute 0 --places-per-address 0 \
-      --visitors-per-address-per-minute 0 --streams-per-address 0 \
-      "${flags[@]}" >"$TMP/server.log" 2>&1 &
+      "${ADDRESS_LIMIT_FLAGS[@]}" "${flags[@]}" >"$TMP/server.log" 2>&1 &
     ;;
   esac
   SERVER_PID=$!
-  for _ in $(seq 1 100); do
-    curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null
+  wait_ready "$SERVER_ADDR"
 }
 
 # CPU seconds Redis has used, and the server process.

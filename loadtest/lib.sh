@@ -1,13 +1,20 @@
-# loadtest/lib.sh: helpers shared by run.sh and ab.sh (sourced, not run).
+# loadtest/lib.sh: helpers shared by the benchmark scripts (sourced, not
+# run): run.sh, ab.sh, soak.sh, million.sh, group-commit.sh,
+# bytes-per-buyer.sh.
 #
-# Expects TMP (a scratch dir removed on exit), RUN (a random tag),
-# ADMIN_TOKEN, TICKET_SECRET and SERVER_BIN (the waitroom binary
-# start_server runs; a caller may switch it between servers). Sets
-# REDIS_PID, REDIS_PORT, REDIS_URL (start_redis) and SERVER_PID,
-# SERVER_ADDR, ADMIN_ADDR, PREFIX (start_server).
+# Every helper expects TMP (a scratch dir, removed by cleanup). start_server
+# also expects RUN (a random tag), ADMIN_TOKEN, TICKET_SECRET and SERVER_BIN
+# (the waitroom binary it runs; a caller may switch it between servers).
+# Sets REDIS_PID, REDIS_PORT, REDIS_URL (start_redis) and SERVER_PID,
+# SERVER_ADDR, ADMIN_ADDR, PREFIX (start_server). A script that runs more
+# processes of its own adds their pids to EXTRA_PIDS: cleanup stops them
+# too. `trap cleanup EXIT` is the caller's.
 
 REDIS_PID=""
 SERVER_PID=""
+EXTRA_PIDS=()
+# redis-server's client cap in start_redis (Redis' own default is 10000).
+REDIS_MAXCLIENTS=${REDIS_MAXCLIENTS:-1000}
 
 log() { printf '[%s %s] %s\n' "$(basename "$0")" "$(date +%T)" "$*" >&2; }
 
@@ -24,6 +31,8 @@ stop_pid() {
 }
 
 cleanup() {
+  local pid
+  for pid in "${EXTRA_PIDS[@]}"; do stop_pid "$pid"; done
   stop_pid "$SERVER_PID"
   stop_pid "$REDIS_PID"
   rm -rf "$TMP"
@@ -42,12 +51,23 @@ free_port() {
   return 1
 }
 
+# wait_ready ADDR: until a server on ADDR answers /readyz (10 s at most;
+# fails after that).
+wait_ready() {
+  local addr=$1
+  for _ in $(seq 1 100); do
+    curl -fsS "http://$addr/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  curl -fsS "http://$addr/readyz" >/dev/null
+}
+
 # A redis-server of our own on a free port (no persistence; the shared one
 # on 6379 is never touched).
 start_redis() {
   REDIS_PORT=$(free_port)
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$TMP" --logfile "$TMP/redis.log" --maxclients 1000 &
+    --dir "$TMP" --logfile "$TMP/redis.log" --maxclients "$REDIS_MAXCLIENTS" &
   REDIS_PID=$!
   for _ in $(seq 1 50); do
     redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
@@ -81,10 +101,6 @@ start_server() {
     --ticket-secret "$TICKET_SECRET" --drain-secs 1 --identity header \
     "${ADDRESS_LIMIT_FLAGS[@]}" "$@" >"$TMP/$name-server.log" 2>&1 &
   SERVER_PID=$!
-  for _ in $(seq 1 100); do
-    curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  curl -fsS "http://$SERVER_ADDR/readyz" >/dev/null
+  wait_ready "$SERVER_ADDR"
   log "waitroom '$name' pid $SERVER_PID on $SERVER_ADDR, operators on $ADMIN_ADDR ($*)"
 }

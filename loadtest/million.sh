@@ -37,21 +37,9 @@ mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 TMP=$(mktemp -d /tmp/waitroom-million.XXXXXX)
 ADMIN_TOKEN=adm$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-SERVER_PID=""
-
-log() { printf '[million.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-stop_server() {
-  [[ -n "$SERVER_PID" ]] || return 0
-  kill -TERM "$SERVER_PID" 2>/dev/null || true
-  for _ in $(seq 1 50); do
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.2
-  done
-  kill -KILL "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
-}
-trap 'stop_server; rm -rf "$TMP"' EXIT
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 ulimit -n "$(ulimit -Hn)"
@@ -62,41 +50,22 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   cargo build --release -p sse-gen >&2
 fi
 
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
-
 # run NAME BINARY: one server, one `sse-gen million`; $RESULTS_DIR/million-NAME.json.
 run() {
   local name=$1 bin=$2
   local addr=127.0.0.1:$(free_port) admin=127.0.0.1:$(free_port)
-  # Every buyer comes from a few loopback addresses: the per-address
-  # limits are off, they are not what is measured.
   "$bin" --addr "$addr" --admin-addr "$admin" --admin-token "$ADMIN_TOKEN" \
     --identity header --orders off --drain-secs 1 --admission-batch "$BATCH" \
-    --joins-per-address-per-minute 0 --places-per-address 0 \
-    --visitors-per-address-per-minute 0 --streams-per-address 0 \
-    >"$TMP/$name-server.log" 2>&1 &
+    "${ADDRESS_LIMIT_FLAGS[@]}" >"$TMP/$name-server.log" 2>&1 &
   SERVER_PID=$!
-  for _ in $(seq 1 100); do
-    curl -fsS "http://$addr/readyz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  curl -fsS "http://$addr/readyz" >/dev/null
+  wait_ready "$addr"
   log "$name: $bin pid $SERVER_PID on $addr; joining until $WAITING wait"
   "$GEN" million --addr "$addr" --admin-addr "$admin" --admin-token "$ADMIN_TOKEN" \
     --pid "$SERVER_PID" --waiting "$WAITING" --sample-at "$SAMPLE_AT" \
     --concurrency "$CONCURRENCY" --streams "$STREAMS" --polls-per-sec "$POLLS" \
     --duration-secs "$RUN_SECS" --out "$RESULTS_DIR/million-$name.json" >&2
-  stop_server
+  stop_pid "$SERVER_PID"
+  SERVER_PID=""
 }
 
 run new "$NEW_BIN"

@@ -12,14 +12,30 @@
 # when a pass criterion fails:
 #   - RSS and Redis used_memory flat: <= 5 % growth over the last 20 min of
 #     the load (its last two thirds when shorter);
-#   - descriptors back to baseline (+2) after the crowd left;
+#   - descriptors back to their baseline (nothing above it) after the crowd
+#     left; the baseline is read after one buyer per instance went the
+#     whole way (join, order, stream), before the crowd;
 #   - Redis back to its constant keys (bucket, pass, sequence, secret);
-#   - admission = the configured rate (+-10 % per sample) throughout.
+#   - admission = the configured rate (+-10 %) in every sample after the
+#     first minute, each sample measured from pass to pass on Redis' clock.
+#
+# The rates (defaults), both instances together:
+#   joins      30/s, spread over the instances
+#   admission  20/s (BATCH 10 every INTERVAL_MS 500, one bucket for both)
+#   leaves     ~10/s: a waiting buyer's patience is exponential with a mean
+#              of 120 s, so the line settles where joins = admitted + left,
+#              ~(30 - 20) x 120 = 1,200 waiting, within ~6 min (3 x the
+#              patience): warm-up, inside the first third of the load
+#   polls      20 % of the buyers poll instead of streaming; 30 % of the
+#              streams drop once (3-30 s in) and reopen on the other
+#              instance
+#   orders     60 % of the admitted order (~12/s, one SQLite file per
+#              instance), the rest let their 60-s token expire
 #
 # Loopback only; bounded: at most DURATION + DRAIN + 2 min; every process
 # started here is stopped on exit.
 #
-# env (defaults): DURATION (30m; s/m suffix), JOIN_RATE (30 per s),
+# env (defaults): DURATION (30m; s/m suffix, 1-30 min), JOIN_RATE (30 per s),
 #   BATCH (10) and INTERVAL_MS (500): 20 admissions per s,
 #   TOKEN_TTL_SECS (60), PATIENCE_SECS (120, mean; ~(JOIN_RATE - rate) *
 #   PATIENCE waiting at steady state, reached after ~3 x PATIENCE: keep
@@ -62,23 +78,8 @@ SERVER_BIN=$ROOT/target/release/waitroom
 STAMP=$(date -u +%Y%m%dT%H%MZ)
 OUT=$RESULTS_DIR/soak-$STAMP
 
-PIDS=()
-log() { printf '[soak.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-stop_pid() {
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-}
-cleanup() {
-  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-  rm -rf "$TMP"
-}
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)"
@@ -89,30 +90,8 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   cargo build --release -p sse-gen >&2
 fi
 
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
-
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$TMP" --logfile "$TMP/redis.log" &
-PIDS+=($!)
-for _ in $(seq 1 50); do
-  redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
-redis-cli -p "$REDIS_PORT" ping >/dev/null
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+REDIS_MAXCLIENTS=10000 start_redis
 PREFIX=soak-$RUN
-log "redis-server on port $REDIS_PORT"
 
 ADDRS=() ADMINS=() SERVER_PIDS=()
 for i in 1 2; do
@@ -122,16 +101,10 @@ for i in 1 2; do
     --orders-db "$TMP/orders-$i.db" --admin-token "$ADMIN_TOKEN" --ticket-secret "$TICKET_SECRET" \
     --identity header --drain-secs 1 \
     --admission-batch "$BATCH" --admission-interval-ms "$INTERVAL_MS" --token-ttl-secs "$TOKEN_TTL_SECS" \
-    --joins-per-address-per-minute 0 --places-per-address 0 \
-    --visitors-per-address-per-minute 0 --streams-per-address 0 \
-    >"$TMP/server-$i.log" 2>&1 &
+    "${ADDRESS_LIMIT_FLAGS[@]}" >"$TMP/server-$i.log" 2>&1 &
   pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1 100); do
-    curl -fsS "http://$addr/readyz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  curl -fsS "http://$addr/readyz" >/dev/null
+  EXTRA_PIDS+=("$pid")
+  wait_ready "$addr"
   log "instance $i pid $pid on $addr (operators $admin)"
   ADDRS+=("$addr") ADMINS+=("$admin") SERVER_PIDS+=("$pid")
 done
