@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{die_with_the_test, free_port};
+use super::free_port;
+use super::redis_proc::{query, spawn_on, stop, wait_until};
 
 /// How long starting a cluster may take before the test fails.
 const START_WITHIN: Duration = Duration::from_secs(30);
@@ -105,30 +106,15 @@ impl ClusterProcess {
             .arg(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        die_with_the_test(&mut cmd);
-        let mut child = cmd.spawn().expect("redis-server must be installed");
-        let pid = child.id();
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = child.try_wait() {
-                return None;
-            }
-            if info(port).is_some_and(|i| i.contains(&format!("process_id:{pid}"))) {
-                return Some(child);
-            }
-            std::thread::sleep(Duration::from_millis(30));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        spawn_on(cmd, port)
     }
 
     /// Waits until every live node says `cluster_state:ok`, knows every
     /// node, every master has its replicas, and every replica is in sync
     /// (only a synced replica can be promoted).
     fn wait_until_settled(&self, masters: usize, replicas: usize, deadline: Instant) {
-        loop {
-            let settled = self.live_ports().iter().all(|&p| {
+        wait_until(deadline, START_WITHIN, "the cluster settled", || {
+            self.live_ports().iter().all(|&p| {
                 cluster_info(p).is_some_and(|i| {
                     i.contains("cluster_state:ok")
                         && i.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
@@ -146,16 +132,8 @@ impl ClusterProcess {
                     .all(|r| {
                         query::<String>(r, redis::cmd("INFO").arg("replication"))
                             .is_some_and(|i| i.contains("master_link_status:up"))
-                    });
-            if settled {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not settle within {START_WITHIN:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+                    })
+        });
     }
 
     /// The seed list for `--redis-url` with `--redis-cluster`.
@@ -259,8 +237,7 @@ impl ClusterProcess {
             .find(|n| n.port == port)
             .expect("a node of this cluster");
         if let Some(mut child) = node.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            stop(&mut child);
         }
     }
 }
@@ -315,26 +292,11 @@ impl Drop for ClusterProcess {
     fn drop(&mut self) {
         for node in &mut self.nodes {
             if let Some(mut child) = node.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
+                stop(&mut child);
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    cmd.query(&mut conn).ok()
-}
-
-fn info(port: u16) -> Option<String> {
-    query(port, &redis::cmd("INFO"))
 }
 
 fn cluster_info(port: u16) -> Option<String> {

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{RedisProcess, die_with_the_test, free_port};
+use super::redis_proc::{query, spawn_on, stop, wait_until};
+use super::{RedisProcess, free_port};
 
 /// The name the sentinels monitor the master under.
 pub const MASTER_NAME: &str = "waitroom";
@@ -45,7 +46,7 @@ impl SentinelGroup {
             sentinels: Vec::new(),
             dir,
         };
-        me.wait_until(deadline, "replicas in sync", |me| {
+        wait_until(deadline, START_WITHIN, "replicas in sync", || {
             me.nodes[1..].iter().all(|r| {
                 query::<String>(r.port, redis::cmd("INFO").arg("replication"))
                     .is_some_and(|i| i.contains("master_link_status:up"))
@@ -60,15 +61,20 @@ impl SentinelGroup {
         }
         // A failover needs a quorum that knows each other and every
         // replica: sentinels find both through the master, within seconds.
-        me.wait_until(deadline, "sentinels that know each other", |me| {
-            me.sentinels.iter().all(|(port, _)| {
-                query::<String>(*port, redis::cmd("INFO").arg("sentinel")).is_some_and(|i| {
-                    i.contains(&format!(
-                        "status=ok,address=127.0.0.1:{master},slaves={replicas},sentinels=3"
-                    ))
+        wait_until(
+            deadline,
+            START_WITHIN,
+            "sentinels that know each other",
+            || {
+                me.sentinels.iter().all(|(port, _)| {
+                    query::<String>(*port, redis::cmd("INFO").arg("sentinel")).is_some_and(|i| {
+                        i.contains(&format!(
+                            "status=ok,address=127.0.0.1:{master},slaves={replicas},sentinels=3"
+                        ))
+                    })
                 })
-            })
-        });
+            },
+        );
         me
     }
 
@@ -91,34 +97,7 @@ impl SentinelGroup {
             .arg("--sentinel")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        die_with_the_test(&mut cmd);
-        let mut child = cmd.spawn().expect("redis-server must be installed");
-        let pid = child.id();
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = child.try_wait() {
-                return None;
-            }
-            if query::<String>(port, redis::cmd("INFO").arg("server"))
-                .is_some_and(|i| i.contains(&format!("process_id:{pid}")))
-            {
-                return Some(child);
-            }
-            std::thread::sleep(Duration::from_millis(30));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
-    }
-
-    fn wait_until(&self, deadline: Instant, what: &str, done: impl Fn(&Self) -> bool) {
-        while !done(self) {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {START_WITHIN:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        spawn_on(cmd, port)
     }
 
     /// `--redis-url` for the group.
@@ -167,19 +146,8 @@ impl SentinelGroup {
 impl Drop for SentinelGroup {
     fn drop(&mut self) {
         for (_, child) in &mut self.sentinels {
-            let _ = child.kill();
-            let _ = child.wait();
+            stop(child);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    cmd.query(&mut conn).ok()
 }
