@@ -118,6 +118,10 @@ pub struct Sample {
     pub fds: Vec<u64>,
     pub streams: Vec<f64>,
     pub used_memory: u64,
+    /// The part of `used_memory` that is client buffers
+    /// (`mem_clients_normal`: pub/sub output waiting for a slow reader),
+    /// to tell a lagging subscriber from data that grows.
+    pub redis_clients: u64,
     pub keys: u64,
     /// Admitted per second between the last pass heard by the previous
     /// sample and the last one heard by this one (Redis clock): windows
@@ -169,11 +173,13 @@ impl Probe {
             .arg("memory")
             .query_async(&mut self.redis)
             .await?;
-        let used_memory = info
-            .lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        let field = |name: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let (used_memory, redis_clients) = (field("used_memory"), field("mem_clients_normal"));
         let keys: u64 = redis::cmd("DBSIZE").query_async(&mut self.redis).await?;
         let mut streams = Vec::new();
         for a in &self.admins {
@@ -211,6 +217,7 @@ impl Probe {
             fds,
             streams,
             used_memory,
+            redis_clients,
             keys,
             admit_rate,
             waiting,
@@ -389,7 +396,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
                 match probe.sample(t0, load, &world.counters).await {
                     Ok(s) => {
                         eprintln!(
-                            "soak t={:>5.0}s buyers {:>5} waiting {:>5} admit {:>5.1}/s rss {:?} KiB fds {:?} redis {} KiB {} keys errors {}",
+                            "soak t={:>5.0}s buyers {:>5} waiting {:>5} admit {:>5.1}/s rss {:?} KiB fds {:?} redis {} KiB (clients {} KiB) {} keys errors {}",
                             s.t,
                             s.buyers,
                             s.waiting,
@@ -397,6 +404,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
                             s.rss_kib,
                             s.fds,
                             s.used_memory / 1024,
+                            s.redis_clients / 1024,
                             s.keys,
                             s.errors
                         );
