@@ -399,7 +399,7 @@ impl AppState {
             crate::webhook::DeliveryOptions {
                 consumer: self.instance().to_owned(),
                 claim_ms: self.config().webhook_claim_ms,
-                tick: Duration::from_millis(100),
+                tick: Duration::from_millis(250),
             },
             self.shutdown().clone(),
         ));

@@ -74,7 +74,7 @@ fn parse_query(raw: Option<&str>) -> Result<AuditQuery, ApiError> {
     tag = "admin",
     security(("admin" = [])),
     params(
-        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", description = "The queue's name (1-64 of `a-z 0-9 _ -`)."),
+        ("queue" = String, Path, pattern = r"^[a-z0-9_-]{1,64}$", example = "default", description = "The queue's name (1-64 of `a-z 0-9 _ -`)."),
         ("after" = Option<String>, Query, pattern = r"^[0-9]{1,20}-[0-9]{1,20}$", description = "Entries after this id (a page's `next`); absent: from the oldest kept."),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Most entries in the page (default 100)."),
         ("kind" = Option<AuditKind>, Query, description = "Only entries of this kind."),

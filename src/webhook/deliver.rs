@@ -119,7 +119,9 @@ pub async fn run(
         // 1. Take what is new, and what dead instances left behind.
         for queue in queues.keys() {
             for (h, hook) in hooks.iter().enumerate() {
-                if !hook.follows(queue) {
+                // Store calls are bounded, but many of them against a dead
+                // store would outlast the shutdown window.
+                if !hook.follows(queue) || shutdown.is_cancelled() {
                     continue;
                 }
                 let held = flights.keys().filter(|k| k.0 == h && &k.1 == queue).count();
@@ -206,7 +208,7 @@ pub async fn run(
             .filter(|(_, f)| !f.settled && f.next_at <= now)
             .map(|(k, f)| (k.clone(), f.body.clone(), f.attempts + 1))
             .collect();
-        let results: Vec<(Key, Result<(), String>)> = futures::stream::iter(due)
+        let attempts = futures::stream::iter(due)
             .map(|(key, body, attempt)| {
                 let hook = &hooks[key.0];
                 let client = &client;
@@ -216,8 +218,13 @@ pub async fn run(
                 }
             })
             .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+            .collect::<Vec<(Key, Result<(), String>)>>();
+        // A shutdown drops the requests under way: their entries stay
+        // pending, for the next taker (at least once).
+        let results = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            results = attempts => results,
+        };
         for (key, result) in results {
             let hook = &hooks[key.0];
             let Some(f) = flights.get_mut(&key) else {

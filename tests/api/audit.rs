@@ -212,3 +212,63 @@ async fn the_audit_read_fails_closed_while_redis_is_down() {
     assert_eq!(audit(&app, "?limit=0").await.0, 400);
     app.stop().await;
 }
+
+/// What the log costs an admission pass: `admit` of 5,000 waiting buyers
+/// with the log on and off, A B B A on the shared Redis, as a ratio
+/// (`loadtest/audit-cost.sh` runs it; ignored in the normal run).
+#[tokio::test]
+#[ignore = "a measurement: loadtest/audit-cost.sh"]
+async fn cost_of_the_log_per_admission_pass() {
+    use waitroom::queue::{EntryToken, Policy, QueueName, UserId};
+    const N: usize = 5_000;
+    let queue = QueueName::parse("default").unwrap();
+    let policy = Policy {
+        batch: N as u32,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 300_000,
+        max_active: None,
+        abandon_after_ms: None,
+    };
+    let mut times: Vec<(u64, std::time::Duration)> = Vec::new();
+    for max_len in [100_000u64, 0, 0, 100_000, 100_000, 0, 0, 100_000] {
+        let store = RedisStore::connect(&redis_url(), &unique_prefix("audit-cost"))
+            .await
+            .unwrap()
+            .with_audit_max_len(max_len);
+        let store: SharedStore = Arc::new(store);
+        store.set_paused(&queue, true).await.unwrap();
+        for chunk in 0..N / 500 {
+            let joins = (0..500).map(|i| {
+                let user = UserId::parse(&format!("c{chunk}-{i}")).unwrap();
+                let store = store.clone();
+                let (queue, policy) = (queue.clone(), policy.clone());
+                async move {
+                    store
+                        .enter(&queue, &user, &policy, &EntryToken::generate())
+                        .await
+                        .unwrap()
+                }
+            });
+            futures::future::join_all(joins).await;
+        }
+        store.set_paused(&queue, false).await.unwrap();
+        let tokens: Vec<EntryToken> = (0..N).map(|_| EntryToken::generate()).collect();
+        let started = std::time::Instant::now();
+        let pass = store.admit(&queue, &policy, &tokens).await.unwrap();
+        times.push((max_len, started.elapsed()));
+        assert_eq!(pass.admitted.len(), N);
+    }
+    let mean = |on: bool| {
+        let t: Vec<f64> = times
+            .iter()
+            .filter(|(m, _)| (*m > 0) == on)
+            .map(|(_, d)| d.as_secs_f64() * 1000.0)
+            .collect();
+        t.iter().sum::<f64>() / t.len() as f64
+    };
+    let (on, off) = (mean(true), mean(false));
+    println!(
+        "admit of {N} buyers: log on {on:.1} ms, off {off:.1} ms, ratio {:.2} (runs: {times:?})",
+        on / off
+    );
+}
