@@ -211,6 +211,30 @@ async fn retries_until_the_receiver_recovers(app: TestApp, receiver: Receiver) {
             .collect();
         assert_eq!(bodies.len(), 1, "{key}");
     }
+    // The metrics saw the retries and the deliveries (the recorder is the
+    // process's: other tests' counts of this hook name add up, never less).
+    let text = app
+        .client
+        .get(app.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |outcome: &str| -> f64 {
+        text.lines()
+            .find(|l| {
+                l.starts_with("waitroom_webhook_deliveries_total{")
+                    && l.contains("hook=\"crm\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(count("retried") >= 3.0, "{text}");
+    assert!(count("ok") >= 4.0, "{text}");
     app.stop().await;
 }
 
