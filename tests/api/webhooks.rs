@@ -45,7 +45,12 @@ struct Receiver {
     got: Arc<Mutex<Vec<Got>>>,
     fail_first: Arc<AtomicUsize>,
     down: Arc<AtomicBool>,
+    /// Requests still to be answered only after [`SLOW`] (a hung receiver).
+    slow_first: Arc<AtomicUsize>,
 }
+
+/// How long a slow receiver takes: well past the hooks' `timeout-ms`.
+const SLOW: Duration = Duration::from_secs(3);
 
 async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let header = |n: &str| {
@@ -55,7 +60,15 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
             .unwrap_or("")
             .to_owned()
     };
-    let failing = r.down.load(Ordering::SeqCst)
+    let slow = r
+        .slow_first
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if slow {
+        tokio::time::sleep(SLOW).await;
+    }
+    let failing = slow
+        || r.down.load(Ordering::SeqCst)
         || r.fail_first
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
@@ -250,6 +263,28 @@ async fn redis_retries_until_the_receiver_recovers() {
     let (url, receiver) = Receiver::start(3).await;
     let app = TestApp::redis_with("hooks-retry", cfg(&[hook("crm", &url, "")], 60_000)).await;
     retries_until_the_receiver_recovers(app, receiver).await;
+}
+
+/// A receiver that hangs is given up on after the hook's timeout and the
+/// entry retried; the hung request counts as failed.
+#[tokio::test]
+async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
+    let (url, receiver) = Receiver::start(0).await;
+    receiver.slow_first.store(1, Ordering::SeqCst);
+    let c = cfg(
+        &[hook("crm", &url, "").replace("timeout-ms=2000", "timeout-ms=300")],
+        60_000,
+    );
+    let app = TestApp::memory_with(c).await;
+    let started = std::time::Instant::now();
+    actions(&app, "s", 1).await;
+    every_entry_delivered(&app, &receiver, 2).await;
+    assert!(
+        started.elapsed() < SLOW,
+        "delivered without waiting for the hung request: {:?}",
+        started.elapsed()
+    );
+    app.stop().await;
 }
 
 /// A hook for `consumed` only never gets the admissions and leaves.
