@@ -287,6 +287,56 @@ async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
     app.stop().await;
 }
 
+/// A receiver that never recovers: each entry is tried `attempts` times,
+/// then given up (acknowledged, counted as failed), never tried again.
+#[tokio::test]
+async fn an_entry_is_given_up_after_its_attempts() {
+    let (url, receiver) = Receiver::start(0).await;
+    receiver.down.store(true, Ordering::SeqCst);
+    let app = TestApp::redis_with(
+        "hooks-dead",
+        cfg(&[hook("dead", &url, ",attempts=2")], 1_000),
+    )
+    .await;
+    actions(&app, "x", 1).await;
+    let keys = log_keys(&app).await;
+    assert_eq!(keys.len(), 2);
+    eventually(BOUND, "two attempts per entry", || async {
+        (receiver.got().len() >= 4).then_some(())
+    })
+    .await;
+    // Past the claim timeout: a pending entry would be taken and tried again.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 4, "no attempt after the last: {got:?}");
+    for key in &keys {
+        let attempts: Vec<u32> = got
+            .iter()
+            .filter(|g| &g.key == key)
+            .map(|g| g.attempt)
+            .collect();
+        assert_eq!(attempts, [1, 2], "{key}");
+    }
+    let text = app
+        .client
+        .get(app.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("waitroom_webhook_deliveries_total{")
+                && l.contains("hook=\"dead\"")
+                && l.contains("outcome=\"failed\"")
+                && l.ends_with(" 2")),
+        "{text}"
+    );
+    app.stop().await;
+}
+
 /// A hook for `consumed` only never gets the admissions and leaves.
 #[tokio::test]
 async fn a_hook_gets_only_its_kinds() {
