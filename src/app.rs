@@ -84,6 +84,7 @@ impl AppState {
                 };
                 let redis = RedisStore::open(&options, &config.key_prefix)
                     .await?
+                    .with_audit_max_len(config.audit_max_len)
                     .with_join_batch(config.join_batch());
                 let secret = match config.ticket_secret {
                     Some(_) => None,
@@ -96,7 +97,10 @@ impl AppState {
                 };
                 (Arc::new(redis), secret)
             }
-            None => (Arc::new(MemoryStore::new()), None),
+            None => (
+                Arc::new(MemoryStore::new().with_audit_max_len(config.audit_max_len)),
+                None,
+            ),
         };
         Self::with_store(config, store, shared_secret, shutdown).await
     }
@@ -386,6 +390,17 @@ impl AppState {
             self.store().clone(),
             self.hub().clone(),
             self.instance().to_owned(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(crate::webhook::run(
+            self.store().clone(),
+            self.config().webhooks.clone(),
+            self.catalog().watch(),
+            crate::webhook::DeliveryOptions {
+                consumer: self.instance().to_owned(),
+                claim_ms: self.config().webhook_claim_ms,
+                tick: Duration::from_millis(250),
+            },
             self.shutdown().clone(),
         ));
         tasks.spawn(follow_gate(

@@ -311,6 +311,25 @@ pub struct Config {
     /// colours, texts per language; checked at start-up).
     #[arg(long, env = "WAITROOM_PAGE_DIR")]
     pub page_dir: Option<PathBuf>,
+
+    /// Entries kept in each queue's audit log (about: Redis trims whole
+    /// stream nodes), the oldest dropped first. 0: no audit log, and no
+    /// webhooks.
+    #[arg(long, env = "WAITROOM_AUDIT_MAX_LEN", default_value_t = crate::queue::audit::DEFAULT_AUDIT_MAX_LEN)]
+    pub audit_max_len: u64,
+
+    /// A webhook, repeatable (in the environment, `;` between hooks):
+    /// name=NAME,url=http://…,secret=SECRET[,kinds=admitted+consumed]
+    /// [,queues=a+b][,attempts=10][,max-age-secs=86400][,backoff-ms=500]
+    /// [,timeout-ms=5000]. The same on every instance.
+    #[arg(long = "webhook", env = "WAITROOM_WEBHOOKS", value_delimiter = ';')]
+    pub webhooks: Vec<crate::webhook::WebhookSpec>,
+
+    /// How long a webhook entry may sit unacknowledged with an instance
+    /// that stopped holding it (it died) before another instance takes it
+    /// over, ms (1000-3600000).
+    #[arg(long, env = "WAITROOM_WEBHOOK_CLAIM_MS", default_value_t = 60_000)]
+    pub webhook_claim_ms: u64,
 }
 
 pub use crate::challenge::auto::Mode as JoinChallenge;
@@ -384,6 +403,17 @@ impl Config {
         }
         if self.redis_wait_replicas > MAX_WAIT_REPLICAS {
             return bad("--redis-wait-replicas must be 0-16");
+        }
+        if !(1_000..=3_600_000).contains(&self.webhook_claim_ms) {
+            return bad("--webhook-claim-ms must be 1000-3600000");
+        }
+        if !self.webhooks.is_empty() && self.audit_max_len == 0 {
+            return bad("--webhook needs the audit log: --audit-max-len must not be 0");
+        }
+        for (i, hook) in self.webhooks.iter().enumerate() {
+            if self.webhooks[..i].iter().any(|h| h.name == hook.name) {
+                return bad("--webhook names must be distinct");
+            }
         }
         if self.join_batch_window_us > 2000 {
             return bad("--join-batch-window-us must be 0-2000");

@@ -6,6 +6,7 @@ pub mod error;
 pub mod extract;
 
 mod admin;
+mod audit;
 mod auth;
 mod brand;
 mod challenge;
@@ -77,6 +78,7 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(stock::router())
         .merge(admin::router())
         .merge(queue_admin::router())
+        .merge(audit::router())
         .merge(console::router())
 }
 

@@ -4,6 +4,7 @@
 //! This module knows neither Redis nor HTTP, so every adapter and every
 //! endpoint applies the same rules, and they can be tested on their own.
 
+pub mod audit;
 mod eta;
 #[cfg(test)]
 mod eta_sim;

@@ -22,11 +22,13 @@ use super::{
     PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
     StoreResult,
 };
+use crate::queue::audit::{AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery};
 use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
     UserId,
 };
 
+mod audit;
 mod buckets;
 mod buyers;
 mod door;
@@ -52,6 +54,8 @@ pub struct MemoryStore {
     door: door::Door,
     /// Live queue settings (`settings.rs`).
     settings: settings::Settings,
+    /// Entries kept per queue's audit log (0: none).
+    audit_max_len: u64,
 }
 
 fn now_ms() -> u64 {
@@ -77,7 +81,15 @@ impl MemoryStore {
             events,
             door: door::Door::default(),
             settings: settings::Settings::default(),
+            audit_max_len: crate::queue::audit::DEFAULT_AUDIT_MAX_LEN,
         }
+    }
+
+    /// Keeps at most `max_len` entries of each queue's audit log, or none
+    /// with 0 (see [`crate::queue::audit`]).
+    pub fn with_audit_max_len(mut self, max_len: u64) -> Self {
+        self.audit_max_len = max_len;
+        self
     }
 
     /// `queue`'s data, created empty on first use.
@@ -163,7 +175,18 @@ impl Store for MemoryStore {
                 && q.refill(policy, now) >= 1.0
             {
                 q.spend(1);
-                q.fast_track(user, fast_track_token, policy.token_ttl_ms, now)
+                let id = q.fast_track(user, fast_track_token, policy.token_ttl_ms, now);
+                let entry = q.buyers.get(id).map(|b| b.entry);
+                let max = self.audit_max_len;
+                q.audit.append(
+                    max,
+                    now,
+                    AuditKind::Admitted,
+                    Some(user.as_str()),
+                    entry,
+                    None,
+                );
+                id
             } else {
                 q.join_line(user, now)
             };
@@ -243,12 +266,21 @@ impl Store for MemoryStore {
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         // The entry check and the removal under one lock, as in leave.lua.
-        let left = self.with_queue(queue, |q, _| {
+        let left = self.with_queue(queue, |q, now| {
             let id = q.buyers.find(user.as_str())?;
             if q.buyers.get(id)?.entry != entry {
                 return None;
             }
             let buyer = q.remove(id)?;
+            let max = self.audit_max_len;
+            q.audit.append(
+                max,
+                now,
+                AuditKind::Left,
+                Some(user.as_str()),
+                Some(entry),
+                None,
+            );
             Some(match buyer.state {
                 State::Waiting { .. } => Some(buyer.entry),
                 State::Ready(_) => None,
@@ -325,6 +357,17 @@ impl Store for MemoryStore {
             }
             q.spend(admitted.len());
             q.pass += 1;
+            let (max, pass) = (self.audit_max_len, Some(q.pass));
+            for a in &abandoned {
+                let user = Some(a.user.as_str());
+                q.audit
+                    .append(max, now, AuditKind::Abandoned, user, Some(a.seq), pass);
+            }
+            for a in &admitted {
+                let user = Some(a.user.as_str());
+                q.audit
+                    .append(max, now, AuditKind::Admitted, user, Some(a.seq), pass);
+            }
             Pass {
                 pass: q.pass,
                 at: now,
@@ -367,14 +410,23 @@ impl Store for MemoryStore {
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        let consumed = self.with_queue(queue, |q, _| {
+        let consumed = self.with_queue(queue, |q, now| {
             let Some((id, token)) = q.token_mut(user) else {
                 return false;
             };
             let holds = matches!(&token.claim, Some((held, _)) if held == claim_id);
             if holds {
-                q.remove(id);
+                let entry = q.remove(id).map(|b| b.entry);
                 stock::note_consumed(&mut q.stock);
+                let max = self.audit_max_len;
+                q.audit.append(
+                    max,
+                    now,
+                    AuditKind::Consumed,
+                    Some(user.as_str()),
+                    entry,
+                    None,
+                );
             }
             holds
         });
@@ -385,9 +437,19 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        Ok(self.with_queue(queue, |q, _| match q.token_mut(user) {
-            Some((_, token)) if matches!(&token.claim, Some((id, _)) if id == claim_id) => {
+        Ok(self.with_queue(queue, |q, now| match q.token_mut(user) {
+            Some((id, token)) if matches!(&token.claim, Some((c, _)) if c == claim_id) => {
                 token.claim = None;
+                let entry = q.buyers.get(id).map(|b| b.entry);
+                let max = self.audit_max_len;
+                q.audit.append(
+                    max,
+                    now,
+                    AuditKind::Released,
+                    Some(user.as_str()),
+                    entry,
+                    None,
+                );
                 true
             }
             _ => false,
@@ -412,6 +474,11 @@ impl Store for MemoryStore {
     async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState> {
         let (change, state) = self.with_queue(queue, |q, now| {
             let change = stock::report(&mut q.stock, report, now);
+            if change == stock::Change::SoldOut {
+                let max = self.audit_max_len;
+                q.audit
+                    .append(max, now, AuditKind::SoldOut, None, None, None);
+            }
             (change, stock::state(&q.stock, q.active() as u64))
         });
         if change == stock::Change::SoldOut {
@@ -518,6 +585,40 @@ impl Store for MemoryStore {
         let had = self.settings.remove(queue);
         self.with_queue(queue, |q, _| q.clear_line());
         Ok(had)
+    }
+
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {
+        Ok(self.with_queue(queue, |q, _| q.audit.page(query)))
+    }
+
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        Ok(self.with_queue(queue, |q, now| {
+            q.audit.take(group, start, consumer, idle_ms, count, now)
+        }))
+    }
+
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()> {
+        self.with_queue(queue, |q, now| q.audit.hold(group, consumer, ids, now));
+        Ok(())
+    }
+
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
+        self.with_queue(queue, |q, _| q.audit.ack(group, ids));
+        Ok(())
     }
 }
 

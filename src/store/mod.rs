@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, StockReport, StoredSettings, UserId,
 };
@@ -475,6 +476,47 @@ pub trait Store: Send + Sync + 'static {
     /// hands out an old entry id or event id again), and tokens already
     /// issued live out their TTL. True if it had settings.
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool>;
+
+    // --- The audit log (`crate::queue::audit`) and its webhook groups ---
+
+    /// A page of `queue`'s audit log, oldest first: entries after
+    /// `query.after`, of `query.kind` if given. The log is written by the
+    /// same atomic step as each action (admit, fast track, consume,
+    /// release, leave, abandonment, sold out) and keeps about the
+    /// configured number of entries per queue, the oldest dropped first.
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage>;
+
+    /// Takes entries of `queue`'s log for delivery through `group` (one
+    /// group per webhook, created at `start` on first use, so it sees the
+    /// entries after `start`) by `consumer` (an instance): first those
+    /// another consumer took and left unacknowledged for more than
+    /// `idle_ms` (a dead instance's), then entries no consumer of the group
+    /// was given yet, at most about `count` of each. Every entry goes to
+    /// one consumer at a time and stays pending until acknowledged.
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Keeps `ids` with `consumer` and restarts their idle time, so a
+    /// consumer still retrying them does not lose them to
+    /// [`Store::audit_take`]'s claim of idle entries.
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()>;
+
+    /// Acknowledges `ids` in `group`: delivered (or given up), never handed
+    /// out again.
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()>;
 }
 
 /// A shared store handle.

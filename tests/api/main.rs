@@ -5,6 +5,7 @@
 mod common;
 
 mod admin_listener;
+mod audit;
 mod challenge;
 mod client_limits;
 mod cluster;
@@ -34,4 +35,5 @@ mod store_bound;
 mod tickets;
 mod transport;
 mod web;
+mod webhooks;
 mod wire;

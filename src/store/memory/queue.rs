@@ -32,6 +32,8 @@ pub(super) struct QueueData {
     address_places: HashMap<String, Vec<(Id, u64)>>,
     /// The order service's stock, once reported (`stock.rs`).
     pub stock: Option<super::stock::Stock>,
+    /// The audit log, under the queue's lock with what it records.
+    pub audit: super::audit::Log,
 }
 
 /// The admission budget: `level` admissions available as of `at`.

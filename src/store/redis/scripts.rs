@@ -4,10 +4,11 @@
 //! `EVALSHA` and falls back to `EVAL` when Redis lost its script cache (a
 //! restart), so no load step is needed.
 //!
-//! A two-line prelude before `common.lua` fixes how events are published,
+//! A three-line prelude before `common.lua` fixes how events are published,
 //! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
 //! whether `admit` publishes its pass itself or leaves that to the adapter
-//! (which publishes after `WAIT`). Baked in rather than passed as an
+//! (which publishes after `WAIT`), and the audit log's length
+//! (`--audit-max-len`, 0: no log). Baked in rather than passed as an
 //! argument, so every script keeps its `ARGV` layout.
 
 use redis::Script;
@@ -24,14 +25,17 @@ pub(super) struct Publishing {
     /// `admit` publishes its pass; false when the adapter does it after
     /// replicas acknowledged the pass.
     pub pass_in_script: bool,
+    /// The audit log's `MAXLEN ~` (`--audit-max-len`); 0: no log.
+    pub audit_max_len: u64,
 }
 
 impl Publishing {
     fn prelude(self) -> String {
         format!(
-            "local PUBLISH = '{}'\nlocal PUBLISH_PASS = {}\n",
+            "local PUBLISH = '{}'\nlocal PUBLISH_PASS = {}\nlocal AUDIT_MAXLEN = {}\n",
             if self.sharded { "SPUBLISH" } else { "PUBLISH" },
-            self.pass_in_script
+            self.pass_in_script,
+            self.audit_max_len
         )
     }
 }
