@@ -23,6 +23,7 @@ pub mod origin;
 mod page;
 mod queue_admin;
 pub mod security;
+mod slowdown;
 pub mod stock;
 mod tokens;
 pub mod wire;
@@ -77,6 +78,7 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(stock::router())
         .merge(admin::router())
         .merge(queue_admin::router())
+        .merge(slowdown::router())
         .merge(console::router())
 }
 

@@ -18,15 +18,16 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, Admitted, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
-    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
-    StoreResult,
+    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, EnterOutcome, JoinLimits,
+    LimitKind, Limited, OrderSignal, PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate,
+    StockState, Store, StoreEvent, StoreResult,
 };
 use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
     UserId,
 };
 
+mod adaptive;
 mod buckets;
 mod buyers;
 mod door;
@@ -52,6 +53,8 @@ pub struct MemoryStore {
     door: door::Door,
     /// Live queue settings (`settings.rs`).
     settings: settings::Settings,
+    /// Adaptive admission's samples and decisions (`adaptive.rs`).
+    adaptive: adaptive::Adaptive,
 }
 
 fn now_ms() -> u64 {
@@ -77,6 +80,7 @@ impl MemoryStore {
             events,
             door: door::Door::default(),
             settings: settings::Settings::default(),
+            adaptive: adaptive::Adaptive::default(),
         }
     }
 
@@ -518,6 +522,38 @@ impl Store for MemoryStore {
         let had = self.settings.remove(queue);
         self.with_queue(queue, |q, _| q.clear_line());
         Ok(had)
+    }
+
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        self.adaptive.record(queue, signal, window_ms, now_ms());
+        Ok(())
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        Ok(self.adaptive.read(queue, window_ms, now_ms()))
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        _window_ms: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.adaptive.apply(
+            &self.settings,
+            queue,
+            decision,
+            batch,
+            settings_version,
+            now_ms(),
+        ))
     }
 }
 
