@@ -1863,6 +1863,7 @@ mod adaptive {
     fn decision(window: u64, rate: f64) -> AdaptiveState {
         AdaptiveState {
             window,
+            window_ms: WINDOW,
             rate_per_sec: rate,
             hold_until: window + 1,
             verdict: "decrease_slow".into(),
@@ -1957,6 +1958,29 @@ mod adaptive {
         );
         let kept = store.queue_settings(&q()).await.unwrap().unwrap();
         assert_eq!(kept.version, now.version);
+        // Windows made longer: one that ends no later than the last decided
+        // is refused (window indexes of two lengths are not comparable).
+        let longer = AdaptiveState {
+            window: (window + 2) / 4 - 1,
+            window_ms: WINDOW * 4,
+            ..decision(0, 9.0)
+        };
+        assert!(
+            !store
+                .adaptive_apply(&q(), &longer, None, kept.version, WINDOW * 4)
+                .await
+                .unwrap()
+        );
+        let next = AdaptiveState {
+            window: (window + 2) / 4 + 1,
+            ..longer
+        };
+        assert!(
+            store
+                .adaptive_apply(&q(), &next, None, kept.version, WINDOW * 4)
+                .await
+                .unwrap()
+        );
     }
 
     async fn concurrent_decisions_for_one_window_store_one(store: SharedStore) {

@@ -93,7 +93,11 @@ pub async fn step(store: &SharedStore, queue: &QueueName) -> StoreResult<Duratio
     let interval = stored.settings.interval_ms;
     let batch = stored.settings.batch;
     let previous = read.state.clone();
-    if let Some(state) = previous.as_ref().filter(|s| s.window >= read.window) {
+    let reach = |window: u64, len: u64| (window + 1) * len.max(1);
+    if let Some(state) = previous
+        .as_ref()
+        .filter(|s| reach(s.window, s.window_ms) >= reach(read.window, window_ms))
+    {
         gauges(queue, state);
         return Ok(next);
     }
@@ -106,6 +110,7 @@ pub async fn step(store: &SharedStore, queue: &QueueName) -> StoreResult<Duratio
     let decision = decide(&adaptive, read.window, rate, hold_until, &read.samples);
     let state = AdaptiveState {
         window: read.window,
+        window_ms,
         rate_per_sec: decision.rate_per_sec,
         hold_until: decision.hold_until,
         verdict: decision.verdict.as_str().to_owned(),

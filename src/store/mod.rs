@@ -163,8 +163,12 @@ pub enum OrderSignal {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdaptiveState {
-    /// The window decided (store clock ms / windowMs); 0: none yet.
+    /// The window decided (store clock ms / `windowMs`).
     pub window: u64,
+    /// The length of that window, ms: a decision covers store time up to
+    /// `(window + 1) × windowMs`, which stays comparable when an operator
+    /// changes the window's length.
+    pub window_ms: u64,
     /// The rate decided, admissions per second.
     pub rate_per_sec: f64,
     /// Increases are held up to this window (after a cut).
@@ -533,8 +537,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records `decision` (for `decision.window`) and, with `batch`, sets
     /// the queue's stored batch (bumping its version), in one atomic step
-    /// that does nothing and answers false when a decision for this window
-    /// or a later one is stored already (another instance decided), or the
+    /// that does nothing and answers false when a decision covering as far
+    /// (see [`AdaptiveState::window_ms`]) is stored already (another
+    /// instance decided this window), or the
     /// settings' version is no longer `settings_version` (an operator wrote
     /// them meanwhile). Forgets the samples of the windows decided;
     /// `window_ms` says how long the decision is worth keeping.

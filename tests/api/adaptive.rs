@@ -29,7 +29,7 @@ fn q() -> QueueName {
 }
 
 /// 40 per second (4 per 100 ms pass), adaptive between 10 and 40 per
-/// second, p95 target 150 ms, half-second windows.
+/// second, p95 target 250 ms, half-second windows.
 fn args() -> Vec<&'static str> {
     vec![
         "--admin-token",
@@ -46,7 +46,7 @@ fn args() -> Vec<&'static str> {
         "--adaptive-ceiling",
         "40",
         "--adaptive-target-p95-ms",
-        "150",
+        "250",
         "--adaptive-window-ms",
         "500",
     ]
@@ -174,13 +174,16 @@ async fn rate_falls_when_slowed_and_climbs_back(app: TestApp) {
     let placed = buyers(&app, stop.clone());
 
     // Healthy: orders are measured and the rate stays at the ceiling.
-    let state = eventually(Duration::from_secs(8), "a healthy decision", || async {
+    let state = eventually(Duration::from_secs(12), "a healthy decision", || async {
         let (_, view) = admin(&app, "GET", "/api/admin/queues/default", None).await;
         let s = view["adaptiveState"].clone();
-        (s["verdict"] == "increase" && s["commits"].as_u64() >= Some(3)).then_some(s)
+        // At the ceiling after a healthy window (a slow start on a busy
+        // machine may cut it first; it climbs back).
+        let healthy = s["verdict"] == "increase" && s["commits"].as_u64() >= Some(3);
+        (healthy && s["ratePerSec"] == 40.0).then_some(s)
     })
     .await;
-    assert_eq!(state["ratePerSec"], 40.0, "{state}");
+    assert!(state["p95Ms"].as_u64().is_some_and(|p| p <= 250), "{state}");
     assert_eq!(batch(&store).await, 4);
 
     // Slowed past the target: cut by half a window, down to the floor.
@@ -192,7 +195,7 @@ async fn rate_falls_when_slowed_and_climbs_back(app: TestApp) {
     let (_, view) = admin(&app, "GET", "/api/admin/queues/default", None).await;
     let s = &view["adaptiveState"];
     assert_eq!(s["ratePerSec"], 10.0, "{view}");
-    assert!(s["p95Ms"].as_u64().is_some_and(|p| p > 150), "{view}");
+    assert!(s["p95Ms"].as_u64().is_some_and(|p| p > 250), "{view}");
     // Held at the floor while slow, never below.
     tokio::time::sleep(Duration::from_millis(3 * WINDOW_MS)).await;
     assert_eq!(batch(&store).await, 1, "stays at the floor while slow");

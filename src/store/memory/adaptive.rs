@@ -67,8 +67,7 @@ impl Adaptive {
         }
     }
 
-    /// Stores `decision` unless one for its window (or a later one) is
-    /// stored, or the settings moved past `version`; the adaptive lock is
+    /// Stores `decision` unless one reaching as far in time is stored, or the settings moved past `version`; the adaptive lock is
     /// held across the settings write, so two callers cannot both pass.
     pub(super) fn apply(
         &self,
@@ -79,11 +78,12 @@ impl Adaptive {
         version: u64,
         now: u64,
     ) -> bool {
+        let reach = |s: &AdaptiveState| (s.window + 1) * s.window_ms.max(1);
         let mut all = self.lock();
         let q = all.entry(queue.clone()).or_default();
         if q.state
             .as_ref()
-            .is_some_and(|s| s.window >= decision.window)
+            .is_some_and(|s| reach(s) >= reach(decision))
         {
             return false;
         }

@@ -96,7 +96,8 @@ impl RedisStore {
             .arg(d.failures)
             .arg(batch.map_or(String::new(), |b| b.to_string()))
             .arg(settings_version)
-            .arg(keep_ms(window_ms));
+            .arg(keep_ms(window_ms))
+            .arg(d.window_ms.max(1));
         let stored: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
         Ok(stored == 1)
     }
@@ -120,5 +121,6 @@ fn decode_state(raw: &[Option<String>]) -> StoreResult<Option<AdaptiveState>> {
         commits: num(5, "commits")?,
         failures: num(6, "failures")?,
         at: num(7, "at")?,
+        window_ms: num(8, "windowMs")?,
     }))
 }

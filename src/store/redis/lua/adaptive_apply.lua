@@ -5,15 +5,16 @@
 -- ARGV[4] verdict  ARGV[5] p95 ms ('' none)  ARGV[6] commits
 -- ARGV[7] rollbacks  ARGV[8] new batch ('' unchanged)
 -- ARGV[9] the settings version the decision was made on
--- ARGV[10] how long the adaptive hash lives, ms
--- Returns 1 if stored, 0 if a decision for this window or a later one was
--- stored already, or the settings changed since they were read.
+-- ARGV[10] how long the adaptive hash lives, ms  ARGV[11] window length, ms
+-- Returns 1 if stored, 0 if a decision reaching as far in store time
+-- ((window + 1) x length: comparable when the length changes) was stored
+-- already, or the settings changed since they were read.
 -- Atomic because every instance may decide the same window: the check and
 -- the write must be one step, or two instances could both cut the rate
 -- for one slow window.
-local window = tonumber(ARGV[1])
-local decided = tonumber(redis.call('HGET', KEYS[1], 'window') or '0')
-if decided >= window then
+local window, len = tonumber(ARGV[1]), tonumber(ARGV[11])
+local decided = redis.call('HMGET', KEYS[1], 'window', 'windowMs')
+if decided[1] and (tonumber(decided[1]) + 1) * tonumber(decided[2] or '1') >= (window + 1) * len then
   return 0
 end
 local version = redis.call('HGET', KEYS[2], 'version')
@@ -26,7 +27,7 @@ if ARGV[8] ~= '' and redis.call('HGET', KEYS[2], 'batch') ~= ARGV[8] then
   redis.call('HSET', KEYS[2], 'batch', ARGV[8], 'updatedAt', now)
   redis.call('HINCRBY', KEYS[2], 'version', 1)
 end
-redis.call('HSET', KEYS[1], 'window', window, 'rate', ARGV[2], 'holdUntil', ARGV[3],
+redis.call('HSET', KEYS[1], 'window', window, 'windowMs', len, 'rate', ARGV[2], 'holdUntil', ARGV[3],
   'verdict', ARGV[4], 'p95', ARGV[5], 'commits', ARGV[6], 'failures', ARGV[7], 'at', now)
 -- Samples of windows decided are done with.
 local stale = {}

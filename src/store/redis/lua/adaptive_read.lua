@@ -2,7 +2,8 @@
 -- KEYS[1] the queue's adaptive HASH (see adaptive_record.lua)
 -- ARGV[1] window length, ms  ARGV[2] number of commit-time buckets
 -- Returns {now ms, last complete window, {bucket counts...}, rollbacks,
---          {window, rate, holdUntil, verdict, p95, commits, failures, at}}
+--          {window, rate, holdUntil, verdict, p95, commits, failures, at,
+--           windowMs}}
 -- (state fields false before the first decision).
 -- Atomic so the window read is the one the store clock says is complete,
 -- and the samples and the last decision come from the same moment.
@@ -20,5 +21,5 @@ for i = 1, #counts - 1 do
   buckets[i] = tonumber(counts[i] or '0')
 end
 local state = redis.call('HMGET', KEYS[1], 'window', 'rate', 'holdUntil', 'verdict',
-  'p95', 'commits', 'failures', 'at')
+  'p95', 'commits', 'failures', 'at', 'windowMs')
 return {now, window, buckets, tonumber(counts[#counts] or '0'), state}
