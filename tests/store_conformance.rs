@@ -1805,7 +1805,25 @@ async fn deleting_a_queue_empties_it_but_keeps_entry_ids_fresh(store: SharedStor
         entries.push(e.snapshot.entry.unwrap());
     }
     store.set_paused(&q(), true).await.unwrap();
+    let (stored, _) = store
+        .put_queue_settings(&q(), &settings(1), false)
+        .await
+        .unwrap();
+    let decided = waitroom::store::AdaptiveState {
+        window: 7,
+        window_ms: 1_000,
+        verdict: "hold".into(),
+        ..Default::default()
+    };
+    assert!(
+        store
+            .adaptive_apply(&q(), &decided, None, stored.version, 1_000)
+            .await
+            .unwrap()
+    );
     assert!(store.delete_queue(&q()).await.unwrap());
+    let read = store.adaptive_read(&q(), 1_000).await.unwrap();
+    assert_eq!(read.state, None, "a deleted queue's decision goes with it");
     let stats = store.stats(&q()).await.unwrap();
     assert_eq!((stats.waiting, stats.paused), (0, false), "{stats:?}");
     assert_eq!(

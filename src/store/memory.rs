@@ -520,6 +520,7 @@ impl Store for MemoryStore {
 
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         let had = self.settings.remove(queue);
+        self.adaptive.remove(queue);
         self.with_queue(queue, |q, _| q.clear_line());
         Ok(had)
     }

@@ -32,6 +32,11 @@ impl Adaptive {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Forgets `queue`'s samples and decision (the queue was deleted).
+    pub(super) fn remove(&self, queue: &QueueName) {
+        self.lock().remove(queue);
+    }
+
     pub(super) fn record(&self, queue: &QueueName, signal: OrderSignal, window_ms: u64, now: u64) {
         let window = now / window_ms.max(1);
         let mut all = self.lock();

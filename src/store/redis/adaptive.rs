@@ -33,7 +33,7 @@ pub(crate) fn keep_ms(window_ms: u64) -> u64 {
 type ReadReply = (u64, u64, Vec<u64>, u64, Vec<Option<String>>);
 
 impl RedisStore {
-    fn adaptive_key(&self, queue: &QueueName) -> String {
+    pub(super) fn adaptive_key(&self, queue: &QueueName) -> String {
         format!("{}:{{{queue}}}:adaptive", self.prefix)
     }
 

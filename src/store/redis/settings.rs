@@ -136,6 +136,9 @@ impl RedisStore {
                 .into_iter()
                 .filter(|k| !KEPT.iter().any(|kept| k.ends_with(kept))),
         );
+        // Adaptive admission's samples and last decision: a queue opened
+        // again starts from its own batch.
+        doomed.push(self.adaptive_key(queue));
         let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
         Ok(had == 1)
     }
