@@ -179,7 +179,10 @@ impl AppState {
             Catalog::open(
                 store.clone(),
                 queues.clone(),
-                QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000),
+                QueueSettings {
+                    adaptive: config.adaptive_settings(),
+                    ..QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000)
+                },
             )
             .await,
         );
@@ -203,6 +206,7 @@ impl AppState {
         )
         .with_identity(identity.clone());
         gate.set_queues(gate_queues(&catalog.current()));
+        gate.set_adaptive(gate_adaptive(&catalog.current()));
         Ok(Self {
             inner: Arc::new(Inner {
                 catalog,
@@ -377,6 +381,11 @@ impl AppState {
             self.catalog().watch(),
             self.shutdown().clone(),
         ));
+        tasks.spawn(admission::adaptive::run(
+            self.store().clone(),
+            self.catalog().watch(),
+            self.shutdown().clone(),
+        ));
         // The streams' presence writes and first estimates follow the
         // start-up flags; their queues follow the catalog.
         tasks.spawn(push::run(
@@ -499,6 +508,18 @@ fn gate_queues(queues: &crate::catalog::Queues) -> Vec<(QueueName, Duration)> {
         .collect()
 }
 
+/// The queues whose orders' outcomes the gate counts: adaptive admission
+/// on, each with its window.
+fn gate_adaptive(queues: &crate::catalog::Queues) -> std::collections::HashMap<QueueName, u64> {
+    queues
+        .iter()
+        .filter_map(|(q, s)| {
+            let a = s.settings.adaptive.as_ref().filter(|a| a.enabled)?;
+            Some((q.clone(), a.window_ms))
+        })
+        .collect()
+}
+
 /// Keeps the gate's queues and leases in step with the catalog.
 async fn follow_gate(
     gate: gate::Gate,
@@ -514,6 +535,7 @@ async fn follow_gate(
                 }
                 let current = queues.borrow_and_update().clone();
                 gate.set_queues(gate_queues(&current));
+                gate.set_adaptive(gate_adaptive(&current));
             }
         }
     }

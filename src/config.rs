@@ -110,6 +110,30 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_TICKET_TTL_SECS", default_value_t = 86_400)]
     pub ticket_ttl_secs: u64,
 
+    /// Admission follows the order service (seeds the queues' `adaptive`
+    /// settings, on): the rate rises by a step per healthy window and is
+    /// cut by a factor when the p95 claim-to-commit time is over the target
+    /// or too many orders roll back, between --adaptive-floor and
+    /// --adaptive-ceiling (admissions per second).
+    #[arg(long, env = "WAITROOM_ADAPTIVE")]
+    pub adaptive: bool,
+
+    /// Lowest admission rate adaptive admission cuts to, per second.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_FLOOR", default_value_t = 1.0)]
+    pub adaptive_floor: f64,
+
+    /// Highest admission rate adaptive admission climbs to, per second.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_CEILING", default_value_t = 100.0)]
+    pub adaptive_ceiling: f64,
+
+    /// The p95 claim-to-commit time adaptive admission keeps under, ms.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_TARGET_P95_MS", default_value_t = 1000)]
+    pub adaptive_target_p95_ms: u64,
+
+    /// One window of adaptive admission (one decision each), ms.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_WINDOW_MS", default_value_t = 5000)]
+    pub adaptive_window_ms: u64,
+
     /// Seconds a claimed token stays claimed if the order service never
     /// commits nor releases it.
     #[arg(long, env = "WAITROOM_CLAIM_LEASE_SECS", default_value_t = 30)]
@@ -398,6 +422,10 @@ impl Config {
         if self.claim_lease_secs == 0 {
             return bad("--claim-lease-secs must be at least 1");
         }
+        if let Some(a) = self.adaptive_settings() {
+            a.validate(self.admission_interval_ms)
+                .map_err(|m| ConfigError(format!("--adaptive: {m}")))?;
+        }
         if self.redis_url.is_none() && (self.redis_cluster || self.redis_wait_replicas > 0) {
             return bad("--redis-cluster and --redis-wait-replicas need --redis-url");
         }
@@ -672,6 +700,19 @@ impl Config {
             abandon_after_ms: (self.abandon_after_secs > 0)
                 .then_some(self.abandon_after_secs * 1000),
         }
+    }
+
+    /// The adaptive admission settings `--adaptive` seeds new queues with
+    /// (`None` without it).
+    pub fn adaptive_settings(&self) -> Option<crate::queue::AdaptiveSettings> {
+        self.adaptive.then(|| crate::queue::AdaptiveSettings {
+            enabled: true,
+            floor_per_sec: self.adaptive_floor,
+            ceiling_per_sec: self.adaptive_ceiling,
+            target_p95_ms: self.adaptive_target_p95_ms,
+            window_ms: self.adaptive_window_ms,
+            ..crate::queue::AdaptiveSettings::recommended()
+        })
     }
 
     /// `args` as on the command line (without the program name) over the

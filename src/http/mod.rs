@@ -24,6 +24,7 @@ pub mod origin;
 mod page;
 mod queue_admin;
 pub mod security;
+mod slowdown;
 pub mod stock;
 mod tokens;
 pub mod wire;
@@ -79,6 +80,7 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(admin::router())
         .merge(queue_admin::router())
         .merge(audit::router())
+        .merge(slowdown::router())
         .merge(console::router())
 }
 

@@ -18,9 +18,9 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, Admitted, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
-    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
-    StoreResult,
+    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, EnterOutcome, JoinLimits,
+    LimitKind, Limited, OrderSignal, PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate,
+    StockState, Store, StoreEvent, StoreResult,
 };
 use crate::queue::audit::{AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery};
 use crate::queue::{
@@ -28,6 +28,7 @@ use crate::queue::{
     UserId,
 };
 
+mod adaptive;
 mod audit;
 mod buckets;
 mod buyers;
@@ -56,6 +57,8 @@ pub struct MemoryStore {
     settings: settings::Settings,
     /// Entries kept per queue's audit log (0: none).
     audit_max_len: u64,
+    /// Adaptive admission's samples and decisions (`adaptive.rs`).
+    adaptive: adaptive::Adaptive,
 }
 
 fn now_ms() -> u64 {
@@ -82,6 +85,7 @@ impl MemoryStore {
             door: door::Door::default(),
             settings: settings::Settings::default(),
             audit_max_len: crate::queue::audit::DEFAULT_AUDIT_MAX_LEN,
+            adaptive: adaptive::Adaptive::default(),
         }
     }
 
@@ -583,6 +587,7 @@ impl Store for MemoryStore {
 
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         let had = self.settings.remove(queue);
+        self.adaptive.remove(queue);
         self.with_queue(queue, |q, _| q.clear_line());
         Ok(had)
     }
@@ -619,6 +624,38 @@ impl Store for MemoryStore {
     async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
         self.with_queue(queue, |q, _| q.audit.ack(group, ids));
         Ok(())
+    }
+
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        self.adaptive.record(queue, signal, window_ms, now_ms());
+        Ok(())
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        Ok(self.adaptive.read(queue, window_ms, now_ms()))
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        _window_ms: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.adaptive.apply(
+            &self.settings,
+            queue,
+            decision,
+            batch,
+            settings_version,
+            now_ms(),
+        ))
     }
 }
 

@@ -150,6 +150,56 @@ pub struct StockState {
     pub sold_out: bool,
 }
 
+/// An order outcome a gate saw, counted toward adaptive admission
+/// (`crate::queue::adaptive`) in the current window of the store clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderSignal {
+    /// The order committed this long after its token was claimed.
+    Committed { ms: u64 },
+    /// The order rolled back (its claim was released).
+    RolledBack,
+}
+
+/// The adaptive controller's last decision for a queue, as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdaptiveState {
+    /// The window decided (store clock ms / `windowMs`).
+    pub window: u64,
+    /// The length of that window, ms: a decision covers store time up to
+    /// `(window + 1) × windowMs`, which stays comparable when an operator
+    /// changes the window's length.
+    pub window_ms: u64,
+    /// The rate decided, admissions per second.
+    pub rate_per_sec: f64,
+    /// Increases are held up to this window (after a cut).
+    pub hold_until: u64,
+    /// Why (`increase`, `decrease_slow`, `decrease_failing`, `hold`,
+    /// `too_few_samples`).
+    pub verdict: String,
+    /// The window's p95 claim-to-commit time, ms (`null` without commits).
+    pub p95_ms: Option<u64>,
+    /// Commits counted in the window.
+    pub commits: u64,
+    /// Rollbacks counted in the window.
+    pub failures: u64,
+    /// When decided, store clock ms.
+    pub at: u64,
+}
+
+/// What the controller reads before deciding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveRead {
+    /// The store clock, ms.
+    pub now_ms: u64,
+    /// The last complete window (the one to decide).
+    pub window: u64,
+    /// What that window saw, from every instance.
+    pub samples: crate::queue::adaptive::WindowSamples,
+    /// The last decision, `None` before the first.
+    pub state: Option<AdaptiveState>,
+}
+
 /// A request rate kept as a GCRA ("generic cell rate") bucket: `burst`
 /// requests at once, then one every `period_ms`. A refused request costs
 /// nothing and changes nothing.
@@ -470,6 +520,38 @@ pub trait Store: Send + Sync + 'static {
         streams: u64,
         ttl_ms: u64,
     ) -> StoreResult<Vec<(String, u64)>>;
+
+    // --- Adaptive admission (`crate::queue::adaptive`) ---
+
+    /// Counts `signal` in `queue`'s current window of `window_ms` (store
+    /// clock); windows are kept a few minutes at most.
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()>;
+
+    /// The last complete window of `window_ms`, its samples and the last
+    /// decision, in one atomic read.
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead>;
+
+    /// Records `decision` (for `decision.window`) and, with `batch`, sets
+    /// the queue's stored batch (bumping its version), in one atomic step
+    /// that does nothing and answers false when a decision covering as far
+    /// (see [`AdaptiveState::window_ms`]) is stored already (another
+    /// instance decided this window), or the
+    /// settings' version is no longer `settings_version` (an operator wrote
+    /// them meanwhile). Forgets the samples of the windows decided;
+    /// `window_ms` says how long the decision is worth keeping.
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        window_ms: u64,
+    ) -> StoreResult<bool>;
 
     /// Unlists `queue` and deletes its settings, line, presence, budget and
     /// hold. The entry and pass counters stay (a re-opened queue never

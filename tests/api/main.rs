@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod adaptive;
 mod admin_listener;
 mod audit;
 mod challenge;

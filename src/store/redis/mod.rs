@@ -20,6 +20,7 @@
 //! acknowledged them (`WAIT`), so a master killed right after cannot take
 //! an acknowledged place or an announced token along.
 
+mod adaptive;
 mod audit;
 mod batch;
 mod conn;
@@ -41,8 +42,9 @@ use futures::stream::BoxStream;
 use redis::{AsyncCommands, RedisError};
 
 use super::{
-    ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
-    QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
+    AdaptiveRead, AdaptiveState, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
+    OrderSignal, PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store,
+    StoreError, StoreEvent, StoreResult,
 };
 use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
@@ -896,6 +898,31 @@ impl Store for RedisStore {
 
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         self.settings_delete(queue).await
+    }
+
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        self.adaptive_record(queue, signal, window_ms).await
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        self.adaptive_load(queue, window_ms).await
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        window_ms: u64,
+    ) -> StoreResult<bool> {
+        self.adaptive_store(queue, decision, batch, settings_version, window_ms)
+            .await
     }
 
     async fn note_joins(
