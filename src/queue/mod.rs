@@ -7,6 +7,7 @@
 mod eta;
 #[cfg(test)]
 mod eta_sim;
+pub mod lottery;
 mod names;
 mod settings;
 mod status;

@@ -128,6 +128,7 @@ impl RedisStore {
                 .into_iter()
                 .filter(|k| !KEPT.iter().any(|kept| k.ends_with(kept))),
         );
+        doomed.extend(keys.lottery());
         let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
         Ok(had == 1)
     }
