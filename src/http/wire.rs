@@ -66,7 +66,10 @@ pub struct QueueStatus {
     pub entry_token: Option<String>,
     /// Seconds the token has left, rounded up; `null` unless ready.
     pub token_expires_in_seconds: Option<u64>,
-    /// The buyer's lottery entry; `null` unless `PRE_QUEUE`.
+    /// The buyer's lottery entry: only with `PRE_QUEUE`, the one field
+    /// that is left out rather than `null` (every other status keeps the
+    /// shape it had, byte for byte, in polls and stream frames alike).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lottery: Option<PreQueueBody>,
 }
 

@@ -103,6 +103,7 @@ async fn bad_schedules_are_refused_and_change_nothing() {
     // An ordinary join still joins the line.
     let (code, body) = app.enter("default", "plain").await;
     assert_eq!((code, body["status"].as_str()), (201, Some("WAITING")));
+    assert!(body.get("lottery").is_none(), "{body}");
 
     // Scheduled: the commitment only; the list waits for the draw.
     let (code, body) = schedule(&app, json!({"opensAt": now_ms() + 60_000})).await;
@@ -345,4 +346,114 @@ async fn a_redis_down_at_opening_delays_the_draw_and_loses_nobody() {
     ranks.sort_unstable();
     assert_eq!(ranks, (0..50).collect::<Vec<_>>());
     app.stop().await;
+}
+
+/// Measures the draw of many entries (`LOTTERY_BENCH_N`, 100,000 unless
+/// set) on a redis-server of its own, against a baseline of the same run:
+/// the same number of ordinary joins placing buyers in line one by one.
+/// Run by `loadtest/lottery-draw.sh`; ignored in the ordinary suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: loadtest/lottery-draw.sh"]
+async fn draw_of_many_entries_measured() {
+    use std::time::Instant;
+    use waitroom::queue::lottery::{
+        draw_order, fingerprint, new_nonce, new_seed, parse_seed, published_list,
+    };
+    use waitroom::queue::{EntryToken, Policy, QueueName, UserId};
+    use waitroom::store::{DrawOutcome, SharedStore};
+
+    let n: usize = std::env::var("LOTTERY_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let redis = RedisProcess::start(false);
+    let store: SharedStore = Arc::new(RedisStore::connect(&redis.url(), "bench").await.unwrap());
+    let drawn_q = QueueName::parse("drawn").unwrap();
+    let fifo_q = QueueName::parse("fifo").unwrap();
+    let users: Vec<UserId> = (0..n)
+        .map(|i| UserId::parse(&format!("u{i:07}")).unwrap())
+        .collect();
+
+    // Baseline: n ordinary joins (grouped, 500 in flight).
+    let policy = Policy {
+        batch: 1,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 600_000,
+        max_active: Some(0),
+        abandon_after_ms: None,
+    };
+    let started = Instant::now();
+    for chunk in users.chunks(500) {
+        let tokens: Vec<EntryToken> = chunk.iter().map(|_| EntryToken::generate()).collect();
+        join_all(
+            chunk
+                .iter()
+                .zip(&tokens)
+                .map(|(u, t)| store.enter(&fifo_q, u, &policy, t)),
+        )
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    let joins = started.elapsed();
+
+    // The pre-queue, then the draw in its two halves.
+    let seed = new_seed();
+    store
+        .schedule_lottery(&drawn_q, now_ms() + 1, &seed)
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    for chunk in users.chunks(500) {
+        let nonces: Vec<String> = chunk.iter().map(|_| new_nonce()).collect();
+        join_all(
+            chunk
+                .iter()
+                .zip(&nonces)
+                .map(|(u, n)| store.pre_join(&drawn_q, u, n)),
+        )
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    let pre_joins = started.elapsed();
+    let started = Instant::now();
+    let (version, entries) = store.pre_queue(&drawn_q).await.unwrap();
+    let fps: Vec<String> = entries
+        .iter()
+        .map(|(_, e)| fingerprint("drawn", &e.nonce))
+        .collect();
+    let order: Vec<UserId> = draw_order(&parse_seed(&seed).unwrap(), &fps)
+        .into_iter()
+        .map(|i| entries[i].0.clone())
+        .collect();
+    let list = published_list(fps).join("\n");
+    let computed = started.elapsed();
+    let started = Instant::now();
+    let outcome = store.draw(&drawn_q, version, &order, &list).await.unwrap();
+    let applied = started.elapsed();
+    assert_eq!(outcome, DrawOutcome::Drawn { placed: n as u64 });
+    assert_eq!(store.stats(&drawn_q).await.unwrap().waiting, n as u64);
+    let last = store.status(&drawn_q, &order[n - 1], false).await.unwrap();
+    assert!(
+        matches!(last.standing, waitroom::queue::Standing::Waiting { rank, .. } if rank == n as u64 - 1)
+    );
+    let draw = computed + applied;
+    println!(
+        "lottery draw of {n}: read+sort {:.0} ms, apply (one script, Redis busy) {:.0} ms, \
+         total {:.0} ms; baseline {n} joins {:.0} ms (draw = {:.3} x joins); {n} pre-queue joins {:.0} ms; \
+         ARGV {:.1} MB",
+        computed.as_secs_f64() * 1e3,
+        applied.as_secs_f64() * 1e3,
+        draw.as_secs_f64() * 1e3,
+        joins.as_secs_f64() * 1e3,
+        draw.as_secs_f64() / joins.as_secs_f64(),
+        pre_joins.as_secs_f64() * 1e3,
+        (list.len() + order.iter().map(|u| u.as_str().len()).sum::<usize>()) as f64 / 1e6,
+    );
 }
