@@ -13,6 +13,9 @@ use crate::store::{
     DrawOutcome, LotteryRefusal, LotteryState, PreEntry, PreJoin, StoreError, StoreResult,
 };
 
+/// Entries asked for per `HSCAN` page of the pre-queue.
+const SCAN_PAGE: usize = 5_000;
+
 impl QueueKeys {
     /// The lottery hash, the pre-queue hash and the published list.
     pub(super) fn lottery(&self) -> [String; 3] {
@@ -127,6 +130,47 @@ impl RedisStore {
             }
         }
         Ok(Some((lottery, list)))
+    }
+
+    /// The pre-queue in pages (`HSCAN`), so no reply is huge however
+    /// long it is: the version read before the scan is answered, and any
+    /// change during the scan bumps it, so a draw computed from a scan
+    /// that raced a change is refused (`Stale`) and recomputed.
+    pub(super) async fn lottery_scan(
+        &self,
+        queue: &QueueName,
+    ) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        let Some((lottery, _)) = self.lottery_read(queue, false).await? else {
+            return Ok((0, Vec::new()));
+        };
+        let [_, pre, _] = self.keys(queue).lottery();
+        let mut conn = self.conn.clone();
+        // A scan may return an entry twice: one per user.
+        let mut found = std::collections::HashMap::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<String>) = bounded(
+                redis::cmd("HSCAN")
+                    .arg(&pre)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(SCAN_PAGE)
+                    .query_async(&mut conn),
+            )
+            .await?;
+            for pair in page.chunks(2) {
+                if let [user, rec] = pair
+                    && let (Ok(user), Some(rec)) = (UserId::parse(user), record(rec))
+                {
+                    found.insert(user, rec);
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        Ok((lottery.version, found.into_iter().collect()))
     }
 
     pub(super) async fn lottery_pre_join(

@@ -896,10 +896,7 @@ impl Store for RedisStore {
     }
 
     async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
-        Ok(self
-            .lottery_read(queue, true)
-            .await?
-            .map_or((0, Vec::new()), |(l, entries)| (l.version, entries)))
+        self.lottery_scan(queue).await
     }
 
     async fn draw(

@@ -33,23 +33,26 @@ local n = #ARGV - 5
 if redis.call('HLEN', pre) ~= n then
   return {'stale'}
 end
+-- Commands take their arguments on Lua's stack: read and write in chunks.
+local CHUNK = 1000
 local recs, named = {}, {}
-for i = 1, n do
-  local user = ARGV[5 + i]
-  local rec = redis.call('HGET', pre, user)
-  if not rec or named[user] then
-    return {'stale'}
+for from = 1, n, CHUNK do
+  local upto = math.min(n, from + CHUNK - 1)
+  local got = redis.call('HMGET', pre, unpack(ARGV, 5 + from, 5 + upto))
+  for i = from, upto do
+    local user, rec = ARGV[5 + i], got[i - from + 1]
+    if not rec or named[user] then
+      return {'stale'}
+    end
+    named[user] = true
+    recs[i] = rec
   end
-  named[user] = true
-  recs[i] = rec
 end
 -- Fresh entry ids, in drawn order, after every id handed out so far: the
 -- line is ordered by entry id, so the drawn order is the line's order and
 -- every later arrival queues behind.
 redis.call('SET', K.seq, ARGV[4], 'NX')
 local base = redis.call('INCRBY', K.seq, n) - n
--- Commands take their arguments on Lua's stack: flush in chunks.
-local CHUNK = 1000
 local line, seen, recs_out = {}, {}, {}
 local function flush()
   if #line > 0 then
@@ -61,7 +64,11 @@ local function flush()
 end
 for i = 1, n do
   local user, id = ARGV[5 + i], base + i
-  mark_entry(id, now)
+  -- Every entry has the time `now`: one mark at the first entry and at
+  -- the first of each later span covers them all (see mark_entry).
+  if i == 1 or id % MARK_SPAN == 0 then
+    mark_entry(id, now)
+  end
   line[#line + 1], line[#line + 2] = id, user
   seen[#seen + 1], seen[#seen + 2] = now, user
   recs_out[#recs_out + 1], recs_out[#recs_out + 2] = user, recs[i] .. string.format(':%d', id)
