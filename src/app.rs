@@ -69,6 +69,8 @@ struct Inner {
     door_switch: Arc<auto::Switch>,
     /// `--page-dir`: page files and brandings, checked at start-up.
     page_dir: Option<crate::brand::PageDir>,
+    /// Queues whose lottery draw is still ahead (`crate::lottery`).
+    lotteries: Arc<crate::lottery::Pending>,
 }
 
 impl AppState {
@@ -227,8 +229,14 @@ impl AppState {
                 door,
                 door_switch,
                 page_dir,
+                lotteries: Arc::default(),
             }),
         })
+    }
+
+    /// Queues whose lottery draw is still ahead, as this instance last saw.
+    pub fn lotteries(&self) -> &Arc<crate::lottery::Pending> {
+        &self.inner.lotteries
     }
 
     /// The store.
@@ -384,6 +392,12 @@ impl AppState {
         tasks.spawn(admission::adaptive::run(
             self.store().clone(),
             self.catalog().watch(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(crate::lottery::run(
+            self.store().clone(),
+            self.catalog().watch(),
+            self.lotteries().clone(),
             self.shutdown().clone(),
         ));
         // The streams' presence writes and first estimates follow the

@@ -38,6 +38,7 @@ pub mod config;
 pub mod gate;
 pub mod http;
 pub mod identity;
+pub mod lottery;
 pub mod orders;
 pub mod push;
 pub mod queue;

@@ -2333,3 +2333,256 @@ mod adaptive {
         concurrent_decisions_for_one_window_store_one,
     );
 }
+
+/// A scheduled opening with a lottery (`waitroom::queue::lottery`): the
+/// pre-queue, and the draw that places it in line all at once, once.
+mod lottery {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::*;
+    use waitroom::queue::lottery::{draw_order, fingerprint, new_seed, published_list};
+    use waitroom::store::{DrawOutcome, LotteryRefusal, PreJoin};
+
+    fn now_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
+    /// Joins `user` to the pre-queue: their pre-queue entry id.
+    async fn pre(store: &SharedStore, user: &UserId) -> u64 {
+        match store
+            .pre_join(&q(), user, &waitroom::queue::lottery::new_nonce())
+            .await
+            .unwrap()
+        {
+            PreJoin::Pre { entry, .. } => entry.pre_entry,
+            PreJoin::Open => panic!("{user} was not put in the pre-queue"),
+        }
+    }
+
+    /// The order the rules give for the current pre-queue, and its version.
+    async fn computed(store: &SharedStore, seed: &str) -> (u64, Vec<UserId>, String) {
+        let seed = waitroom::queue::lottery::parse_seed(seed).unwrap();
+        let (version, entries) = store.pre_queue(&q()).await.unwrap();
+        let fps: Vec<String> = entries
+            .iter()
+            .map(|(_, e)| fingerprint("default", &e.nonce))
+            .collect();
+        let order = draw_order(&seed, &fps)
+            .into_iter()
+            .map(|i| entries[i].0.clone())
+            .collect();
+        (version, order, published_list(fps).join("\n"))
+    }
+
+    async fn a_lottery_keeps_its_commitment_and_is_fixed_once_drawn(store: SharedStore) {
+        assert!(store.lottery(&q()).await.unwrap().is_none());
+        let seed = new_seed();
+        let first = store
+            .schedule_lottery(&q(), now_ms() + 60_000, &seed)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!first.drawn);
+        assert_eq!(first.seed, seed);
+        let expected = waitroom::queue::lottery::commitment(
+            &waitroom::queue::lottery::parse_seed(&seed).unwrap(),
+        );
+        assert_eq!(first.commitment, expected);
+        // Moving the time keeps the seed: the commitment already published
+        // stays true.
+        let opens_at = now_ms() + 150;
+        let moved = store
+            .schedule_lottery(&q(), opens_at, &new_seed())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((moved.opens_at, &moved.seed), (opens_at, &seed));
+        assert_eq!(moved.commitment, first.commitment);
+        // Not cleared while someone waits for it.
+        pre(&store, &u("a")).await;
+        assert_eq!(
+            store.clear_lottery(&q()).await.unwrap(),
+            Err(LotteryRefusal::NotEmpty)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (version, order, list) = computed(&store, &seed).await;
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::Drawn { placed: 1 }
+        );
+        assert_eq!(
+            store
+                .schedule_lottery(&q(), now_ms() + 60_000, &new_seed())
+                .await
+                .unwrap(),
+            Err(LotteryRefusal::Drawn)
+        );
+        assert_eq!(
+            store.clear_lottery(&q()).await.unwrap(),
+            Err(LotteryRefusal::Drawn)
+        );
+        let after = store.lottery(&q()).await.unwrap().unwrap();
+        assert!(after.drawn);
+        assert_eq!((after.seed, after.entries), (seed, 1));
+    }
+
+    async fn the_draw_places_the_whole_pre_queue_in_drawn_order_once(store: SharedStore) {
+        let p = slow(5);
+        let seed = new_seed();
+        store
+            .schedule_lottery(&q(), now_ms() + 300, &seed)
+            .await
+            .unwrap()
+            .unwrap();
+        let users: Vec<UserId> = (0..30).map(|i| u(&format!("p{i:02}"))).collect();
+        let mut pre_entries = Vec::new();
+        for user in &users {
+            pre_entries.push(pre(&store, user).await);
+        }
+        // A repeat join keeps the entry (and its nonce).
+        let again = store.pre_join(&q(), &users[3], "ffff").await.unwrap();
+        match again {
+            PreJoin::Pre { entry, created } => {
+                assert!(!created);
+                assert_eq!(entry.pre_entry, pre_entries[3]);
+                assert_ne!(entry.nonce, "ffff");
+            }
+            PreJoin::Open => panic!("a repeat join left the pre-queue"),
+        }
+        // Nobody in the pre-queue is admitted before the draw.
+        let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+        assert!(pass.admitted.is_empty(), "{pass:?}");
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 0);
+        let (version, order, list) = computed(&store, &seed).await;
+        // Too early on the store clock: nothing happens.
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        // A stale version, a missing user, a duplicate: nothing happens.
+        assert_eq!(
+            store.draw(&q(), version + 1, &order, &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        assert_eq!(
+            store.draw(&q(), version, &order[1..], &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        let mut dup = order.clone();
+        dup[1] = dup[0].clone();
+        assert_eq!(
+            store.draw(&q(), version, &dup, &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 0);
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::Drawn { placed: 30 }
+        );
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::AlreadyDrawn
+        );
+        for (i, user) in order.iter().enumerate() {
+            let s = store.status(&q(), user, false).await.unwrap();
+            assert_eq!(rank(&s), Some(i as u64), "{user}");
+            let e = store.pre_entry(&q(), user).await.unwrap().unwrap();
+            assert_eq!(e.entry, s.entry, "{user}: the record names the place");
+        }
+        assert_eq!(store.lottery_list(&q()).await.unwrap().unwrap(), list);
+        // Later arrivals: an ordinary join, behind everyone drawn.
+        let late = u("late");
+        assert_eq!(
+            store.pre_join(&q(), &late, "00").await.unwrap(),
+            PreJoin::Open
+        );
+        let s = store
+            .enter(&q(), &late, &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert_eq!(rank(&s.snapshot), Some(30));
+        // Admission now takes the drawn head first.
+        let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+        let admitted: Vec<&UserId> = pass.admitted.iter().map(|a| &a.user).collect();
+        assert_eq!(admitted, order[..5].iter().collect::<Vec<_>>());
+    }
+
+    async fn leaving_the_pre_queue_takes_the_entry_out_of_the_draw(store: SharedStore) {
+        let seed = new_seed();
+        store
+            .schedule_lottery(&q(), now_ms() + 100, &seed)
+            .await
+            .unwrap()
+            .unwrap();
+        let a = pre(&store, &u("a")).await;
+        pre(&store, &u("b")).await;
+        let (v1, _) = store.pre_queue(&q()).await.unwrap();
+        assert!(!store.pre_leave(&q(), &u("a"), a + 1000).await.unwrap());
+        assert!(store.pre_leave(&q(), &u("a"), a).await.unwrap());
+        assert!(!store.pre_leave(&q(), &u("a"), a).await.unwrap());
+        let (v2, entries) = store.pre_queue(&q()).await.unwrap();
+        assert_ne!(v1, v2, "a leave changes the version");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].0, u("b"));
+        assert!(store.pre_entry(&q(), &u("a")).await.unwrap().is_none());
+        // A user already in line is not put in the pre-queue.
+        let p = Policy {
+            max_active: Some(0),
+            ..slow(1)
+        };
+        store
+            .enter(&q(), &u("c"), &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.pre_join(&q(), &u("c"), "00").await.unwrap(),
+            PreJoin::Open
+        );
+    }
+
+    async fn instances_drawing_together_draw_once(store: SharedStore) {
+        store
+            .schedule_lottery(&q(), now_ms() + 100, &new_seed())
+            .await
+            .unwrap()
+            .unwrap();
+        for i in 0..50 {
+            pre(&store, &u(&format!("r{i}"))).await;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let tries = (0..8).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { waitroom::lottery::draw_if_due(&store, &q()).await })
+        });
+        let outcomes: Vec<_> = futures::future::join_all(tries)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        let drawn = outcomes
+            .iter()
+            .filter(|o| matches!(o, Some(DrawOutcome::Drawn { placed: 50 })))
+            .count();
+        assert_eq!(drawn, 1, "{outcomes:?}");
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 50);
+        let seen: HashSet<u64> = futures::future::join_all((0..50).map(|i| {
+            let store = store.clone();
+            async move { entry_of(&store, &u(&format!("r{i}"))).await }
+        }))
+        .await
+        .into_iter()
+        .collect();
+        assert_eq!(seen.len(), 50, "every entry placed once");
+    }
+
+    conformance!(
+        a_lottery_keeps_its_commitment_and_is_fixed_once_drawn,
+        the_draw_places_the_whole_pre_queue_in_drawn_order_once,
+        leaving_the_pre_queue_takes_the_entry_out_of_the_draw,
+        instances_drawing_together_draw_once,
+    );
+}

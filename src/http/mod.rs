@@ -18,6 +18,7 @@ mod headers;
 mod health;
 mod identity;
 pub mod limit;
+mod lottery;
 mod openapi;
 mod orders;
 pub mod origin;
@@ -55,6 +56,7 @@ fn routes() -> OpenApiRouter<AppState> {
 fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
+        .merge(lottery::router())
         .merge(challenge::router())
         .merge(brand::router())
         .merge(events::router())
@@ -77,6 +79,7 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(health::metrics_router())
         .merge(tokens::router())
         .merge(stock::router())
+        .merge(lottery::admin_router())
         .merge(admin::router())
         .merge(queue_admin::router())
         .merge(audit::router())

@@ -18,9 +18,10 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, EnterOutcome, JoinLimits,
-    LimitKind, Limited, OrderSignal, PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate,
-    StockState, Store, StoreEvent, StoreResult,
+    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, DrawOutcome, EnterOutcome,
+    JoinLimits, LimitKind, Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS,
+    Pass, PreEntry, PreJoin, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
+    StoreResult,
 };
 use crate::queue::audit::{AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery};
 use crate::queue::{
@@ -33,6 +34,7 @@ mod audit;
 mod buckets;
 mod buyers;
 mod door;
+mod lottery;
 mod queue;
 mod settings;
 mod stock;
@@ -656,6 +658,63 @@ impl Store for MemoryStore {
             settings_version,
             now_ms(),
         ))
+    }
+
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
+        Ok(self.lottery_schedule(queue, opens_at, seed))
+    }
+
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
+        Ok(self.lottery_clear(queue))
+    }
+
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>> {
+        Ok(self.lottery_state(queue))
+    }
+
+    async fn pre_join(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+    ) -> StoreResult<PreJoin> {
+        Ok(self.lottery_pre_join(queue, user, nonce))
+    }
+
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
+        Ok(self.lottery_pre_entry(queue, user))
+    }
+
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.lottery_pre_leave(queue, user, pre_entry))
+    }
+
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        Ok(self.lottery_pre_queue(queue))
+    }
+
+    async fn draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome> {
+        Ok(self.lottery_draw(queue, version, order, list))
+    }
+
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+        Ok(self.lottery_published(queue))
     }
 }
 

@@ -200,6 +200,67 @@ pub struct AdaptiveRead {
     pub state: Option<AdaptiveState>,
 }
 
+/// A queue's scheduled opening and its lottery, as the store keeps it
+/// (`crate::queue::lottery` has the rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LotteryState {
+    /// When the draw may run: store clock, ms since the epoch.
+    pub opens_at: u64,
+    /// The secret seed, hex. Callers reveal it only once `drawn`.
+    pub seed: String,
+    /// `hex(SHA-256(seed))`, public from the start.
+    pub commitment: String,
+    /// True once the pre-queue was placed in line (never undone).
+    pub drawn: bool,
+    /// Entries in the pre-queue, or placed by the draw once drawn.
+    pub entries: u64,
+    /// Bumped by every change of the pre-queue, so a draw computed from
+    /// one reading applies only to that very pre-queue.
+    pub version: u64,
+}
+
+/// Why a lottery change was refused; nothing was changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LotteryRefusal {
+    /// The draw has run: its opening time and seed are history.
+    Drawn,
+    /// Clearing a lottery whose pre-queue holds entries would strand them.
+    NotEmpty,
+}
+
+/// One buyer's lottery entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreEntry {
+    /// The entry id the buyer's ticket was signed for at the pre-queue join.
+    pub pre_entry: u64,
+    /// The random text their fingerprint is computed from.
+    pub nonce: String,
+    /// Their entry in line once the draw placed them.
+    pub entry: Option<u64>,
+}
+
+/// What [`Store::pre_join`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreJoin {
+    /// The buyer is in the pre-queue (`created` when by this call).
+    Pre { entry: PreEntry, created: bool },
+    /// No lottery waits to be drawn, or the buyer already has a place in
+    /// line or a token: an ordinary join applies.
+    Open,
+}
+
+/// What [`Store::draw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawOutcome {
+    /// This call placed `placed` entries in line.
+    Drawn { placed: u64 },
+    /// The draw had already run (another instance): nothing changed.
+    AlreadyDrawn,
+    /// Nothing changed: no lottery, `opensAt` not reached on the store
+    /// clock, or the pre-queue changed since it was read (read again).
+    Stale,
+}
+
 /// A request rate kept as a GCRA ("generic cell rate") bucket: `burst`
 /// requests at once, then one every `period_ms`. A refused request costs
 /// nothing and changes nothing.
@@ -599,6 +660,64 @@ pub trait Store: Send + Sync + 'static {
     /// Acknowledges `ids` in `group`: delivered (or given up), never handed
     /// out again.
     async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()>;
+    // --- Scheduled opening with a lottery (`crate::queue::lottery`) ---
+
+    /// Schedules `queue` to open at `opens_at` (store clock, ms), keeping
+    /// arrivals in a pre-queue until the draw. The first call stores `seed`
+    /// (hex); a later one before the draw only moves `opens_at`, never the
+    /// seed, so the published commitment stays. Refused once drawn.
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>>;
+
+    /// Removes a lottery not drawn yet whose pre-queue is empty. `Ok(true)`
+    /// if there was one.
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>>;
+
+    /// The lottery of `queue`, if one was scheduled.
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>>;
+
+    /// Puts `user` in the pre-queue with `nonce` (a new entry id taken from
+    /// the queue's entry counter), or answers the entry they have there.
+    /// One atomic step with the lottery's state: once drawn, or for a user
+    /// with a place in line or a token, answers [`PreJoin::Open`].
+    async fn pre_join(&self, queue: &QueueName, user: &UserId, nonce: &str)
+    -> StoreResult<PreJoin>;
+
+    /// `user`'s lottery entry (kept after the draw, with their entry in line).
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>>;
+
+    /// Takes `user` out of the pre-queue if `pre_entry` is their entry there
+    /// and the draw has not run. True if removed.
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool>;
+
+    /// The pre-queue as of one moment: its version and every entry.
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)>;
+
+    /// The draw: places `order` (every pre-queue user, first in line
+    /// first) at the back of the line with fresh entry ids, and keeps
+    /// `list` (the published fingerprints) — only if the lottery is not
+    /// drawn, `opensAt` has come on the store clock, and the pre-queue is
+    /// still at `version` with exactly these users. All or nothing, so of
+    /// many instances drawing at once exactly one places anyone.
+    async fn draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome>;
+
+    /// The published fingerprint list, once drawn.
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>>;
 }
 
 /// A shared store handle.

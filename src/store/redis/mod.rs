@@ -26,6 +26,7 @@ mod batch;
 mod conn;
 mod door;
 mod events;
+mod lottery;
 mod scripts;
 mod settings;
 
@@ -42,9 +43,9 @@ use futures::stream::BoxStream;
 use redis::{AsyncCommands, RedisError};
 
 use super::{
-    AdaptiveRead, AdaptiveState, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
-    OrderSignal, PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store,
-    StoreError, StoreEvent, StoreResult,
+    AdaptiveRead, AdaptiveState, ClaimOutcome, DrawOutcome, EnterOutcome, JoinLimits, LimitKind,
+    Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS, Pass, PreEntry, PreJoin,
+    QueueEvent, QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
 };
 use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
@@ -923,6 +924,63 @@ impl Store for RedisStore {
     ) -> StoreResult<bool> {
         self.adaptive_store(queue, decision, batch, settings_version, window_ms)
             .await
+    }
+
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
+        self.lottery_set(queue, opens_at, seed).await
+    }
+
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
+        self.lottery_clear(queue).await
+    }
+
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>> {
+        Ok(self.lottery_read(queue, false).await?.map(|(l, _)| l))
+    }
+
+    async fn pre_join(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+    ) -> StoreResult<PreJoin> {
+        self.lottery_pre_join(queue, user, nonce).await
+    }
+
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
+        self.lottery_pre_entry(queue, user).await
+    }
+
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool> {
+        self.lottery_pre_leave(queue, user, pre_entry).await
+    }
+
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        self.lottery_scan(queue).await
+    }
+
+    async fn draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome> {
+        self.lottery_draw(queue, version, order, list).await
+    }
+
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+        self.lottery_published(queue).await
     }
 
     async fn note_joins(

@@ -58,6 +58,12 @@ pub(super) struct Scripts {
     pub renew_claim: Script,
     pub spend: Script,
     pub stock: Script,
+    /// The lottery of a scheduled opening (`lottery.rs`).
+    pub lottery_schedule: Script,
+    pub lottery_read: Script,
+    pub lottery_leave: Script,
+    pub lottery_join: Script,
+    pub lottery_draw: Script,
 }
 
 impl Scripts {
@@ -84,6 +90,11 @@ impl Scripts {
             renew_claim: with_common(include_str!("lua/renew_claim.lua")),
             spend: Script::new(&format!("{GCRA}\n{}", include_str!("lua/spend.lua"))),
             stock: with_common(include_str!("lua/stock.lua")),
+            lottery_schedule: Script::new(include_str!("lua/lottery_schedule.lua")),
+            lottery_read: Script::new(include_str!("lua/lottery_read.lua")),
+            lottery_leave: Script::new(include_str!("lua/lottery_leave.lua")),
+            lottery_join: with_common(include_str!("lua/lottery_join.lua")),
+            lottery_draw: with_common(include_str!("lua/lottery_draw.lua")),
         }
     }
 }

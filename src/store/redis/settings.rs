@@ -139,6 +139,7 @@ impl RedisStore {
         // Adaptive admission's samples and last decision: a queue opened
         // again starts from its own batch.
         doomed.push(self.adaptive_key(queue));
+        doomed.extend(keys.lottery());
         let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
         Ok(had == 1)
     }
