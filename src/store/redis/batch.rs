@@ -191,6 +191,7 @@ impl Runner {
         all.extend(calls.iter().map(|c| keys.token_key(&c.user)));
         all.extend(calls.iter().flat_map(|c| c.keys.iter().cloned()));
         all.push(keys.stock());
+        all.push(keys.audit());
         let args = calls.iter().flat_map(|c| c.args.iter().map(Vec::as_slice));
         let value = eval_durable(
             &self.conn,

@@ -8,7 +8,8 @@
 -- KEYS[9+n..]   three per join, join i at KEYS[9+n+3(i-1) ..]: the user's
 --               request budget, the client address's join rate and places
 --               (as enter.lua's KEYS[10..12])
--- KEYS[#KEYS]   the queue's stock HASH (see common.lua), last
+-- KEYS[#KEYS-1] the queue's stock HASH (see common.lua)
+-- KEYS[#KEYS]   the queue's audit STREAM (common.lua): fast-track admissions
 -- ARGV[3..]     13 per join, join i at ARGV[3+13(i-1) ..], as join.lua lists
 -- Returns one join() row per join, in order: describe(), or limited(...)
 -- for a join refused by a limit (that join changed nothing; the others
@@ -20,7 +21,7 @@
 local n = (#ARGV - 2) / 13
 local now = now_ms()
 expire_active(now)
-local g = group(now, KEYS[#KEYS])
+local g = group(now, KEYS[#KEYS - 1], KEYS[#KEYS])
 local out = {}
 for i = 1, n do
   local k = 9 + n + 3 * (i - 1)

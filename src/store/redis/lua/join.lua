@@ -3,7 +3,8 @@
 -- joins, group commit); not a script on its own.
 --
 -- join(g, keys, a): one join, with
---   g    = the call's shared state, from group(now, stock key): the store
+--   g    = the call's shared state, from group(now, stock key, audit key):
+--          the audit STREAM gets an 'admitted' entry per fast track; the store
 --          time; the queue's stock HASH (see common.lua: no fast track past
 --          it, and every row says whether the queue is sold out);
 --          what the joins of one call would otherwise each read again
@@ -30,8 +31,8 @@
 -- token (a burst cannot bypass the rate or maxActive), and an address's
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
-local function group(now, stock)
-  return {now = now, stock = stock, line = {}, seen = {}, added = {}}
+local function group(now, stock, audit_key)
+  return {now = now, stock = stock, audit = audit_key, line = {}, seen = {}, added = {}}
 end
 
 -- The line's length and the pass counter, read once per call: within a
@@ -152,6 +153,7 @@ local function join(g, keys, a)
       save_bucket(level - 1, at)
       local entry = group_entry(g, first)
       issue(tokkey, user, fast_token, now, ttl, now, entry)
+      audit(g.audit, 'admitted', now, user, entry)
       counted(entry)
       return with_stock(describe(user, tokkey, now, 1, total, pass), g.stock)
     end
