@@ -6,13 +6,6 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use waitroom::{Config, telemetry};
 
-/// mimalloc rather than the system's malloc: a join allocates and frees
-/// dozens of small buffers (request, keys, script arguments, answer), and
-/// glibc's malloc took over a quarter of the server's CPU in a join burst
-/// (perf, `loadtest/group-commit.sh` load); see NOTES-joincpu.md.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
