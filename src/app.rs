@@ -69,6 +69,8 @@ struct Inner {
     door_switch: Arc<auto::Switch>,
     /// `--page-dir`: page files and brandings, checked at start-up.
     page_dir: Option<crate::brand::PageDir>,
+    /// Queues whose lottery draw is still ahead (`crate::lottery`).
+    lotteries: Arc<crate::lottery::Pending>,
 }
 
 impl AppState {
@@ -84,6 +86,7 @@ impl AppState {
                 };
                 let redis = RedisStore::open(&options, &config.key_prefix)
                     .await?
+                    .with_audit_max_len(config.audit_max_len)
                     .with_join_batch(config.join_batch());
                 let secret = match config.ticket_secret {
                     Some(_) => None,
@@ -96,7 +99,10 @@ impl AppState {
                 };
                 (Arc::new(redis), secret)
             }
-            None => (Arc::new(MemoryStore::new()), None),
+            None => (
+                Arc::new(MemoryStore::new().with_audit_max_len(config.audit_max_len)),
+                None,
+            ),
         };
         Self::with_store(config, store, shared_secret, shutdown).await
     }
@@ -175,7 +181,10 @@ impl AppState {
             Catalog::open(
                 store.clone(),
                 queues.clone(),
-                QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000),
+                QueueSettings {
+                    adaptive: config.adaptive_settings(),
+                    ..QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000)
+                },
             )
             .await,
         );
@@ -199,6 +208,7 @@ impl AppState {
         )
         .with_identity(identity.clone());
         gate.set_queues(gate_queues(&catalog.current()));
+        gate.set_adaptive(gate_adaptive(&catalog.current()));
         Ok(Self {
             inner: Arc::new(Inner {
                 catalog,
@@ -219,8 +229,14 @@ impl AppState {
                 door,
                 door_switch,
                 page_dir,
+                lotteries: Arc::default(),
             }),
         })
+    }
+
+    /// Queues whose lottery draw is still ahead, as this instance last saw.
+    pub fn lotteries(&self) -> &Arc<crate::lottery::Pending> {
+        &self.inner.lotteries
     }
 
     /// The store.
@@ -373,6 +389,17 @@ impl AppState {
             self.catalog().watch(),
             self.shutdown().clone(),
         ));
+        tasks.spawn(admission::adaptive::run(
+            self.store().clone(),
+            self.catalog().watch(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(crate::lottery::run(
+            self.store().clone(),
+            self.catalog().watch(),
+            self.lotteries().clone(),
+            self.shutdown().clone(),
+        ));
         // The streams' presence writes and first estimates follow the
         // start-up flags; their queues follow the catalog.
         tasks.spawn(push::run(
@@ -386,6 +413,17 @@ impl AppState {
             self.store().clone(),
             self.hub().clone(),
             self.instance().to_owned(),
+            self.shutdown().clone(),
+        ));
+        tasks.spawn(crate::webhook::run(
+            self.store().clone(),
+            self.config().webhooks.clone(),
+            self.catalog().watch(),
+            crate::webhook::DeliveryOptions {
+                consumer: self.instance().to_owned(),
+                claim_ms: self.config().webhook_claim_ms,
+                tick: Duration::from_millis(250),
+            },
             self.shutdown().clone(),
         ));
         tasks.spawn(follow_gate(
@@ -484,6 +522,18 @@ fn gate_queues(queues: &crate::catalog::Queues) -> Vec<(QueueName, Duration)> {
         .collect()
 }
 
+/// The queues whose orders' outcomes the gate counts: adaptive admission
+/// on, each with its window.
+fn gate_adaptive(queues: &crate::catalog::Queues) -> std::collections::HashMap<QueueName, u64> {
+    queues
+        .iter()
+        .filter_map(|(q, s)| {
+            let a = s.settings.adaptive.as_ref().filter(|a| a.enabled)?;
+            Some((q.clone(), a.window_ms))
+        })
+        .collect()
+}
+
 /// Keeps the gate's queues and leases in step with the catalog.
 async fn follow_gate(
     gate: gate::Gate,
@@ -499,6 +549,7 @@ async fn follow_gate(
                 }
                 let current = queues.borrow_and_update().clone();
                 gate.set_queues(gate_queues(&current));
+                gate.set_adaptive(gate_adaptive(&current));
             }
         }
     }

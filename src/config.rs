@@ -110,6 +110,30 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_TICKET_TTL_SECS", default_value_t = 86_400)]
     pub ticket_ttl_secs: u64,
 
+    /// Admission follows the order service (seeds the queues' `adaptive`
+    /// settings, on): the rate rises by a step per healthy window and is
+    /// cut by a factor when the p95 claim-to-commit time is over the target
+    /// or too many orders roll back, between --adaptive-floor and
+    /// --adaptive-ceiling (admissions per second).
+    #[arg(long, env = "WAITROOM_ADAPTIVE")]
+    pub adaptive: bool,
+
+    /// Lowest admission rate adaptive admission cuts to, per second.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_FLOOR", default_value_t = 1.0)]
+    pub adaptive_floor: f64,
+
+    /// Highest admission rate adaptive admission climbs to, per second.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_CEILING", default_value_t = 100.0)]
+    pub adaptive_ceiling: f64,
+
+    /// The p95 claim-to-commit time adaptive admission keeps under, ms.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_TARGET_P95_MS", default_value_t = 1000)]
+    pub adaptive_target_p95_ms: u64,
+
+    /// One window of adaptive admission (one decision each), ms.
+    #[arg(long, env = "WAITROOM_ADAPTIVE_WINDOW_MS", default_value_t = 5000)]
+    pub adaptive_window_ms: u64,
+
     /// Seconds a claimed token stays claimed if the order service never
     /// commits nor releases it.
     #[arg(long, env = "WAITROOM_CLAIM_LEASE_SECS", default_value_t = 30)]
@@ -311,6 +335,25 @@ pub struct Config {
     /// colours, texts per language; checked at start-up).
     #[arg(long, env = "WAITROOM_PAGE_DIR")]
     pub page_dir: Option<PathBuf>,
+
+    /// Entries kept in each queue's audit log (about: Redis trims whole
+    /// stream nodes), the oldest dropped first. 0: no audit log, and no
+    /// webhooks.
+    #[arg(long, env = "WAITROOM_AUDIT_MAX_LEN", default_value_t = crate::queue::audit::DEFAULT_AUDIT_MAX_LEN)]
+    pub audit_max_len: u64,
+
+    /// A webhook, repeatable (in the environment, `;` between hooks):
+    /// name=NAME,url=http://…,secret=SECRET[,kinds=admitted+consumed]
+    /// [,queues=a+b][,attempts=10][,max-age-secs=86400][,backoff-ms=500]
+    /// [,timeout-ms=5000]. The same on every instance.
+    #[arg(long = "webhook", env = "WAITROOM_WEBHOOKS", value_delimiter = ';')]
+    pub webhooks: Vec<crate::webhook::WebhookSpec>,
+
+    /// How long a webhook entry may sit unacknowledged with an instance
+    /// that stopped holding it (it died) before another instance takes it
+    /// over, ms (1000-3600000).
+    #[arg(long, env = "WAITROOM_WEBHOOK_CLAIM_MS", default_value_t = 60_000)]
+    pub webhook_claim_ms: u64,
 }
 
 pub use crate::challenge::auto::Mode as JoinChallenge;
@@ -379,11 +422,26 @@ impl Config {
         if self.claim_lease_secs == 0 {
             return bad("--claim-lease-secs must be at least 1");
         }
+        if let Some(a) = self.adaptive_settings() {
+            a.validate(self.admission_interval_ms)
+                .map_err(|m| ConfigError(format!("--adaptive: {m}")))?;
+        }
         if self.redis_url.is_none() && (self.redis_cluster || self.redis_wait_replicas > 0) {
             return bad("--redis-cluster and --redis-wait-replicas need --redis-url");
         }
         if self.redis_wait_replicas > MAX_WAIT_REPLICAS {
             return bad("--redis-wait-replicas must be 0-16");
+        }
+        if !(1_000..=3_600_000).contains(&self.webhook_claim_ms) {
+            return bad("--webhook-claim-ms must be 1000-3600000");
+        }
+        if !self.webhooks.is_empty() && self.audit_max_len == 0 {
+            return bad("--webhook needs the audit log: --audit-max-len must not be 0");
+        }
+        for (i, hook) in self.webhooks.iter().enumerate() {
+            if self.webhooks[..i].iter().any(|h| h.name == hook.name) {
+                return bad("--webhook names must be distinct");
+            }
         }
         if self.join_batch_window_us > 2000 {
             return bad("--join-batch-window-us must be 0-2000");
@@ -642,6 +700,19 @@ impl Config {
             abandon_after_ms: (self.abandon_after_secs > 0)
                 .then_some(self.abandon_after_secs * 1000),
         }
+    }
+
+    /// The adaptive admission settings `--adaptive` seeds new queues with
+    /// (`None` without it).
+    pub fn adaptive_settings(&self) -> Option<crate::queue::AdaptiveSettings> {
+        self.adaptive.then(|| crate::queue::AdaptiveSettings {
+            enabled: true,
+            floor_per_sec: self.adaptive_floor,
+            ceiling_per_sec: self.adaptive_ceiling,
+            target_p95_ms: self.adaptive_target_p95_ms,
+            window_ms: self.adaptive_window_ms,
+            ..crate::queue::AdaptiveSettings::recommended()
+        })
     }
 
     /// `args` as on the command line (without the program name) over the

@@ -25,6 +25,8 @@
 //! - [`store`] keeps the state (Redis, or memory for one instance);
 //! - [`queue`] holds the rules, knowing neither Redis nor HTTP;
 //! - [`brand`] reads and checks operators' page branding (`--page-dir`);
+//! - [`webhook`] delivers the queues' audit logs to operators' endpoints
+//!   (uses `store`, `queue`);
 //! - [`telemetry`] sets up logs and metrics.
 
 pub mod admission;
@@ -36,12 +38,14 @@ pub mod config;
 pub mod gate;
 pub mod http;
 pub mod identity;
+pub mod lottery;
 pub mod orders;
 pub mod push;
 pub mod queue;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod webhook;
 
 use std::time::Duration;
 

@@ -20,7 +20,7 @@ const SOLD_OUT_RECHECK_MS = 30_000;
 const CURRENCY = document.querySelector('meta[name="waitroom-currency"]')?.content || 'USD';
 
 const el = (id) => document.getElementById(id);
-const VIEWS = ['joining', 'waiting', 'ready', 'confirmed', 'ended', 'error'];
+const VIEWS = ['joining', 'prequeue', 'waiting', 'ready', 'confirmed', 'ended', 'error'];
 
 // --- storage ---------------------------------------------------------------
 
@@ -165,7 +165,7 @@ async function join({ quiet = false } = {}) {
     showGone('sold_out');
     return;
   }
-  if (!status || (status.status !== 'WAITING' && status.status !== 'READY')) {
+  if (!status || !['WAITING', 'READY', 'PRE_QUEUE'].includes(status.status)) {
     showGone('not_entered');
     return;
   }
@@ -272,9 +272,50 @@ function applyUpdate(update) {
     case 'SOLD_OUT':
       showGone('sold_out');
       break;
+    case 'PRE_QUEUE':
+      showPreQueue(update);
+      break;
     default:
       break;
   }
+}
+
+// --- pre-queue (a scheduled opening with a lottery) ------------------------
+
+/**
+ * Before a scheduled opening: a countdown to the draw, the published
+ * commitment and this buyer's fingerprint (what they look for in the list
+ * published after the draw). The feed brings the waiting view at the draw.
+ */
+function showPreQueue(p) {
+  const lottery = p.lottery || {};
+  app.preQueue = {
+    opensAt: lottery.opensAt,
+    // Counted on this device's monotonic clock from the server's seconds,
+    // so a wrong wall clock does not skew the countdown.
+    deadline: performance.now() + (lottery.secondsToOpen ?? 0) * 1000,
+  };
+  const firstTime = setView('prequeue');
+  setText('prequeue-fingerprint', lottery.fingerprint ?? '–');
+  setText('prequeue-commitment', lottery.commitment ?? '–');
+  setText('prequeue-nonce', lottery.nonce ?? '–');
+  setTitle(t('title.prequeue'));
+  tickPreQueue();
+  clearInterval(app.preQueueTimer);
+  app.preQueueTimer = setInterval(tickPreQueue, 1000);
+  app.redraw = () => showPreQueue(p);
+  if (firstTime) announce(t('prequeue.announce'));
+}
+
+function tickPreQueue() {
+  if (app.view !== 'prequeue' || !app.preQueue) {
+    clearInterval(app.preQueueTimer);
+    app.preQueueTimer = null;
+    return;
+  }
+  const left = app.preQueue.deadline - performance.now();
+  setText('prequeue-countdown', left > 0 ? fmt.formatClock(left) : t('prequeue.drawing'));
+  el('prequeue-countdown').dataset.left = String(Math.max(0, Math.round(left / 1000)));
 }
 
 // --- waiting ---------------------------------------------------------------

@@ -36,7 +36,7 @@ const jitter = (ms, spread = 0.2) => ms * (1 - spread + Math.random() * 2 * spre
  * taken first so an instance of the previous version, met during a rolling
  * deploy, still moves the page.
  */
-const EVENT_STATUS = { waiting: 'WAITING', ready: 'READY', gone: 'NOT_ENTERED' };
+const EVENT_STATUS = { waiting: 'WAITING', ready: 'READY', gone: 'NOT_ENTERED', prequeue: 'PRE_QUEUE' };
 
 export class StatusFeed {
   /**
@@ -223,7 +223,7 @@ export class StatusFeed {
       this.#setMode('live');
       this.#deliver({ ...data, status: EVENT_STATUS[event.type] });
     };
-    for (const type of ['waiting', 'ready', 'gone']) es.addEventListener(type, onEvent);
+    for (const type of ['waiting', 'ready', 'gone', 'prequeue']) es.addEventListener(type, onEvent);
 
     es.onerror = () => {
       if (this.es !== es || !this.running) return;

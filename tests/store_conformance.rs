@@ -1695,6 +1695,7 @@ fn settings(batch: u32) -> QueueSettings {
         abandon_after_ms: None,
         claim_lease_ms: 30_000,
         texts: Default::default(),
+        adaptive: None,
     }
 }
 
@@ -1708,6 +1709,10 @@ async fn queue_settings_are_versioned_and_listed(store: SharedStore) {
     first
         .texts
         .insert("title".into(), "Drop — édition \"限定\"".into());
+    first.adaptive = Some(waitroom::queue::AdaptiveSettings {
+        floor_per_sec: 2.5,
+        ..waitroom::queue::AdaptiveSettings::recommended()
+    });
     let (stored, written) = store.put_queue_settings(&q(), &first, false).await.unwrap();
     assert!(written);
     assert_eq!((stored.version, &stored.settings), (1, &first));
@@ -1800,7 +1805,25 @@ async fn deleting_a_queue_empties_it_but_keeps_entry_ids_fresh(store: SharedStor
         entries.push(e.snapshot.entry.unwrap());
     }
     store.set_paused(&q(), true).await.unwrap();
+    let (stored, _) = store
+        .put_queue_settings(&q(), &settings(1), false)
+        .await
+        .unwrap();
+    let decided = waitroom::store::AdaptiveState {
+        window: 7,
+        window_ms: 1_000,
+        verdict: "hold".into(),
+        ..Default::default()
+    };
+    assert!(
+        store
+            .adaptive_apply(&q(), &decided, None, stored.version, 1_000)
+            .await
+            .unwrap()
+    );
     assert!(store.delete_queue(&q()).await.unwrap());
+    let read = store.adaptive_read(&q(), 1_000).await.unwrap();
+    assert_eq!(read.state, None, "a deleted queue's decision goes with it");
     let stats = store.stats(&q()).await.unwrap();
     assert_eq!((stats.waiting, stats.paused), (0, false), "{stats:?}");
     assert_eq!(
@@ -1832,4 +1855,734 @@ async fn stream_reports_are_shared_until_they_lapse(store: SharedStore) {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let all = store.report_streams("host-a/1", 6, 60_000).await.unwrap();
     assert_eq!(all, vec![("host-a/1".to_owned(), 6)], "b stopped reporting");
+}
+
+/// The audit log (`waitroom::queue::audit`): written by the action's own
+/// atomic step, paged by id, and taken by webhook groups.
+mod audit {
+    use super::*;
+    use waitroom::queue::StockReport;
+    use waitroom::queue::audit::{AuditEntry, AuditId, AuditKind, AuditQuery};
+
+    fn all(after: Option<AuditId>, limit: usize) -> AuditQuery {
+        AuditQuery {
+            after,
+            limit,
+            kind: None,
+        }
+    }
+
+    /// Every entry, by following `next` from the start with pages of `limit`.
+    async fn read_all(
+        store: &SharedStore,
+        limit: usize,
+        kind: Option<AuditKind>,
+    ) -> Vec<AuditEntry> {
+        let mut out = Vec::new();
+        let mut after = None;
+        for _ in 0..1000 {
+            let page = store
+                .audit_page(&q(), AuditQuery { after, limit, kind })
+                .await
+                .unwrap();
+            assert!(page.entries.len() <= limit);
+            out.extend(page.entries);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return out,
+            }
+        }
+        panic!("paging never ended");
+    }
+
+    fn summary(entries: &[AuditEntry]) -> Vec<(AuditKind, Option<String>)> {
+        entries.iter().map(|e| (e.kind, e.user.clone())).collect()
+    }
+
+    async fn every_action_is_logged_once_in_order(store: SharedStore) {
+        let p = Policy {
+            max_active: Some(1),
+            abandon_after_ms: Some(800),
+            ..slow(2)
+        };
+        let users = fill(&store, &p, "a", 4).await; // a0 fast track, a1..a3 wait
+        let entries: Vec<u64> = {
+            let mut v = Vec::new();
+            for user in &users {
+                v.push(entry_of(&store, user).await);
+            }
+            v
+        };
+        // Refused actions write nothing.
+        assert!(
+            !store
+                .leave(&q(), &users[2], entries[2] + 1000)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .consume(&q(), &users[0], "no-such-claim")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .release(&q(), &users[0], "no-such-claim")
+                .await
+                .unwrap()
+        );
+        assert!(store.leave(&q(), &users[2], entries[2]).await.unwrap());
+        let token = token_of(&store.status(&q(), &users[0], false).await.unwrap()).unwrap();
+        let ClaimOutcome::Claimed { claim_id } =
+            store.claim(&q(), &users[0], &token, 5_000).await.unwrap()
+        else {
+            panic!("claim expected");
+        };
+        assert!(store.release(&q(), &users[0], &claim_id).await.unwrap());
+        let ClaimOutcome::Claimed { claim_id } =
+            store.claim(&q(), &users[0], &token, 5_000).await.unwrap()
+        else {
+            panic!("claim expected");
+        };
+        assert!(store.consume(&q(), &users[0], &claim_id).await.unwrap());
+        assert!(
+            !store.consume(&q(), &users[0], &claim_id).await.unwrap(),
+            "a replay logs nothing"
+        );
+        let first = store.admit(&q(), &p, &tokens(2)).await.unwrap();
+        assert_eq!(first.admitted.len(), 1);
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let second = store.admit(&q(), &p, &tokens(2)).await.unwrap();
+        assert_eq!(second.abandoned.len(), 1, "{second:?}");
+        let report = StockReport {
+            remaining: 0,
+            per_buyer: 1,
+        };
+        store.set_stock(&q(), report).await.unwrap();
+        store.set_stock(&q(), report).await.unwrap(); // still sold out: no second entry
+
+        let log = read_all(&store, 100, None).await;
+        let name = |i: usize| Some(users[i].as_str().to_owned());
+        assert_eq!(
+            summary(&log),
+            [
+                (AuditKind::Admitted, name(0)),
+                (AuditKind::Left, name(2)),
+                (AuditKind::Released, name(0)),
+                (AuditKind::Consumed, name(0)),
+                (AuditKind::Admitted, name(1)),
+                (AuditKind::Abandoned, name(3)),
+                (AuditKind::SoldOut, None),
+            ]
+        );
+        let entry_ids: Vec<Option<u64>> = log.iter().map(|e| e.entry).collect();
+        let e = |i: usize| Some(entries[i]);
+        assert_eq!(entry_ids, [e(0), e(2), e(0), e(0), e(1), e(3), None]);
+        let passes: Vec<Option<u64>> = log.iter().map(|e| e.pass).collect();
+        assert_eq!(
+            passes,
+            [
+                None,
+                None,
+                None,
+                None,
+                Some(first.pass),
+                Some(second.pass),
+                None
+            ]
+        );
+        for pair in log.windows(2) {
+            assert!(pair[0].id < pair[1].id, "ids grow: {pair:?}");
+            assert!(pair[0].at <= pair[1].at);
+        }
+    }
+
+    async fn pages_return_everything_once_and_filter_by_kind(store: SharedStore) {
+        let p = Policy {
+            max_active: Some(0),
+            ..slow(1)
+        };
+        for i in 0..12 {
+            let user = u(&format!("p{i:02}"));
+            store
+                .enter(&q(), &user, &p, &EntryToken::generate())
+                .await
+                .unwrap();
+            assert!(leave_current(&store, &user).await);
+            if i % 5 == 0 {
+                let remaining = if i % 10 == 0 { 0 } else { 3 };
+                store
+                    .set_stock(
+                        &q(),
+                        StockReport {
+                            remaining,
+                            per_buyer: 1,
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let whole = store.audit_page(&q(), all(None, 1000)).await.unwrap();
+        assert_eq!(whole.next, None, "all of it fits in one page");
+        assert_eq!(
+            whole.entries.len(),
+            14,
+            "12 leaves, 2 sold outs: {:?}",
+            summary(&whole.entries)
+        );
+        for limit in [1, 3, 7, 14] {
+            assert_eq!(
+                read_all(&store, limit, None).await,
+                whole.entries,
+                "limit {limit}"
+            );
+        }
+        let sold: Vec<AuditEntry> = whole
+            .entries
+            .iter()
+            .filter(|e| e.kind == AuditKind::SoldOut)
+            .cloned()
+            .collect();
+        assert_eq!(sold.len(), 2);
+        assert_eq!(read_all(&store, 1, Some(AuditKind::SoldOut)).await, sold);
+        assert!(
+            read_all(&store, 5, Some(AuditKind::Consumed))
+                .await
+                .is_empty()
+        );
+        // After the last id: an empty last page.
+        let last = whole.entries.last().unwrap().id;
+        let after = store.audit_page(&q(), all(Some(last), 10)).await.unwrap();
+        assert!(after.entries.is_empty() && after.next.is_none());
+        // After an id between two entries: from the next one on.
+        let mid = whole.entries[4].id;
+        let page = store.audit_page(&q(), all(Some(mid), 2)).await.unwrap();
+        assert_eq!(page.entries, whole.entries[5..7]);
+        assert_eq!(page.next, Some(whole.entries[6].id));
+        // Another queue's log is its own.
+        let other = QueueName::parse("other").unwrap();
+        let page = store.audit_page(&other, all(None, 10)).await.unwrap();
+        assert!(page.entries.is_empty());
+    }
+
+    async fn groups_hand_each_entry_to_one_consumer(store: SharedStore) {
+        let p = Policy {
+            max_active: Some(0),
+            ..slow(1)
+        };
+        for i in 0..5 {
+            let user = u(&format!("g{i}"));
+            store
+                .enter(&q(), &user, &p, &EntryToken::generate())
+                .await
+                .unwrap();
+            assert!(leave_current(&store, &user).await);
+        }
+        let log = store
+            .audit_page(&q(), all(None, 100))
+            .await
+            .unwrap()
+            .entries;
+        assert_eq!(log.len(), 5);
+        let ids = |v: &[AuditEntry]| v.iter().map(|e| e.id).collect::<Vec<_>>();
+        let zero = AuditId::default();
+        let a = store
+            .audit_take(&q(), "hook", zero, "A", 60_000, 3)
+            .await
+            .unwrap();
+        assert_eq!(ids(&a), ids(&log[..3]));
+        let b = store
+            .audit_take(&q(), "hook", zero, "B", 60_000, 3)
+            .await
+            .unwrap();
+        assert_eq!(ids(&b), ids(&log[3..]), "B gets only what A was not given");
+        assert!(
+            store
+                .audit_take(&q(), "hook", zero, "A", 60_000, 3)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        store.audit_ack(&q(), "hook", &ids(&a)).await.unwrap();
+        // B stops holding its two; once idle past the timeout, A claims them.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let claimed = store
+            .audit_take(&q(), "hook", zero, "A", 50, 10)
+            .await
+            .unwrap();
+        assert_eq!(ids(&claimed), ids(&log[3..]));
+        // A holds them: B cannot claim them back within the timeout.
+        store
+            .audit_hold(&q(), "hook", "A", &ids(&claimed))
+            .await
+            .unwrap();
+        assert!(
+            store
+                .audit_take(&q(), "hook", zero, "B", 5_000, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        store.audit_ack(&q(), "hook", &ids(&claimed)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            store
+                .audit_take(&q(), "hook", zero, "B", 1, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "acknowledged for good"
+        );
+        // Another group sees every entry again, from its own start.
+        let late = store
+            .audit_take(&q(), "late", log[2].id, "A", 60_000, 10)
+            .await
+            .unwrap();
+        assert_eq!(ids(&late), ids(&log[3..]));
+    }
+
+    conformance!(
+        every_action_is_logged_once_in_order,
+        pages_return_everything_once_and_filter_by_kind,
+        groups_hand_each_entry_to_one_consumer,
+    );
+}
+
+/// Adaptive admission: order outcomes counted per window of the store
+/// clock, and one decision per window however many instances decide.
+mod adaptive {
+    use super::*;
+    use waitroom::store::{AdaptiveState, OrderSignal};
+
+    const WINDOW: u64 = 400;
+
+    /// Sleeps until a fresh window of the store clock has most of its
+    /// length left, and answers that window.
+    async fn fresh_window(store: &SharedStore) -> u64 {
+        loop {
+            let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+            let into = read.now_ms % WINDOW;
+            if into < WINDOW / 4 {
+                return read.window + 1;
+            }
+            tokio::time::sleep(Duration::from_millis(WINDOW - into + 5)).await;
+        }
+    }
+
+    fn decision(window: u64, rate: f64) -> AdaptiveState {
+        AdaptiveState {
+            window,
+            window_ms: WINDOW,
+            rate_per_sec: rate,
+            hold_until: window + 1,
+            verdict: "decrease_slow".into(),
+            p95_ms: Some(1_000),
+            commits: 3,
+            failures: 1,
+            at: 0,
+        }
+    }
+
+    async fn outcomes_are_counted_per_window_and_decided_once(store: SharedStore) {
+        let (stored, _) = store
+            .put_queue_settings(&q(), &settings(10), false)
+            .await
+            .unwrap();
+        let nothing = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!(nothing.samples.commits(), 0);
+        assert_eq!(nothing.state, None, "no decision yet");
+        let window = fresh_window(&store).await;
+        for signal in [
+            OrderSignal::Committed { ms: 40 },
+            OrderSignal::Committed { ms: 45 },
+            OrderSignal::Committed { ms: 900 },
+            OrderSignal::RolledBack,
+        ] {
+            store.record_order(&q(), signal, WINDOW).await.unwrap();
+        }
+        // Not complete yet: the last complete window is the one before.
+        let early = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!(early.window, window - 1);
+        assert_eq!(early.samples.commits(), 0);
+        tokio::time::sleep(Duration::from_millis(WINDOW)).await;
+        let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!(read.window, window, "{read:?}");
+        assert_eq!(
+            (read.samples.commits(), read.samples.failures),
+            (3, 1),
+            "{read:?}"
+        );
+        assert_eq!(read.samples.p95_ms(), Some(1_000));
+
+        // The first decision for the window wins and sets the batch.
+        let d = decision(window, 3.5);
+        assert!(
+            store
+                .adaptive_apply(&q(), &d, Some(7), stored.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        let after = store.queue_settings(&q()).await.unwrap().unwrap();
+        assert_eq!(
+            (after.settings.batch, after.version),
+            (7, stored.version + 1)
+        );
+        // A second one for the same window is refused, even on fresh settings.
+        let again = decision(window, 1.0);
+        assert!(
+            !store
+                .adaptive_apply(&q(), &again, Some(2), after.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        // A later window on settings an operator changed meanwhile: refused.
+        let later = decision(window + 1, 1.0);
+        assert!(
+            !store
+                .adaptive_apply(&q(), &later, Some(2), stored.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        let state = read.state.expect("the decision is stored");
+        assert_eq!((state.window, state.rate_per_sec), (window, 3.5));
+        assert_eq!(
+            (state.hold_until, state.verdict.as_str()),
+            (window + 1, "decrease_slow")
+        );
+        assert_eq!(
+            (state.p95_ms, state.commits, state.failures),
+            (Some(1_000), 3, 1)
+        );
+        assert!(state.at > 0);
+        let now = store.queue_settings(&q()).await.unwrap().unwrap();
+        assert_eq!((now.settings.batch, now.version), (7, after.version));
+        // No batch: the decision is stored, the settings stay as they are.
+        let keep = decision(window + 1, 3.6);
+        assert!(
+            store
+                .adaptive_apply(&q(), &keep, None, now.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        let kept = store.queue_settings(&q()).await.unwrap().unwrap();
+        assert_eq!(kept.version, now.version);
+        // Windows made longer: one that ends no later than the last decided
+        // is refused (window indexes of two lengths are not comparable).
+        let longer = AdaptiveState {
+            window: (window + 2) / 4 - 1,
+            window_ms: WINDOW * 4,
+            ..decision(0, 9.0)
+        };
+        assert!(
+            !store
+                .adaptive_apply(&q(), &longer, None, kept.version, WINDOW * 4)
+                .await
+                .unwrap()
+        );
+        let next = AdaptiveState {
+            window: (window + 2) / 4 + 1,
+            ..longer
+        };
+        assert!(
+            store
+                .adaptive_apply(&q(), &next, None, kept.version, WINDOW * 4)
+                .await
+                .unwrap()
+        );
+    }
+
+    async fn concurrent_decisions_for_one_window_store_one(store: SharedStore) {
+        let (stored, _) = store
+            .put_queue_settings(&q(), &settings(10), false)
+            .await
+            .unwrap();
+        let tries = (0..8u32).map(|i| {
+            let store = store.clone();
+            let version = stored.version;
+            async move {
+                let d = decision(42, f64::from(i) + 1.0);
+                store
+                    .adaptive_apply(&q(), &d, Some(i + 1), version, WINDOW)
+                    .await
+                    .unwrap()
+            }
+        });
+        let won: Vec<bool> = futures::future::join_all(tries).await;
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
+        let winner = won.iter().position(|w| *w).unwrap() as u32;
+        let now = store.queue_settings(&q()).await.unwrap().unwrap();
+        assert_eq!(
+            (now.settings.batch, now.version),
+            (winner + 1, stored.version + 1)
+        );
+        // A queue without settings takes no decision.
+        let other = QueueName::parse("nothing-here").unwrap();
+        assert!(
+            !store
+                .adaptive_apply(&other, &decision(42, 1.0), Some(3), 1, WINDOW)
+                .await
+                .unwrap()
+        );
+    }
+
+    conformance!(
+        outcomes_are_counted_per_window_and_decided_once,
+        concurrent_decisions_for_one_window_store_one,
+    );
+}
+
+/// A scheduled opening with a lottery (`waitroom::queue::lottery`): the
+/// pre-queue, and the draw that places it in line all at once, once.
+mod lottery {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::*;
+    use waitroom::queue::lottery::{draw_order, fingerprint, new_seed, published_list};
+    use waitroom::store::{DrawOutcome, LotteryRefusal, PreJoin};
+
+    fn now_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
+    /// Joins `user` to the pre-queue: their pre-queue entry id.
+    async fn pre(store: &SharedStore, user: &UserId) -> u64 {
+        match store
+            .pre_join(&q(), user, &waitroom::queue::lottery::new_nonce())
+            .await
+            .unwrap()
+        {
+            PreJoin::Pre { entry, .. } => entry.pre_entry,
+            PreJoin::Open => panic!("{user} was not put in the pre-queue"),
+        }
+    }
+
+    /// The order the rules give for the current pre-queue, and its version.
+    async fn computed(store: &SharedStore, seed: &str) -> (u64, Vec<UserId>, String) {
+        let seed = waitroom::queue::lottery::parse_seed(seed).unwrap();
+        let (version, entries) = store.pre_queue(&q()).await.unwrap();
+        let fps: Vec<String> = entries
+            .iter()
+            .map(|(_, e)| fingerprint("default", &e.nonce))
+            .collect();
+        let order = draw_order(&seed, &fps)
+            .into_iter()
+            .map(|i| entries[i].0.clone())
+            .collect();
+        (version, order, published_list(fps).join("\n"))
+    }
+
+    async fn a_lottery_keeps_its_commitment_and_is_fixed_once_drawn(store: SharedStore) {
+        assert!(store.lottery(&q()).await.unwrap().is_none());
+        let seed = new_seed();
+        let first = store
+            .schedule_lottery(&q(), now_ms() + 60_000, &seed)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!first.drawn);
+        assert_eq!(first.seed, seed);
+        let expected = waitroom::queue::lottery::commitment(
+            &waitroom::queue::lottery::parse_seed(&seed).unwrap(),
+        );
+        assert_eq!(first.commitment, expected);
+        // Moving the time keeps the seed: the commitment already published
+        // stays true.
+        let opens_at = now_ms() + 150;
+        let moved = store
+            .schedule_lottery(&q(), opens_at, &new_seed())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((moved.opens_at, &moved.seed), (opens_at, &seed));
+        assert_eq!(moved.commitment, first.commitment);
+        // Not cleared while someone waits for it.
+        pre(&store, &u("a")).await;
+        assert_eq!(
+            store.clear_lottery(&q()).await.unwrap(),
+            Err(LotteryRefusal::NotEmpty)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (version, order, list) = computed(&store, &seed).await;
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::Drawn { placed: 1 }
+        );
+        assert_eq!(
+            store
+                .schedule_lottery(&q(), now_ms() + 60_000, &new_seed())
+                .await
+                .unwrap(),
+            Err(LotteryRefusal::Drawn)
+        );
+        assert_eq!(
+            store.clear_lottery(&q()).await.unwrap(),
+            Err(LotteryRefusal::Drawn)
+        );
+        let after = store.lottery(&q()).await.unwrap().unwrap();
+        assert!(after.drawn);
+        assert_eq!((after.seed, after.entries), (seed, 1));
+    }
+
+    async fn the_draw_places_the_whole_pre_queue_in_drawn_order_once(store: SharedStore) {
+        let p = slow(5);
+        let seed = new_seed();
+        store
+            .schedule_lottery(&q(), now_ms() + 300, &seed)
+            .await
+            .unwrap()
+            .unwrap();
+        let users: Vec<UserId> = (0..30).map(|i| u(&format!("p{i:02}"))).collect();
+        let mut pre_entries = Vec::new();
+        for user in &users {
+            pre_entries.push(pre(&store, user).await);
+        }
+        // A repeat join keeps the entry (and its nonce).
+        let again = store.pre_join(&q(), &users[3], "ffff").await.unwrap();
+        match again {
+            PreJoin::Pre { entry, created } => {
+                assert!(!created);
+                assert_eq!(entry.pre_entry, pre_entries[3]);
+                assert_ne!(entry.nonce, "ffff");
+            }
+            PreJoin::Open => panic!("a repeat join left the pre-queue"),
+        }
+        // Nobody in the pre-queue is admitted before the draw.
+        let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+        assert!(pass.admitted.is_empty(), "{pass:?}");
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 0);
+        let (version, order, list) = computed(&store, &seed).await;
+        // Too early on the store clock: nothing happens.
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        // A stale version, a missing user, a duplicate: nothing happens.
+        assert_eq!(
+            store.draw(&q(), version + 1, &order, &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        assert_eq!(
+            store.draw(&q(), version, &order[1..], &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        let mut dup = order.clone();
+        dup[1] = dup[0].clone();
+        assert_eq!(
+            store.draw(&q(), version, &dup, &list).await.unwrap(),
+            DrawOutcome::Stale
+        );
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 0);
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::Drawn { placed: 30 }
+        );
+        assert_eq!(
+            store.draw(&q(), version, &order, &list).await.unwrap(),
+            DrawOutcome::AlreadyDrawn
+        );
+        for (i, user) in order.iter().enumerate() {
+            let s = store.status(&q(), user, false).await.unwrap();
+            assert_eq!(rank(&s), Some(i as u64), "{user}");
+            let e = store.pre_entry(&q(), user).await.unwrap().unwrap();
+            assert_eq!(e.entry, s.entry, "{user}: the record names the place");
+        }
+        assert_eq!(store.lottery_list(&q()).await.unwrap().unwrap(), list);
+        // Later arrivals: an ordinary join, behind everyone drawn.
+        let late = u("late");
+        assert_eq!(
+            store.pre_join(&q(), &late, "00").await.unwrap(),
+            PreJoin::Open
+        );
+        let s = store
+            .enter(&q(), &late, &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert_eq!(rank(&s.snapshot), Some(30));
+        // Admission now takes the drawn head first.
+        let pass = store.admit(&q(), &p, &tokens(5)).await.unwrap();
+        let admitted: Vec<&UserId> = pass.admitted.iter().map(|a| &a.user).collect();
+        assert_eq!(admitted, order[..5].iter().collect::<Vec<_>>());
+    }
+
+    async fn leaving_the_pre_queue_takes_the_entry_out_of_the_draw(store: SharedStore) {
+        let seed = new_seed();
+        store
+            .schedule_lottery(&q(), now_ms() + 100, &seed)
+            .await
+            .unwrap()
+            .unwrap();
+        let a = pre(&store, &u("a")).await;
+        pre(&store, &u("b")).await;
+        let (v1, _) = store.pre_queue(&q()).await.unwrap();
+        assert!(!store.pre_leave(&q(), &u("a"), a + 1000).await.unwrap());
+        assert!(store.pre_leave(&q(), &u("a"), a).await.unwrap());
+        assert!(!store.pre_leave(&q(), &u("a"), a).await.unwrap());
+        let (v2, entries) = store.pre_queue(&q()).await.unwrap();
+        assert_ne!(v1, v2, "a leave changes the version");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].0, u("b"));
+        assert!(store.pre_entry(&q(), &u("a")).await.unwrap().is_none());
+        // A user already in line is not put in the pre-queue.
+        let p = Policy {
+            max_active: Some(0),
+            ..slow(1)
+        };
+        store
+            .enter(&q(), &u("c"), &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.pre_join(&q(), &u("c"), "00").await.unwrap(),
+            PreJoin::Open
+        );
+    }
+
+    async fn instances_drawing_together_draw_once(store: SharedStore) {
+        store
+            .schedule_lottery(&q(), now_ms() + 100, &new_seed())
+            .await
+            .unwrap()
+            .unwrap();
+        for i in 0..50 {
+            pre(&store, &u(&format!("r{i}"))).await;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let tries = (0..8).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { waitroom::lottery::draw_if_due(&store, &q()).await })
+        });
+        let outcomes: Vec<_> = futures::future::join_all(tries)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        let drawn = outcomes
+            .iter()
+            .filter(|o| matches!(o, Some(DrawOutcome::Drawn { placed: 50 })))
+            .count();
+        assert_eq!(drawn, 1, "{outcomes:?}");
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 50);
+        let seen: HashSet<u64> = futures::future::join_all((0..50).map(|i| {
+            let store = store.clone();
+            async move { entry_of(&store, &u(&format!("r{i}"))).await }
+        }))
+        .await
+        .into_iter()
+        .collect();
+        assert_eq!(seen.len(), 50, "every entry placed once");
+    }
+
+    conformance!(
+        a_lottery_keeps_its_commitment_and_is_fixed_once_drawn,
+        the_draw_places_the_whole_pre_queue_in_drawn_order_once,
+        leaving_the_pre_queue_takes_the_entry_out_of_the_draw,
+        instances_drawing_together_draw_once,
+    );
 }

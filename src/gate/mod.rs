@@ -133,6 +133,7 @@ mod pass;
 
 pub use pass::EntryPass;
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -142,7 +143,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
-use crate::store::{ClaimOutcome, SharedStore, StoreError};
+use crate::store::{ClaimOutcome, OrderSignal, SharedStore, StoreError};
 
 /// Claims entry tokens and deletes them after commit. Cheap to clone.
 #[derive(Clone)]
@@ -160,6 +161,9 @@ pub struct Gate {
     body_limit: usize,
     /// Who an order is for: the same source the queue reads.
     identity: Identity,
+    /// Queues with adaptive admission on, each with its window (ms): their
+    /// orders' outcomes are counted for the controller.
+    adaptive: Arc<RwLock<HashMap<QueueName, u64>>>,
 }
 
 /// The order body [`EntryPass`] reads at most unless
@@ -259,7 +263,37 @@ impl Gate {
             shutdown,
             body_limit: DEFAULT_BODY_LIMIT,
             identity: Identity::header(),
+            adaptive: Arc::default(),
         }
+    }
+
+    /// Counts orders' outcomes of `queues` (queue → window, ms) for
+    /// adaptive admission from now on; other queues' are not counted.
+    pub fn set_adaptive(&self, queues: HashMap<QueueName, u64>) {
+        *self.adaptive.write().unwrap_or_else(|e| e.into_inner()) = queues;
+    }
+
+    /// Counts one order's outcome in `queue`, if its admission follows the
+    /// order service. In the background: the buyer's answer never waits
+    /// for it, and a store away only loses the sample (the controller then
+    /// sees fewer orders and leaves the rate alone).
+    pub fn observe(&self, queue: &QueueName, signal: OrderSignal) {
+        let window = self
+            .adaptive
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(queue)
+            .copied();
+        let Some(window_ms) = window else { return };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, queue) = (self.store.clone(), queue.clone());
+        handle.spawn(async move {
+            if let Err(e) = store.record_order(&queue, signal, window_ms).await {
+                tracing::debug!(%queue, error = %e, "order outcome not counted");
+            }
+        });
     }
 
     /// Accepts tokens of `queues` from now on, each claimed for its lease

@@ -1,6 +1,8 @@
 //! The [`EntryPass`] extractor: identity headers, then the whole body, then
 //! the claim; the claim's renewal while the handler runs; release on drop.
 
+use std::time::Instant;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -13,7 +15,7 @@ use super::{Claim, Gate, GateError, PendingConsume};
 use crate::http::ApiError;
 use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
-use crate::store::StoreError;
+use crate::store::{OrderSignal, StoreError};
 
 /// A claimed entry token for one order, with the order's body. Call
 /// [`commit_succeeded`] after the order's transaction commits, or
@@ -45,6 +47,9 @@ pub struct EntryPass {
     /// Cancelled when the order settles or the pass is dropped: stops the
     /// lease renewal.
     renewal: CancellationToken,
+    /// When the token was claimed: the order's commit time is measured
+    /// from here (adaptive admission follows it).
+    claimed_at: Instant,
 }
 
 impl EntryPass {
@@ -102,6 +107,7 @@ impl EntryPass {
     /// The order committed: delete the token (durably; see [`Gate::consume`]).
     pub async fn commit_succeeded(mut self) {
         self.renewal.cancel();
+        self.observe_commit();
         if let Some(claim) = self.claim.take() {
             self.gate.consume(claim).await;
         }
@@ -115,6 +121,7 @@ impl EntryPass {
     /// record is the retry, and it survives a restart.
     pub async fn commit_recorded(mut self) -> Result<bool, StoreError> {
         self.renewal.cancel();
+        self.observe_commit();
         let pending = self.pending_consume();
         // Taken first: a pass dropped mid-consume must not release a claim
         // whose order committed.
@@ -126,7 +133,19 @@ impl EntryPass {
     pub async fn rolled_back(mut self) {
         self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
+            self.gate.observe(&claim.queue, OrderSignal::RolledBack);
             self.gate.release(claim).await;
+        }
+    }
+}
+
+impl EntryPass {
+    /// Counts the claim-to-commit time for adaptive admission.
+    fn observe_commit(&self) {
+        if let Some(claim) = &self.claim {
+            let ms = self.claimed_at.elapsed().as_millis() as u64;
+            self.gate
+                .observe(&claim.queue, OrderSignal::Committed { ms });
         }
     }
 }
@@ -135,6 +154,8 @@ impl Drop for EntryPass {
     fn drop(&mut self) {
         self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
+            // A pass dropped unsettled is an order that did not go through.
+            self.gate.observe(&claim.queue, OrderSignal::RolledBack);
             let gate = self.gate.clone();
             // Drop cannot await; outside a runtime the lease lapses instead.
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -242,6 +263,7 @@ where
             .await?;
         let renewal = gate.keep_alive(&claim);
         Ok(EntryPass {
+            claimed_at: Instant::now(),
             gate,
             claim: Some(claim),
             token: presented.token,

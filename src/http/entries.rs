@@ -20,6 +20,7 @@ use super::cookies;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Member, OptionalJson, Queue, now_ms, request_ticket, ticket_ended};
 use super::identity::Joiner;
+use super::lottery::PreTicket;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
 use crate::app::AppState;
@@ -100,6 +101,15 @@ async fn enter(
     state
         .limits()
         .before_join(&queue, &user, (!repeat).then_some(address))?;
+    // A scheduled opening whose draw is ahead: the pre-queue instead.
+    if let Some(pre) = super::lottery::pre_join(&state, &queue, &user).await? {
+        let answer = Answer {
+            entry: pre.entry.pre_entry,
+            status: pre.status,
+            created: pre.created,
+        };
+        return Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie));
+    }
     let outcome = match state
         .store()
         .enter_limited(
@@ -121,33 +131,58 @@ async fn enter(
         .snapshot
         .entry
         .ok_or_else(|| ApiError::Internal("the store answered a join without an entry".into()))?;
-    let ttl_secs = state.config().ticket_ttl_secs;
-    let ticket = state
-        .signer()
-        .sign(&queue, &user, entry, now_ms() + ttl_secs * 1000);
-    let body = Entered {
+    let answer = Answer {
+        entry,
         status: QueueStatus::new(&outcome.snapshot, state.forecast(&queue)),
-        ticket: ticket.clone(),
+        created: outcome.created,
     };
-    let code = if outcome.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    let mut response = (code, Json(body)).into_response();
-    let secure = state.cookie_secure(&joiner.client);
-    let cookie = cookies::ticket(&state.config().base_path, &queue, ticket, ttl_secs, secure);
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert("set-cookie", value);
+    Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie))
+}
+
+/// What a join answers, before the ticket is signed.
+struct Answer {
+    /// The entry the ticket is for.
+    entry: u64,
+    status: QueueStatus,
+    created: bool,
+}
+
+impl Answer {
+    /// The response: the status and a ticket for the entry (body and
+    /// cookie), plus the visitor cookie a join may have minted.
+    fn respond(
+        self,
+        state: &AppState,
+        queue: &QueueName,
+        user: &UserId,
+        client: &super::client::ClientInfo,
+        set_cookie: Option<String>,
+    ) -> Response {
+        let ttl_secs = state.config().ticket_ttl_secs;
+        let ticket = state
+            .signer()
+            .sign(queue, user, self.entry, now_ms() + ttl_secs * 1000);
+        let body = Entered {
+            status: self.status,
+            ticket: ticket.clone(),
+        };
+        let code = if self.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        let mut response = (code, Json(body)).into_response();
+        let secure = state.cookie_secure(client);
+        let cookie = cookies::ticket(&state.config().base_path, queue, ticket, ttl_secs, secure);
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().insert("set-cookie", value);
+        }
+        // A visitor minted by this join keeps the id the place is held under.
+        if let Some(value) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            response.headers_mut().append("set-cookie", value);
+        }
+        response
     }
-    // A visitor minted by this join keeps the id the place is held under.
-    if let Some(value) = joiner
-        .set_cookie
-        .and_then(|c| HeaderValue::from_str(&c).ok())
-    {
-        response.headers_mut().append("set-cookie", value);
-    }
-    Ok(response)
 }
 
 /// The buyer's current state.
@@ -172,7 +207,19 @@ async fn position(
     member: Member,
 ) -> Result<Json<QueueStatus>, ApiError> {
     let snapshot = member.read_budgeted(&state, client.key()).await?;
-    member.check_entry(&snapshot)?;
+    if member.check_entry(&snapshot).is_err() {
+        // A ticket of a lottery's pre-queue: still there, or placed.
+        let (queue, user) = (&member.queue, &member.user);
+        return match super::lottery::pre_ticket(&state, queue, user, member.entry, &snapshot)
+            .await?
+        {
+            Some(PreTicket::Waiting(status)) => Ok(Json(*status)),
+            Some(PreTicket::Placed(entry)) if snapshot.entry == Some(entry) => {
+                Ok(Json(QueueStatus::new(&snapshot, state.forecast(queue))))
+            }
+            _ => Err(ticket_ended()),
+        };
+    }
     Ok(Json(QueueStatus::new(
         &snapshot,
         state.forecast(&member.queue),
@@ -201,11 +248,12 @@ async fn leave(
 ) -> Result<Response, ApiError> {
     // Conditional on the ticket's entry, in one store step: an old ticket
     // can never remove a newer place.
-    if !state
+    let left = state
         .store()
         .leave(&member.queue, &member.user, member.entry)
         .await?
-    {
+        || super::lottery::leave(&state, &member.queue, &member.user, member.entry).await?;
+    if !left {
         return Err(ticket_ended());
     }
     state.limits().note_left(&member.queue, &member.user);

@@ -34,6 +34,7 @@ use super::client::{Client, ClientInfo};
 use super::error::{ApiError, ErrorBody};
 use super::extract::Member;
 use super::handoff::LeanStream;
+use super::lottery::PreTicket;
 use super::openapi::{StreamEvent, TicketParams};
 use super::wire;
 use crate::app::AppState;
@@ -54,6 +55,9 @@ pub enum Opening {
     Shed(Bytes),
     /// Neither waiting nor holding a token: `204`, so EventSource stops.
     NotEntered,
+    /// In a lottery's pre-queue: send this `prequeue` frame and close; its
+    /// `retry:` brings the EventSource back around the draw.
+    PreQueue(Bytes),
     /// A live stream (boxed: a session is far larger than a shed frame).
     Stream(Box<StreamSession>),
 }
@@ -85,7 +89,17 @@ pub async fn open_stream(
         .and_then(EventId::parse);
     let before = state.hub().events_seen(&member.queue);
     let snapshot = member.read_budgeted(state, client.key()).await?;
-    member.check_entry(&snapshot)?;
+    if member.check_entry(&snapshot).is_err() {
+        // A ticket of a lottery's pre-queue: still there, or placed.
+        let (queue, user) = (&member.queue, &member.user);
+        match super::lottery::pre_ticket(state, queue, user, member.entry, &snapshot).await? {
+            Some(PreTicket::Waiting(status)) => {
+                return Ok(Opening::PreQueue(super::lottery::pre_queue_frame(&status)));
+            }
+            Some(PreTicket::Placed(entry)) if snapshot.entry == Some(entry) => {}
+            _ => return Err(super::extract::ticket_ended()),
+        }
+    }
     let Some(view) = view_of(&snapshot, state.forecast(&member.queue)) else {
         return Ok(Opening::NotEntered);
     };
@@ -124,7 +138,8 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
     params(TicketParams),
     responses(
         (status = 200, description = "The stream: `waiting`, `ready` and `gone` events (see `StreamEvent`). \
-            An instance at its stream cap answers a `retry:` frame alone and closes.",
+            An instance at its stream cap answers a `retry:` frame alone and closes. \
+            In a lottery's pre-queue: one `prequeue` event (a `PRE_QUEUE` status) with a `retry:` that brings the client back around the draw, then the stream closes.",
             content_type = "text/event-stream", body = StreamEvent),
         (status = 204, description = "Neither waiting nor holding a token: nothing to stream (EventSource stops)."),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
@@ -144,7 +159,7 @@ async fn events(
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
     let body = match open_stream(&state, &member, &client, last_event_id).await? {
         Opening::NotEntered => return Ok(StatusCode::NO_CONTENT.into_response()),
-        Opening::Shed(frame) => Body::from(frame),
+        Opening::Shed(frame) | Opening::PreQueue(frame) => Body::from(frame),
         Opening::Stream(session) => match lean {
             Some(Extension(lean)) => {
                 lean.hand_over(*session);

@@ -6,6 +6,7 @@ pub mod error;
 pub mod extract;
 
 mod admin;
+mod audit;
 mod auth;
 mod brand;
 mod challenge;
@@ -17,12 +18,14 @@ mod headers;
 mod health;
 mod identity;
 pub mod limit;
+mod lottery;
 mod openapi;
 mod orders;
 pub mod origin;
 mod page;
 mod queue_admin;
 pub mod security;
+mod slowdown;
 pub mod stock;
 mod tokens;
 pub mod wire;
@@ -53,6 +56,7 @@ fn routes() -> OpenApiRouter<AppState> {
 fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
+        .merge(lottery::router())
         .merge(challenge::router())
         .merge(brand::router())
         .merge(events::router())
@@ -75,8 +79,11 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(health::metrics_router())
         .merge(tokens::router())
         .merge(stock::router())
+        .merge(lottery::admin_router())
         .merge(admin::router())
         .merge(queue_admin::router())
+        .merge(audit::router())
+        .merge(slowdown::router())
         .merge(console::router())
 }
 

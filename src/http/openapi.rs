@@ -404,6 +404,7 @@ mod tests {
             ("/api/admin/products", &["get"]),
             ("/api/admin/queues/{queue}", &["get", "put", "delete"]),
             ("/api/admin/events", &["get"]),
+            ("/api/admin/queues/{queue}/audit", &["get"]),
             ("/healthz", &["get"]),
             ("/readyz", &["get"]),
             ("/metrics", &["get"]),
@@ -448,6 +449,8 @@ mod tests {
             "GoneEvent",
             "StreamEvent",
             "ErrorBody",
+            "AuditPage",
+            "AuditEntry",
         ] {
             assert!(
                 api["components"]["schemas"].get(schema).is_some(),

@@ -80,6 +80,14 @@ fn orders(state: &AppState) -> Result<&OrderStore, ApiError> {
 )]
 async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Response, ApiError> {
     let store = orders(&state)?;
+    // The operator's slowdown, inside the claim: counted in the order's
+    // claim-to-commit time like a slow database would be.
+    if store.slowdown().apply().await {
+        pass.rolled_back().await;
+        return Err(ApiError::DatabaseUnavailable(
+            "the demo order service is slowed on purpose".into(),
+        ));
+    }
     match attempt(store, &pass).await {
         Ok(order) => {
             let queue = pass.queue().clone();

@@ -19,7 +19,8 @@ use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use crate::app::AppState;
-use crate::queue::{QueueName, QueueSettings, StoredSettings};
+use crate::queue::{AdaptiveSettings, QueueName, QueueSettings, StoredSettings};
+use crate::store::AdaptiveState;
 
 /// `/api/admin/queues/{queue}`: `GET`, `PUT`, `DELETE`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -35,6 +36,54 @@ pub struct QueueView {
     settings: StoredSettings,
     /// Admission held by an operator.
     paused: bool,
+    /// Adaptive admission's last decision (rate, p95, samples, verdict),
+    /// while its settings are present and a decision was stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptive_state: Option<AdaptiveState>,
+}
+
+/// Changes to a queue's adaptive admission: absent fields keep their value
+/// (from the recommended values when it had none).
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdaptiveChange {
+    /// On or off (off keeps the batch where it is).
+    enabled: Option<bool>,
+    /// Lowest rate, admissions per second (at least one per pass).
+    floor_per_sec: Option<f64>,
+    /// Highest rate, admissions per second (floor-100,000).
+    ceiling_per_sec: Option<f64>,
+    /// The p95 claim-to-commit time to keep under, ms (1-600,000).
+    target_p95_ms: Option<u64>,
+    /// Added per healthy window, per second.
+    step_per_sec: Option<f64>,
+    /// Multiplier after an unhealthy window (between 0 and 1).
+    factor: Option<f64>,
+    /// One window, ms (100-600,000).
+    window_ms: Option<u64>,
+    /// Fewest orders in a window to decide on (1-1,000,000).
+    min_samples: Option<u64>,
+    /// Largest share of rollbacks still healthy (0-1).
+    max_failure_ratio: Option<f64>,
+    /// Windows without an increase after a cut (0-100).
+    hold_windows: Option<u64>,
+}
+
+impl AdaptiveChange {
+    fn apply(self, base: Option<AdaptiveSettings>) -> AdaptiveSettings {
+        let mut a = base.unwrap_or_else(AdaptiveSettings::recommended);
+        a.enabled = self.enabled.unwrap_or(a.enabled);
+        a.floor_per_sec = self.floor_per_sec.unwrap_or(a.floor_per_sec);
+        a.ceiling_per_sec = self.ceiling_per_sec.unwrap_or(a.ceiling_per_sec);
+        a.target_p95_ms = self.target_p95_ms.unwrap_or(a.target_p95_ms);
+        a.step_per_sec = self.step_per_sec.unwrap_or(a.step_per_sec);
+        a.factor = self.factor.unwrap_or(a.factor);
+        a.window_ms = self.window_ms.unwrap_or(a.window_ms);
+        a.min_samples = self.min_samples.unwrap_or(a.min_samples);
+        a.max_failure_ratio = self.max_failure_ratio.unwrap_or(a.max_failure_ratio);
+        a.hold_windows = self.hold_windows.unwrap_or(a.hold_windows);
+        a
+    }
 }
 
 /// Changes to a queue's settings: absent fields keep their value (a new
@@ -63,6 +112,11 @@ pub struct SettingsChange {
     texts: Option<BTreeMap<String, String>>,
     /// Hold (`true`) or resume (`false`) admission.
     paused: Option<bool>,
+    /// Adaptive admission (the rate follows the order service); `null`
+    /// removes it (the batch stays where it is).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<AdaptiveChange>)]
+    adaptive: Option<Option<AdaptiveChange>>,
 }
 
 /// A field that may be `null`: present-and-null is `Some(None)`, absent is
@@ -85,6 +139,11 @@ impl SettingsChange {
         s.claim_lease_ms = self.claim_lease_ms.unwrap_or(s.claim_lease_ms);
         if let Some(texts) = self.texts {
             s.texts = texts;
+        }
+        match self.adaptive {
+            Some(Some(change)) => s.adaptive = Some(change.apply(s.adaptive.take())),
+            Some(None) => s.adaptive = None,
+            None => {}
         }
         s
     }
@@ -125,10 +184,12 @@ async fn get_queue(
         .await?
         .ok_or_else(unknown_queue)?;
     let paused = state.store().stats(&queue).await?.paused;
+    let adaptive_state = adaptive_state(&state, &queue, &settings).await?;
     Ok(Json(QueueView {
         queue: queue.as_str().to_owned(),
         settings,
         paused,
+        adaptive_state,
     }))
 }
 
@@ -187,6 +248,7 @@ async fn put_queue(
         status,
         Json(QueueView {
             queue: queue.as_str().to_owned(),
+            adaptive_state: adaptive_state(&state, &queue, &stored).await?,
             settings: stored,
             paused,
         }),
@@ -236,6 +298,22 @@ async fn delete_queue(
         queue: queue.as_str().to_owned(),
         deleted,
     }))
+}
+
+/// The last adaptive decision of `queue`, if it has adaptive settings.
+async fn adaptive_state(
+    state: &AppState,
+    queue: &QueueName,
+    settings: &StoredSettings,
+) -> Result<Option<AdaptiveState>, ApiError> {
+    let Some(adaptive) = &settings.settings.adaptive else {
+        return Ok(None);
+    };
+    let read = state
+        .store()
+        .adaptive_read(queue, adaptive.window_ms)
+        .await?;
+    Ok(read.state)
 }
 
 fn unknown_queue() -> ApiError {

@@ -19,6 +19,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use crate::app::AppState;
 use crate::queue::{QueueName, UserId};
+use crate::store::OrderSignal;
 
 /// `/api/tokens/claim`, `/api/tokens/consume`, `/api/tokens/release`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -107,13 +108,39 @@ async fn claim(
         .claim(queue.as_ref(), &user, &req.token)
         .await?;
     Ok(Json(ClaimGranted {
-        claim_id: claim.claim_id,
+        claim_id: stamp(&claim.claim_id),
         queue: claim.queue.as_str().to_owned(),
         user_id: claim.user.as_str().to_owned(),
         idempotency_key: claim.idempotency_key,
         lease_seconds: state.config().claim_lease_secs,
     })
     .into_response())
+}
+
+/// The claim id handed out: the store's, stamped with when it was
+/// claimed (ms since the epoch), so a consume on any instance can measure
+/// the order's claim-to-commit time for adaptive admission.
+fn stamp(claim_id: &str) -> String {
+    format!("{claim_id}.{}", now_ms())
+}
+
+/// The store's claim id and, when stamped, when it was claimed. The
+/// store's ids are base64url (no `.`), so an id without a stamp (an older
+/// instance's) is passed on whole.
+fn unstamp(raw: &str) -> (&str, Option<u64>) {
+    match raw.rsplit_once('.') {
+        Some((id, at)) => match at.parse() {
+            Ok(at) => (id, Some(at)),
+            Err(_) => (raw, None),
+        },
+        None => (raw, None),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What to do with a held claim.
@@ -187,16 +214,43 @@ async fn settle(
 ) -> Result<Response, ApiError> {
     let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
     let store = state.store();
+    let (claim_id, claimed_at) = unstamp(&req.claim_id);
     let held = match how {
-        Settle::Consume => store.consume(&queue, &user, &req.claim_id).await?,
-        Settle::Release => store.release(&queue, &user, &req.claim_id).await?,
+        Settle::Consume => store.consume(&queue, &user, claim_id).await?,
+        Settle::Release => store.release(&queue, &user, claim_id).await?,
     };
     if held {
+        let signal = match how {
+            // Clocks of two instances may differ a little: never negative.
+            Settle::Consume => claimed_at.map(|at| OrderSignal::Committed {
+                ms: now_ms().saturating_sub(at),
+            }),
+            Settle::Release => Some(OrderSignal::RolledBack),
+        };
+        if let Some(signal) = signal {
+            state.gate().observe(&queue, signal);
+        }
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::conflict(
             "claim_not_held",
             "this claim no longer holds the token",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamped_claim_id_gives_back_the_store_id_and_the_time() {
+        let stamped = stamp("AbC-_x");
+        let (id, at) = unstamp(&stamped);
+        assert_eq!(id, "AbC-_x");
+        assert!(at.is_some_and(|at| at <= now_ms() && at + 60_000 > now_ms()));
+        // An unstamped or oddly stamped id is passed on whole.
+        assert_eq!(unstamp("AbC-_x"), ("AbC-_x", None));
+        assert_eq!(unstamp("a.b"), ("a.b", None));
     }
 }

@@ -28,6 +28,10 @@ pub enum Status {
     /// admitted unless it is restocked, when the place counts again in its
     /// order (poll now and then to see: `WAITING` again).
     SoldOut,
+    /// In the pre-queue of a scheduled opening: no place yet; at
+    /// `lottery.opensAt` the draw places every pre-queue entry in line
+    /// (then `WAITING`).
+    PreQueue,
 }
 
 /// How often a buyer in line for a sold-out queue may look for a restock.
@@ -62,6 +66,40 @@ pub struct QueueStatus {
     pub entry_token: Option<String>,
     /// Seconds the token has left, rounded up; `null` unless ready.
     pub token_expires_in_seconds: Option<u64>,
+    /// The buyer's lottery entry: only with `PRE_QUEUE`, the one field
+    /// that is left out rather than `null` (every other status keeps the
+    /// shape it had, byte for byte, in polls and stream frames alike).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lottery: Option<PreQueueBody>,
+}
+
+/// A buyer's entry in the lottery of a scheduled opening.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreQueueBody {
+    /// When the draw places the pre-queue in line, ms since the epoch.
+    pub opens_at: u64,
+    /// Seconds until then, rounded up (0 once due: the draw is imminent).
+    pub seconds_to_open: u64,
+    /// `hex(SHA-256(seed))`, published before the draw.
+    pub commitment: String,
+    /// This entry's random text: `fingerprint` is
+    /// `hex(SHA-256("waitroom-lottery-v1\n" + queue + "\n" + nonce))`.
+    pub nonce: String,
+    /// What the published list shows for this entry.
+    pub fingerprint: String,
+}
+
+impl QueueStatus {
+    /// The status of a buyer in the pre-queue (`total` waiting in line).
+    pub fn pre_queue(total: u64, lottery: PreQueueBody) -> Self {
+        Self {
+            status: Status::PreQueue,
+            polling_interval_seconds: Some(polling_interval_secs(u64::MAX)),
+            lottery: Some(lottery),
+            ..Self::not_entered(total)
+        }
+    }
 }
 
 /// An 80 % range of the wait: at least `low` and at most `high` seconds
@@ -138,6 +176,7 @@ impl QueueStatus {
             entered_at,
             entry_token: None,
             token_expires_in_seconds: None,
+            lottery: None,
         }
     }
 
@@ -153,6 +192,7 @@ impl QueueStatus {
             entered_at,
             entry_token: Some(token.to_owned()),
             token_expires_in_seconds: Some(expires_in_secs),
+            lottery: None,
         }
     }
 
@@ -168,6 +208,7 @@ impl QueueStatus {
             entered_at: None,
             entry_token: None,
             token_expires_in_seconds: None,
+            lottery: None,
         }
     }
 }

@@ -25,6 +25,7 @@
 //! used token returning to READY when its claim lapses.
 
 pub mod reconcile;
+pub mod slowdown;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -164,6 +165,8 @@ pub struct OrderStore {
     /// Rung when an order's token delete failed, so the reconciler retries
     /// it soon rather than at its next sweep.
     doorbell: Arc<Notify>,
+    /// The operator's knob slowing the demo service on purpose.
+    slowdown: Arc<slowdown::Slowdown>,
 }
 
 /// An order whose token delete is not confirmed yet.
@@ -224,6 +227,11 @@ const UNCONFIRMED_INDEX: &str = "CREATE INDEX IF NOT EXISTS orders_unconfirmed
 const SCHEMA_LOCK: &str = "SELECT 1 FROM pg_advisory_xact_lock(7290143061)";
 
 impl OrderStore {
+    /// The knob slowing this instance's demo service on purpose.
+    pub fn slowdown(&self) -> &slowdown::Slowdown {
+        &self.slowdown
+    }
+
     /// Opens the database `db` names (see [`Backend::of`]), creating the
     /// schema and the demo product (sold in `queue`) if they are missing.
     /// A SQLite file is created on first start; `:memory:` keeps it in
@@ -285,6 +293,7 @@ impl OrderStore {
             pool,
             backend,
             doorbell: Arc::new(Notify::new()),
+            slowdown: Arc::default(),
         };
         store.prepare(queue).await?;
         Ok(store)

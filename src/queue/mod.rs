@@ -4,9 +4,12 @@
 //! This module knows neither Redis nor HTTP, so every adapter and every
 //! endpoint applies the same rules, and they can be tested on their own.
 
+pub mod adaptive;
+pub mod audit;
 mod eta;
 #[cfg(test)]
 mod eta_sim;
+pub mod lottery;
 mod names;
 mod settings;
 mod status;
@@ -14,6 +17,7 @@ pub mod stock;
 mod ticket;
 mod token;
 
+pub use adaptive::AdaptiveSettings;
 pub use eta::{Forecast, RateEstimator, WaitRange};
 pub use names::{InvalidName, QueueName, UserId};
 pub use settings::{QueueSettings, Queues, StoredSettings};

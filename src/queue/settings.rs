@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
+use super::adaptive::AdaptiveSettings;
 
 /// Most users admitted per pass (a typo of a few digits is refused).
 pub const MAX_BATCH: u32 = 100_000;
@@ -44,6 +45,10 @@ pub struct QueueSettings {
     pub claim_lease_ms: u64,
     /// Texts of the queue's page (key → text), opaque to the server.
     pub texts: BTreeMap<String, String>,
+    /// Admission that follows the order service (`batch` is then set by
+    /// the controller); absent: the batch stays as the operator set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveSettings>,
 }
 
 /// Every queue with its settings, in name order: an instance's view of
@@ -73,6 +78,7 @@ impl QueueSettings {
             abandon_after_ms: policy.abandon_after_ms,
             claim_lease_ms,
             texts: BTreeMap::new(),
+            adaptive: None,
         }
     }
 
@@ -127,6 +133,9 @@ impl QueueSettings {
                 ));
             }
         }
+        if let Some(adaptive) = &self.adaptive {
+            adaptive.validate(self.interval_ms)?;
+        }
         Ok(())
     }
 }
@@ -144,6 +153,7 @@ mod tests {
             abandon_after_ms: None,
             claim_lease_ms: 30_000,
             texts: BTreeMap::new(),
+            adaptive: None,
         }
     }
 

@@ -18,18 +18,23 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, Admitted, ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited,
-    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
+    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, DrawOutcome, EnterOutcome,
+    JoinLimits, LimitKind, Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS,
+    Pass, PreEntry, PreJoin, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
     StoreResult,
 };
+use crate::queue::audit::{AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery};
 use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
     UserId,
 };
 
+mod adaptive;
+mod audit;
 mod buckets;
 mod buyers;
 mod door;
+mod lottery;
 mod queue;
 mod settings;
 mod stock;
@@ -52,6 +57,10 @@ pub struct MemoryStore {
     door: door::Door,
     /// Live queue settings (`settings.rs`).
     settings: settings::Settings,
+    /// Entries kept per queue's audit log (0: none).
+    audit_max_len: u64,
+    /// Adaptive admission's samples and decisions (`adaptive.rs`).
+    adaptive: adaptive::Adaptive,
 }
 
 fn now_ms() -> u64 {
@@ -77,7 +86,16 @@ impl MemoryStore {
             events,
             door: door::Door::default(),
             settings: settings::Settings::default(),
+            audit_max_len: crate::queue::audit::DEFAULT_AUDIT_MAX_LEN,
+            adaptive: adaptive::Adaptive::default(),
         }
+    }
+
+    /// Keeps at most `max_len` entries of each queue's audit log, or none
+    /// with 0 (see [`crate::queue::audit`]).
+    pub fn with_audit_max_len(mut self, max_len: u64) -> Self {
+        self.audit_max_len = max_len;
+        self
     }
 
     /// `queue`'s data, created empty on first use.
@@ -163,7 +181,18 @@ impl Store for MemoryStore {
                 && q.refill(policy, now) >= 1.0
             {
                 q.spend(1);
-                q.fast_track(user, fast_track_token, policy.token_ttl_ms, now)
+                let id = q.fast_track(user, fast_track_token, policy.token_ttl_ms, now);
+                let entry = q.buyers.get(id).map(|b| b.entry);
+                let max = self.audit_max_len;
+                q.audit.append(
+                    max,
+                    now,
+                    AuditKind::Admitted,
+                    Some(user.as_str()),
+                    entry,
+                    None,
+                );
+                id
             } else {
                 q.join_line(user, now)
             };
@@ -243,12 +272,21 @@ impl Store for MemoryStore {
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         // The entry check and the removal under one lock, as in leave.lua.
-        let left = self.with_queue(queue, |q, _| {
+        let left = self.with_queue(queue, |q, now| {
             let id = q.buyers.find(user.as_str())?;
             if q.buyers.get(id)?.entry != entry {
                 return None;
             }
             let buyer = q.remove(id)?;
+            let max = self.audit_max_len;
+            q.audit.append(
+                max,
+                now,
+                AuditKind::Left,
+                Some(user.as_str()),
+                Some(entry),
+                None,
+            );
             Some(match buyer.state {
                 State::Waiting { .. } => Some(buyer.entry),
                 State::Ready(_) => None,
@@ -325,6 +363,17 @@ impl Store for MemoryStore {
             }
             q.spend(admitted.len());
             q.pass += 1;
+            let (max, pass) = (self.audit_max_len, Some(q.pass));
+            for a in &abandoned {
+                let user = Some(a.user.as_str());
+                q.audit
+                    .append(max, now, AuditKind::Abandoned, user, Some(a.seq), pass);
+            }
+            for a in &admitted {
+                let user = Some(a.user.as_str());
+                q.audit
+                    .append(max, now, AuditKind::Admitted, user, Some(a.seq), pass);
+            }
             Pass {
                 pass: q.pass,
                 at: now,
@@ -367,14 +416,23 @@ impl Store for MemoryStore {
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        let consumed = self.with_queue(queue, |q, _| {
+        let consumed = self.with_queue(queue, |q, now| {
             let Some((id, token)) = q.token_mut(user) else {
                 return false;
             };
             let holds = matches!(&token.claim, Some((held, _)) if held == claim_id);
             if holds {
-                q.remove(id);
+                let entry = q.remove(id).map(|b| b.entry);
                 stock::note_consumed(&mut q.stock);
+                let max = self.audit_max_len;
+                q.audit.append(
+                    max,
+                    now,
+                    AuditKind::Consumed,
+                    Some(user.as_str()),
+                    entry,
+                    None,
+                );
             }
             holds
         });
@@ -385,9 +443,19 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        Ok(self.with_queue(queue, |q, _| match q.token_mut(user) {
-            Some((_, token)) if matches!(&token.claim, Some((id, _)) if id == claim_id) => {
+        Ok(self.with_queue(queue, |q, now| match q.token_mut(user) {
+            Some((id, token)) if matches!(&token.claim, Some((c, _)) if c == claim_id) => {
                 token.claim = None;
+                let entry = q.buyers.get(id).map(|b| b.entry);
+                let max = self.audit_max_len;
+                q.audit.append(
+                    max,
+                    now,
+                    AuditKind::Released,
+                    Some(user.as_str()),
+                    entry,
+                    None,
+                );
                 true
             }
             _ => false,
@@ -412,6 +480,11 @@ impl Store for MemoryStore {
     async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState> {
         let (change, state) = self.with_queue(queue, |q, now| {
             let change = stock::report(&mut q.stock, report, now);
+            if change == stock::Change::SoldOut {
+                let max = self.audit_max_len;
+                q.audit
+                    .append(max, now, AuditKind::SoldOut, None, None, None);
+            }
             (change, stock::state(&q.stock, q.active() as u64))
         });
         if change == stock::Change::SoldOut {
@@ -516,8 +589,132 @@ impl Store for MemoryStore {
 
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
         let had = self.settings.remove(queue);
+        self.adaptive.remove(queue);
         self.with_queue(queue, |q, _| q.clear_line());
         Ok(had)
+    }
+
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {
+        Ok(self.with_queue(queue, |q, _| q.audit.page(query)))
+    }
+
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        Ok(self.with_queue(queue, |q, now| {
+            q.audit.take(group, start, consumer, idle_ms, count, now)
+        }))
+    }
+
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()> {
+        self.with_queue(queue, |q, now| q.audit.hold(group, consumer, ids, now));
+        Ok(())
+    }
+
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
+        self.with_queue(queue, |q, _| q.audit.ack(group, ids));
+        Ok(())
+    }
+
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        self.adaptive.record(queue, signal, window_ms, now_ms());
+        Ok(())
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        Ok(self.adaptive.read(queue, window_ms, now_ms()))
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        _window_ms: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.adaptive.apply(
+            &self.settings,
+            queue,
+            decision,
+            batch,
+            settings_version,
+            now_ms(),
+        ))
+    }
+
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
+        Ok(self.lottery_schedule(queue, opens_at, seed))
+    }
+
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
+        Ok(self.lottery_clear(queue))
+    }
+
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>> {
+        Ok(self.lottery_state(queue))
+    }
+
+    async fn pre_join(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+    ) -> StoreResult<PreJoin> {
+        Ok(self.lottery_pre_join(queue, user, nonce))
+    }
+
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
+        Ok(self.lottery_pre_entry(queue, user))
+    }
+
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.lottery_pre_leave(queue, user, pre_entry))
+    }
+
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        Ok(self.lottery_pre_queue(queue))
+    }
+
+    async fn draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome> {
+        Ok(self.lottery_draw(queue, version, order, list))
+    }
+
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+        Ok(self.lottery_published(queue))
     }
 }
 

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, StockReport, StoredSettings, UserId,
 };
@@ -147,6 +148,117 @@ pub struct StockState {
     pub admissible: u64,
     /// True while nothing is left: waiting buyers are told `sold_out`.
     pub sold_out: bool,
+}
+
+/// An order outcome a gate saw, counted toward adaptive admission
+/// (`crate::queue::adaptive`) in the current window of the store clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderSignal {
+    /// The order committed this long after its token was claimed.
+    Committed { ms: u64 },
+    /// The order rolled back (its claim was released).
+    RolledBack,
+}
+
+/// The adaptive controller's last decision for a queue, as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdaptiveState {
+    /// The window decided (store clock ms / `windowMs`).
+    pub window: u64,
+    /// The length of that window, ms: a decision covers store time up to
+    /// `(window + 1) × windowMs`, which stays comparable when an operator
+    /// changes the window's length.
+    pub window_ms: u64,
+    /// The rate decided, admissions per second.
+    pub rate_per_sec: f64,
+    /// Increases are held up to this window (after a cut).
+    pub hold_until: u64,
+    /// Why (`increase`, `decrease_slow`, `decrease_failing`, `hold`,
+    /// `too_few_samples`).
+    pub verdict: String,
+    /// The window's p95 claim-to-commit time, ms (`null` without commits).
+    pub p95_ms: Option<u64>,
+    /// Commits counted in the window.
+    pub commits: u64,
+    /// Rollbacks counted in the window.
+    pub failures: u64,
+    /// When decided, store clock ms.
+    pub at: u64,
+}
+
+/// What the controller reads before deciding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveRead {
+    /// The store clock, ms.
+    pub now_ms: u64,
+    /// The last complete window (the one to decide).
+    pub window: u64,
+    /// What that window saw, from every instance.
+    pub samples: crate::queue::adaptive::WindowSamples,
+    /// The last decision, `None` before the first.
+    pub state: Option<AdaptiveState>,
+}
+
+/// A queue's scheduled opening and its lottery, as the store keeps it
+/// (`crate::queue::lottery` has the rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LotteryState {
+    /// When the draw may run: store clock, ms since the epoch.
+    pub opens_at: u64,
+    /// The secret seed, hex. Callers reveal it only once `drawn`.
+    pub seed: String,
+    /// `hex(SHA-256(seed))`, public from the start.
+    pub commitment: String,
+    /// True once the pre-queue was placed in line (never undone).
+    pub drawn: bool,
+    /// Entries in the pre-queue, or placed by the draw once drawn.
+    pub entries: u64,
+    /// Bumped by every change of the pre-queue, so a draw computed from
+    /// one reading applies only to that very pre-queue.
+    pub version: u64,
+}
+
+/// Why a lottery change was refused; nothing was changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LotteryRefusal {
+    /// The draw has run: its opening time and seed are history.
+    Drawn,
+    /// Clearing a lottery whose pre-queue holds entries would strand them.
+    NotEmpty,
+}
+
+/// One buyer's lottery entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreEntry {
+    /// The entry id the buyer's ticket was signed for at the pre-queue join.
+    pub pre_entry: u64,
+    /// The random text their fingerprint is computed from.
+    pub nonce: String,
+    /// Their entry in line once the draw placed them.
+    pub entry: Option<u64>,
+}
+
+/// What [`Store::pre_join`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreJoin {
+    /// The buyer is in the pre-queue (`created` when by this call).
+    Pre { entry: PreEntry, created: bool },
+    /// No lottery waits to be drawn, or the buyer already has a place in
+    /// line or a token: an ordinary join applies.
+    Open,
+}
+
+/// What [`Store::draw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawOutcome {
+    /// This call placed `placed` entries in line.
+    Drawn { placed: u64 },
+    /// The draw had already run (another instance): nothing changed.
+    AlreadyDrawn,
+    /// Nothing changed: no lottery, `opensAt` not reached on the store
+    /// clock, or the pre-queue changed since it was read (read again).
+    Stale,
 }
 
 /// A request rate kept as a GCRA ("generic cell rate") bucket: `burst`
@@ -470,11 +582,142 @@ pub trait Store: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> StoreResult<Vec<(String, u64)>>;
 
+    // --- Adaptive admission (`crate::queue::adaptive`) ---
+
+    /// Counts `signal` in `queue`'s current window of `window_ms` (store
+    /// clock); windows are kept a few minutes at most.
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()>;
+
+    /// The last complete window of `window_ms`, its samples and the last
+    /// decision, in one atomic read.
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead>;
+
+    /// Records `decision` (for `decision.window`) and, with `batch`, sets
+    /// the queue's stored batch (bumping its version), in one atomic step
+    /// that does nothing and answers false when a decision covering as far
+    /// (see [`AdaptiveState::window_ms`]) is stored already (another
+    /// instance decided this window), or the
+    /// settings' version is no longer `settings_version` (an operator wrote
+    /// them meanwhile). Forgets the samples of the windows decided;
+    /// `window_ms` says how long the decision is worth keeping.
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        window_ms: u64,
+    ) -> StoreResult<bool>;
+
     /// Unlists `queue` and deletes its settings, line, presence, budget and
     /// hold. The entry and pass counters stay (a re-opened queue never
     /// hands out an old entry id or event id again), and tokens already
     /// issued live out their TTL. True if it had settings.
     async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool>;
+
+    // --- The audit log (`crate::queue::audit`) and its webhook groups ---
+
+    /// A page of `queue`'s audit log, oldest first: entries after
+    /// `query.after`, of `query.kind` if given. The log is written by the
+    /// same atomic step as each action (admit, fast track, consume,
+    /// release, leave, abandonment, sold out) and keeps about the
+    /// configured number of entries per queue, the oldest dropped first.
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage>;
+
+    /// Takes entries of `queue`'s log for delivery through `group` (one
+    /// group per webhook, created at `start` on first use, so it sees the
+    /// entries after `start`) by `consumer` (an instance): first those
+    /// another consumer took and left unacknowledged for more than
+    /// `idle_ms` (a dead instance's), then entries no consumer of the group
+    /// was given yet, at most about `count` of each. Every entry goes to
+    /// one consumer at a time and stays pending until acknowledged.
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Keeps `ids` with `consumer` and restarts their idle time, so a
+    /// consumer still retrying them does not lose them to
+    /// [`Store::audit_take`]'s claim of idle entries.
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()>;
+
+    /// Acknowledges `ids` in `group`: delivered (or given up), never handed
+    /// out again.
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()>;
+    // --- Scheduled opening with a lottery (`crate::queue::lottery`) ---
+
+    /// Schedules `queue` to open at `opens_at` (store clock, ms), keeping
+    /// arrivals in a pre-queue until the draw. The first call stores `seed`
+    /// (hex); a later one before the draw only moves `opens_at`, never the
+    /// seed, so the published commitment stays. Refused once drawn.
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>>;
+
+    /// Removes a lottery not drawn yet whose pre-queue is empty. `Ok(true)`
+    /// if there was one.
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>>;
+
+    /// The lottery of `queue`, if one was scheduled.
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>>;
+
+    /// Puts `user` in the pre-queue with `nonce` (a new entry id taken from
+    /// the queue's entry counter), or answers the entry they have there.
+    /// One atomic step with the lottery's state: once drawn, or for a user
+    /// with a place in line or a token, answers [`PreJoin::Open`].
+    async fn pre_join(&self, queue: &QueueName, user: &UserId, nonce: &str)
+    -> StoreResult<PreJoin>;
+
+    /// `user`'s lottery entry (kept after the draw, with their entry in line).
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>>;
+
+    /// Takes `user` out of the pre-queue if `pre_entry` is their entry there
+    /// and the draw has not run. True if removed.
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool>;
+
+    /// The pre-queue as of one moment: its version and every entry.
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)>;
+
+    /// The draw: places `order` (every pre-queue user, first in line
+    /// first) at the back of the line with fresh entry ids, and keeps
+    /// `list` (the published fingerprints) — only if the lottery is not
+    /// drawn, `opensAt` has come on the store clock, and the pre-queue is
+    /// still at `version` with exactly these users. All or nothing, so of
+    /// many instances drawing at once exactly one places anyone.
+    async fn draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome>;
+
+    /// The published fingerprint list, once drawn.
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>>;
 }
 
 /// A shared store handle.

@@ -245,7 +245,12 @@ function showQueue(q, at) {
   set('streams', n(q.streamsOnThisInstance));
   const paused = q.paused === true;
   el.dataset.paused = String(paused);
-  el.querySelector('.badge').textContent = q.paused === null ? 'store away' : paused ? 'held' : 'admitting';
+  // With adaptive admission on, the stored batch (the rate shown in the
+  // settings) is the controller's: say so, with its bounds.
+  const adaptive = q.settings && q.settings.adaptive && q.settings.adaptive.enabled ? q.settings.adaptive : null;
+  const follows = adaptive ? ` · adaptive ${adaptive.floorPerSec}–${adaptive.ceilingPerSec}/s` : '';
+  el.querySelector('.badge').textContent =
+    (q.paused === null ? 'store away' : paused ? 'held' : 'admitting') + follows;
   el.querySelector('.hold').textContent = paused ? 'Resume' : 'Hold';
   fillSettings(entry, q.settings);
   history[history.length - 1].perMinute = perMinute;

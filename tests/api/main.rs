@@ -4,7 +4,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod adaptive;
 mod admin_listener;
+mod audit;
 mod challenge;
 mod client_limits;
 mod cluster;
@@ -18,6 +20,7 @@ mod identity;
 mod instances;
 mod layering;
 mod limits;
+mod lottery;
 mod metrics;
 mod order_gate;
 mod orders;
@@ -34,4 +37,5 @@ mod store_bound;
 mod tickets;
 mod transport;
 mod web;
+mod webhooks;
 mod wire;

@@ -32,6 +32,10 @@ pub(super) struct QueueData {
     address_places: HashMap<String, Vec<(Id, u64)>>,
     /// The order service's stock, once reported (`stock.rs`).
     pub stock: Option<super::stock::Stock>,
+    /// The audit log, under the queue's lock with what it records.
+    pub audit: super::audit::Log,
+    /// A scheduled opening and its pre-queue (`lottery.rs`).
+    pub lottery: Option<super::lottery::Lottery>,
 }
 
 /// The admission budget: `level` admissions available as of `at`.
@@ -59,7 +63,7 @@ impl QueueData {
         self.expiry.len()
     }
 
-    fn next_entry(&mut self) -> u64 {
+    pub fn next_entry(&mut self) -> u64 {
         self.last_seq += 1;
         self.last_seq
     }
@@ -213,6 +217,7 @@ impl QueueData {
         self.address_joins = Buckets::default();
         self.address_places.clear();
         self.stock = None;
+        self.lottery = None;
     }
 
     /// Makes `id`'s token live at least until `until`.

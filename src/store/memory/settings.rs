@@ -59,6 +59,31 @@ impl Settings {
         (stored, true)
     }
 
+    /// Sets `queue`'s batch (if given and different, bumping the version)
+    /// when its settings are still at `version`; false, changing nothing,
+    /// when they are not (or are gone).
+    pub(super) fn set_batch_if(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        batch: Option<u32>,
+        now: u64,
+    ) -> bool {
+        let mut all = self.lock();
+        let Some(stored) = all.get_mut(queue) else {
+            return false;
+        };
+        if stored.version != version {
+            return false;
+        }
+        if let Some(batch) = batch.filter(|b| *b != stored.settings.batch) {
+            stored.settings.batch = batch;
+            stored.version += 1;
+            stored.updated_at = now;
+        }
+        true
+    }
+
     pub(super) fn report_streams(
         &self,
         instance: &str,

@@ -261,7 +261,7 @@ impl Runner {
         let per_join = if shared.address_limited() { 4 } else { 2 };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.get_hash())
-            .arg(names.queue.len() + per_join * calls.len() + 1);
+            .arg(names.queue.len() + per_join * calls.len() + 2);
         for key in &names.queue {
             cmd.arg(key.as_str());
         }
@@ -288,6 +288,7 @@ impl Runner {
             }
         }
         cmd.arg(names.stock.as_str())
+            .arg(names.audit.as_str())
             .arg(keys.token_prefix.as_str())
             .arg(keys.channel.as_str());
         shared.push_args(crate::store::first_entry_id(), &mut cmd);
@@ -330,6 +331,7 @@ struct GroupKeys {
     /// `:joins` or `:places`.
     address: String,
     stock: String,
+    audit: String,
 }
 
 impl GroupKeys {
@@ -341,6 +343,7 @@ impl GroupKeys {
             budget,
             address,
             stock: keys.stock(),
+            audit: keys.audit(),
         }
     }
 }

@@ -20,10 +20,13 @@
 //! acknowledged them (`WAIT`), so a master killed right after cannot take
 //! an acknowledged place or an announced token along.
 
+mod adaptive;
+mod audit;
 mod batch;
 mod conn;
 mod door;
 mod events;
+mod lottery;
 mod scripts;
 mod settings;
 
@@ -40,9 +43,11 @@ use futures::stream::BoxStream;
 use redis::{AsyncCommands, RedisError};
 
 use super::{
-    ClaimOutcome, EnterOutcome, JoinLimits, LimitKind, Limited, PLACES_RETRY_MS, Pass, QueueEvent,
-    QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
+    AdaptiveRead, AdaptiveState, ClaimOutcome, DrawOutcome, EnterOutcome, JoinLimits, LimitKind,
+    Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS, Pass, PreEntry, PreJoin,
+    QueueEvent, QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
 };
+use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
     UserId,
@@ -64,6 +69,11 @@ pub struct RedisStore {
     put_settings: redis::Script,
     /// Group commit of joins (`batch.rs`); `None`: one call per join.
     batcher: Option<Batcher>,
+    /// How joins are grouped, kept so the batcher can be rebuilt when the
+    /// scripts are ([`RedisStore::with_audit_max_len`]).
+    join_batch: Option<JoinBatch>,
+    /// How the scripts publish and log (their prelude).
+    publishing: Publishing,
 }
 
 /// How to reach Redis and how safe a write must be before it counts.
@@ -219,6 +229,7 @@ impl RedisStore {
         let publishing = Publishing {
             sharded: options.topology.sharded(),
             pass_in_script: options.wait_replicas == 0,
+            audit_max_len: crate::queue::audit::DEFAULT_AUDIT_MAX_LEN,
         };
         Ok(Self {
             topology: options.topology.clone(),
@@ -229,6 +240,8 @@ impl RedisStore {
             note_joins: door::note_joins_script(),
             put_settings: settings::put_settings_script(),
             batcher: None,
+            join_batch: None,
+            publishing,
         }
         .with_join_batch(Some(JoinBatch::default())))
     }
@@ -236,6 +249,7 @@ impl RedisStore {
     /// Groups joins as `batch` says (group commit), or sends one script
     /// call per join with `None`. Grouped by default.
     pub fn with_join_batch(mut self, batch: Option<JoinBatch>) -> Self {
+        self.join_batch = batch;
         self.batcher = batch.map(|batch| {
             Batcher::new(
                 self.conn.clone(),
@@ -246,6 +260,16 @@ impl RedisStore {
             )
         });
         self
+    }
+
+    /// Keeps about `max_len` entries of each queue's audit log (`MAXLEN ~`),
+    /// or none at all with 0: no script then writes the log. The default is
+    /// [`crate::queue::audit::DEFAULT_AUDIT_MAX_LEN`].
+    pub fn with_audit_max_len(mut self, max_len: u64) -> Self {
+        self.publishing.audit_max_len = max_len;
+        self.scripts = Scripts::load(self.publishing);
+        let batch = self.join_batch;
+        self.with_join_batch(batch)
     }
 
     /// The key prefix this store writes under.
@@ -275,6 +299,11 @@ impl RedisStore {
 
     fn keys(&self, queue: &QueueName) -> QueueKeys {
         QueueKeys::new(&self.prefix, queue)
+    }
+
+    /// The audit log's key, as the last key of a script that writes it.
+    fn audit_key(&self, queue: &QueueName) -> Vec<String> {
+        vec![self.keys(queue).audit()]
     }
 
     /// Runs a script whose write must be on `wait_replicas` replicas before
@@ -354,7 +383,7 @@ impl RedisStore {
                 &self.scripts.stock,
                 queue,
                 &[],
-                vec![self.keys(queue).stock()],
+                vec![self.keys(queue).stock(), self.keys(queue).audit()],
                 |inv| match report {
                     Some(r) => {
                         inv.arg(r.remaining).arg(r.per_buyer.max(1));
@@ -456,6 +485,11 @@ impl QueueKeys {
     /// The key of `user`'s token hash.
     fn token_key(&self, user: &UserId) -> String {
         format!("{}{}", self.token_prefix, user.as_str())
+    }
+
+    /// The queue's audit log (a STREAM, `lua/common.lua`'s `audit`).
+    pub(crate) fn audit(&self) -> String {
+        format!("{}audit", self.base)
     }
 
     /// The queue's stock (`lua/stock.lua`).
@@ -568,7 +602,13 @@ impl Store for RedisStore {
                 // Placeholder keys, which the script does not touch, for
                 // an address without limits.
                 let [joins, places] = queue_keys.address(call.address.as_deref().unwrap_or("-"));
-                let keys = vec![queue_keys.budget(user), joins, places, queue_keys.stock()];
+                let keys = vec![
+                    queue_keys.budget(user),
+                    joins,
+                    places,
+                    queue_keys.stock(),
+                    queue_keys.audit(),
+                ];
                 let reply: Vec<redis::Value> = self
                     .run_durable(&self.scripts.enter, queue, &[user], keys, |cmd| {
                         cmd.arg(user.as_str()).arg(call.token.as_str());
@@ -671,9 +711,15 @@ impl Store for RedisStore {
 
     async fn leave(&self, queue: &QueueName, user: &UserId, entry: u64) -> StoreResult<bool> {
         let n: i64 = self
-            .run_for(&self.scripts.leave, queue, &[user], Vec::new(), |inv| {
-                inv.arg(user.as_str()).arg(entry);
-            })
+            .run_for(
+                &self.scripts.leave,
+                queue,
+                &[user],
+                self.audit_key(queue),
+                |inv| {
+                    inv.arg(user.as_str()).arg(entry);
+                },
+            )
             .await?;
         Ok(n == 1)
     }
@@ -690,7 +736,7 @@ impl Store for RedisStore {
                 &self.scripts.admit,
                 queue,
                 &[],
-                vec![keys.settings(), keys.stock()],
+                vec![keys.settings(), keys.stock(), keys.audit()],
                 |inv| {
                     inv.arg(policy.token_ttl_ms)
                         .arg(policy.batch)
@@ -750,7 +796,7 @@ impl Store for RedisStore {
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
-        let stock = vec![self.keys(queue).stock()];
+        let stock = vec![self.keys(queue).stock(), self.keys(queue).audit()];
         let n: i64 = self
             .run_for(&self.scripts.consume, queue, &[user], stock, |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
@@ -761,9 +807,15 @@ impl Store for RedisStore {
 
     async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let n: i64 = self
-            .run_for(&self.scripts.release, queue, &[user], Vec::new(), |inv| {
-                inv.arg(user.as_str()).arg(claim_id);
-            })
+            .run_for(
+                &self.scripts.release,
+                queue,
+                &[user],
+                self.audit_key(queue),
+                |inv| {
+                    inv.arg(user.as_str()).arg(claim_id);
+                },
+            )
             .await?;
         Ok(n == 1)
     }
@@ -863,6 +915,88 @@ impl Store for RedisStore {
         self.settings_delete(queue).await
     }
 
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        self.adaptive_record(queue, signal, window_ms).await
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        self.adaptive_load(queue, window_ms).await
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        window_ms: u64,
+    ) -> StoreResult<bool> {
+        self.adaptive_store(queue, decision, batch, settings_version, window_ms)
+            .await
+    }
+
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
+        self.lottery_set(queue, opens_at, seed).await
+    }
+
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
+        self.lottery_clear(queue).await
+    }
+
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>> {
+        Ok(self.lottery_read(queue, false).await?.map(|(l, _)| l))
+    }
+
+    async fn pre_join(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+    ) -> StoreResult<PreJoin> {
+        self.lottery_pre_join(queue, user, nonce).await
+    }
+
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
+        self.lottery_pre_entry(queue, user).await
+    }
+
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool> {
+        self.lottery_pre_leave(queue, user, pre_entry).await
+    }
+
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        self.lottery_scan(queue).await
+    }
+
+    async fn draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome> {
+        self.lottery_draw(queue, version, order, list).await
+    }
+
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+        self.lottery_published(queue).await
+    }
+
     async fn note_joins(
         &self,
         queue: &QueueName,
@@ -871,5 +1005,36 @@ impl Store for RedisStore {
         hold_ms: u64,
     ) -> StoreResult<u64> {
         self.door_note_joins(queue, joins, threshold, hold_ms).await
+    }
+
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {
+        self.audit_read(queue, query).await
+    }
+
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        self.audit_group_read(queue, group, start, consumer, idle_ms, count)
+            .await
+    }
+
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()> {
+        self.audit_group_hold(queue, group, consumer, ids).await
+    }
+
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
+        self.audit_group_ack(queue, group, ids).await
     }
 }

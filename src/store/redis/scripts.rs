@@ -4,10 +4,11 @@
 //! `EVALSHA` and falls back to `EVAL` when Redis lost its script cache (a
 //! restart), so no load step is needed.
 //!
-//! A two-line prelude before `common.lua` fixes how events are published,
+//! A three-line prelude before `common.lua` fixes how events are published,
 //! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
 //! whether `admit` publishes its pass itself or leaves that to the adapter
-//! (which publishes after `WAIT`). Baked in rather than passed as an
+//! (which publishes after `WAIT`), and the audit log's length
+//! (`--audit-max-len`, 0: no log). Baked in rather than passed as an
 //! argument, so every script keeps its `ARGV` layout.
 
 use redis::Script;
@@ -24,14 +25,17 @@ pub(super) struct Publishing {
     /// `admit` publishes its pass; false when the adapter does it after
     /// replicas acknowledged the pass.
     pub pass_in_script: bool,
+    /// The audit log's `MAXLEN ~` (`--audit-max-len`); 0: no log.
+    pub audit_max_len: u64,
 }
 
 impl Publishing {
     fn prelude(self) -> String {
         format!(
-            "local PUBLISH = '{}'\nlocal PUBLISH_PASS = {}\n",
+            "local PUBLISH = '{}'\nlocal PUBLISH_PASS = {}\nlocal AUDIT_MAXLEN = {}\n",
             if self.sharded { "SPUBLISH" } else { "PUBLISH" },
-            self.pass_in_script
+            self.pass_in_script,
+            self.audit_max_len
         )
     }
 }
@@ -54,6 +58,12 @@ pub(super) struct Scripts {
     pub renew_claim: Script,
     pub spend: Script,
     pub stock: Script,
+    /// The lottery of a scheduled opening (`lottery.rs`).
+    pub lottery_schedule: Script,
+    pub lottery_read: Script,
+    pub lottery_leave: Script,
+    pub lottery_join: Script,
+    pub lottery_draw: Script,
 }
 
 impl Scripts {
@@ -80,6 +90,11 @@ impl Scripts {
             renew_claim: with_common(include_str!("lua/renew_claim.lua")),
             spend: Script::new(&format!("{GCRA}\n{}", include_str!("lua/spend.lua"))),
             stock: with_common(include_str!("lua/stock.lua")),
+            lottery_schedule: Script::new(include_str!("lua/lottery_schedule.lua")),
+            lottery_read: Script::new(include_str!("lua/lottery_read.lua")),
+            lottery_leave: Script::new(include_str!("lua/lottery_leave.lua")),
+            lottery_join: with_common(include_str!("lua/lottery_join.lua")),
+            lottery_draw: with_common(include_str!("lua/lottery_draw.lua")),
         }
     }
 }

@@ -66,6 +66,12 @@ impl RedisStore {
     ) -> StoreResult<(StoredSettings, bool)> {
         let texts = serde_json::to_string(&settings.texts)
             .map_err(|e| StoreError::Protocol(e.to_string()))?;
+        // Empty: off (a field is cleared by writing it empty, so a write
+        // without adaptive settings switches them off).
+        let adaptive = match &settings.adaptive {
+            Some(a) => serde_json::to_string(a).map_err(|e| StoreError::Protocol(e.to_string()))?,
+            None => String::new(),
+        };
         let mut invocation = self.put_settings.key(self.keys(queue).settings());
         invocation
             .arg(if only_if_new { "1" } else { "0" })
@@ -82,7 +88,9 @@ impl RedisStore {
             .arg("claimLeaseMs")
             .arg(settings.claim_lease_ms)
             .arg("texts")
-            .arg(texts);
+            .arg(texts)
+            .arg("adaptive")
+            .arg(adaptive);
         let mut conn = self.conn.clone();
         let written: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
         // Listed after the write: a queue is never listed without settings
@@ -128,6 +136,10 @@ impl RedisStore {
                 .into_iter()
                 .filter(|k| !KEPT.iter().any(|kept| k.ends_with(kept))),
         );
+        // Adaptive admission's samples and last decision: a queue opened
+        // again starts from its own batch.
+        doomed.push(self.adaptive_key(queue));
+        doomed.extend(keys.lottery());
         let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
         Ok(had == 1)
     }
@@ -204,6 +216,13 @@ fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
             .map_err(|e| StoreError::Protocol(format!("settings texts: {e}")))?,
         None => Default::default(),
     };
+    let adaptive = match raw.get("adaptive").filter(|a| !a.is_empty()) {
+        Some(a) => Some(
+            serde_json::from_str(a)
+                .map_err(|e| StoreError::Protocol(format!("settings adaptive: {e}")))?,
+        ),
+        None => None,
+    };
     let max_active = num("maxActive")?;
     let abandon = positive("abandonAfterMs")?;
     Ok(StoredSettings {
@@ -216,6 +235,7 @@ fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
             abandon_after_ms: (abandon > 0).then_some(abandon),
             claim_lease_ms: positive("claimLeaseMs")?,
             texts,
+            adaptive,
         },
         version: positive("version")?,
         updated_at: positive("updatedAt")?,

@@ -1,6 +1,8 @@
 -- admit.lua: one admission pass.
 -- KEYS[1..8], ARGV[1..2]: see common.lua; KEYS[9]: below.
 -- KEYS[10] the queue's stock HASH (common.lua)
+-- KEYS[11] the queue's audit STREAM (common.lua): one entry per buyer
+-- dropped, then per buyer admitted, with this pass's number
 -- ARGV[3] token TTL ms  ARGV[4] batch  ARGV[5] interval ms
 -- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
 -- ARGV[8..] fresh entry tokens, one per user that may be admitted
@@ -62,6 +64,12 @@ save_bucket(level - #admitted, at)
 trim_marks()
 
 local pass = redis.call('INCR', K.pass)
+for _, a in ipairs(abandoned) do
+  audit(KEYS[11], 'abandoned', now, a.user, a.seq, pass)
+end
+for _, a in ipairs(admitted) do
+  audit(KEYS[11], 'admitted', now, a.user, a.seq, pass)
+end
 local msg = cjson.encode({
   kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
   waiting = redis.call('ZCARD', K.waiting), busy = busy,

@@ -255,3 +255,28 @@ local function stock_sweeps(key, now, abandon_after)
   local at = tonumber(s[2])
   return not at or now - at >= abandon_after
 end
+
+-- Audit log (src/queue/audit.rs): a STREAM per queue, in the queue's hash
+-- tag, passed by every script that writes it as its LAST key. AUDIT_MAXLEN
+-- comes from the prelude (--audit-max-len); 0: no log, and no XADD at all.
+-- Appends one entry {kind, at, [user], [entry], [pass]} (nil fields are
+-- left out), trimmed to about AUDIT_MAXLEN entries (MAXLEN ~ trims whole
+-- radix-tree nodes only: O(1) amortised). Called by the script that does
+-- the action, inside its atomic step, so the log holds exactly what
+-- happened, once.
+local function audit(key, kind, now, user, entry, pass)
+  if AUDIT_MAXLEN <= 0 then
+    return
+  end
+  local f = {'kind', kind, 'at', string.format('%d', now)}
+  if user then
+    f[#f + 1], f[#f + 2] = 'user', user
+  end
+  if entry then
+    f[#f + 1], f[#f + 2] = 'entry', string.format('%d', entry)
+  end
+  if pass then
+    f[#f + 1], f[#f + 2] = 'pass', string.format('%d', pass)
+  end
+  redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', unpack(f))
+end

@@ -2,6 +2,7 @@
 -- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
 -- KEYS[10] the queue's stock HASH (see common.lua): a used token is counted
 -- there until the order service's next report (which may not show its order)
+-- KEYS[11] the queue's audit STREAM (common.lua): a 'consumed' entry when 1
 -- Returns 1 if the token was deleted, 0 if this claim no longer holds it
 -- (gone, or claimed anew); publishes {"kind":"consumed","user":..} when 1.
 -- The lease is not checked: a lapsed claim still deletes its token while no
@@ -15,10 +16,12 @@ local key = K.token
 if redis.call('HGET', key, 'claim') ~= claim_id then
   return 0
 end
+local entry = tonumber(redis.call('HGET', key, 'entry'))
 redis.call('DEL', key)
 redis.call('ZREM', K.active, user)
 if redis.call('EXISTS', KEYS[10]) == 1 then
   redis.call('HINCRBY', KEYS[10], 'consumed', 1)
 end
 publish(cjson.encode({kind = 'consumed', user = user}))
+audit(KEYS[11], 'consumed', now_ms(), user, entry)
 return 1

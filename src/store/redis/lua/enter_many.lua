@@ -13,7 +13,8 @@
 --               limits (address join period or places per address above
 --               zero: m = 4, else m = 2), the client address's join rate
 --               and places (as enter.lua's KEYS[9..12])
--- KEYS[#KEYS]   the queue's stock HASH (see common.lua), last
+-- KEYS[#KEYS-1] the queue's stock HASH (see common.lua)
+-- KEYS[#KEYS]   the queue's audit STREAM (common.lua): fast-track admissions
 -- Returns one join() row per join, in order: describe(), or limited(...)
 -- for a join refused by a limit (that join changed nothing; the others
 -- still count). The same user twice in a group takes one place: the second
@@ -26,7 +27,7 @@ local n = (#ARGV - 13) / 2
 local m = (c.join_period > 0 or c.max_places > 0) and 4 or 2
 local now = now_ms()
 expire_active(now)
-local g = group(now, KEYS[#KEYS])
+local g = group(now, KEYS[#KEYS - 1], KEYS[#KEYS])
 local out = {}
 for i = 1, n do
   local k = 9 + m * (i - 1)

@@ -4,7 +4,8 @@
 --
 -- join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c):
 -- one join, with
---   g    = the call's shared state, from group(now, stock key): the store
+--   g    = the call's shared state, from group(now, stock key, audit key):
+--          the audit STREAM gets an 'admitted' entry per fast track; the store
 --          time; the queue's stock HASH (see common.lua: no fast track past
 --          it, and every row says whether the queue is sold out, read once
 --          per call: no join changes the stock); what the joins of one
@@ -45,8 +46,8 @@ local function join_config(a, i)
   }
 end
 
-local function group(now, stock)
-  return {now = now, stock = stock, line = {}, seen = {}, added = {}}
+local function group(now, stock, audit_key)
+  return {now = now, stock = stock, audit = audit_key, line = {}, seen = {}, added = {}}
 end
 
 -- The line's length and the pass counter, read once per call: within a
@@ -172,6 +173,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
       save_bucket(level - 1, at)
       local entry = group_entry(g, first)
       issue(tokkey, user, fast_token, now, ttl, now, entry)
+      audit(g.audit, 'admitted', now, user, entry)
       counted(entry)
       return group_stock(g, describe(user, tokkey, now, 1, total, pass))
     end

@@ -1,7 +1,8 @@
 -- put_settings.lua: writes one queue's settings.
 -- KEYS[1] the queue's settings HASH (batch, intervalMs, tokenTtlMs,
 --         maxActive (-1 = unlimited), abandonAfterMs (0 = never),
---         claimLeaseMs, texts (JSON object), version, updatedAt)
+--         claimLeaseMs, texts (JSON object), adaptive (JSON object, '' off),
+--         version, updatedAt)
 -- ARGV[1] '1': write only if the queue has no settings yet, else '0'
 -- ARGV[2..] field, value pairs to write
 -- Returns 1 if written, 0 if not (ARGV[1] and the hash existed).

@@ -1,7 +1,8 @@
 -- stock.lua: records the stock an order service reported for a queue, or
 -- only reads it.
 -- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the queue's stock HASH
--- (see common.lua; in the queue's hash tag)
+-- (see common.lua; in the queue's hash tag)   KEYS[10] the queue's audit
+-- STREAM (common.lua): a 'soldOut' entry when the report makes it so
 -- ARGV[3] units remaining ('' to read only)   ARGV[4] most one buyer takes
 -- Returns {remaining, per, consumed, holders, admissible, soldout (1/0)},
 -- or {} when only reading a queue no report linked. A report resets the
@@ -24,6 +25,7 @@ if ARGV[3] ~= '' then
   end
   if is and not was then
     publish(cjson.encode({kind = 'soldOut'}))
+    audit(KEYS[10], 'soldOut', now)
   end
 elseif redis.call('EXISTS', key) == 0 then
   return {}

@@ -1,0 +1,297 @@
+//! The Redis side of a scheduled opening with a lottery: three keys per
+//! queue, hash-tagged like the rest of the queue (`lua/lottery_*.lua`
+//! describe them), so the draw touches one cluster slot with the line.
+//!
+//! A pre-queue entry's record is `preEntry:nonce`, and `:entry` is added
+//! by the draw: kept afterwards, so a buyer's pre-queue ticket can be
+//! matched to their place in line, and their fingerprint shown again.
+
+use super::{QueueKeys, RedisStore, bounded};
+use crate::queue::lottery::{commitment, parse_seed};
+use crate::queue::{QueueName, UserId};
+use crate::store::{
+    DrawOutcome, LotteryRefusal, LotteryState, PreEntry, PreJoin, StoreError, StoreResult,
+};
+
+/// Entries asked for per `HSCAN` page of the pre-queue.
+const SCAN_PAGE: usize = 5_000;
+
+impl QueueKeys {
+    /// The lottery hash, the pre-queue hash and the published list.
+    pub(super) fn lottery(&self) -> [String; 3] {
+        ["lottery", "lottery:pre", "lottery:list"].map(|k| format!("{}{k}", self.base))
+    }
+}
+
+fn protocol(what: &str, reply: &impl std::fmt::Debug) -> StoreError {
+    StoreError::Protocol(format!("{what} returned {reply:?}"))
+}
+
+/// Parses a pre-queue record, `preEntry:nonce[:entry]`.
+fn record(raw: &str) -> Option<PreEntry> {
+    let mut parts = raw.split(':');
+    let pre_entry = parts.next()?.parse().ok()?;
+    let nonce = parts.next()?.to_string();
+    let entry = match parts.next() {
+        Some(e) => Some(e.parse().ok()?),
+        None => None,
+    };
+    Some(PreEntry {
+        pre_entry,
+        nonce,
+        entry,
+    })
+}
+
+/// `opensAt, seed, commitment, state, version, entries` as the scripts
+/// answer them.
+fn state(f: &[String]) -> Option<LotteryState> {
+    Some(LotteryState {
+        opens_at: f.first()?.parse().ok()?,
+        seed: f.get(1)?.clone(),
+        commitment: f.get(2)?.clone(),
+        drawn: f.get(3)? == "drawn",
+        version: f.get(4)?.parse().ok()?,
+        entries: f.get(5)?.parse().ok()?,
+    })
+}
+
+impl RedisStore {
+    pub(super) async fn lottery_schedule(
+        &self,
+        queue: &QueueName,
+        opens_at: Option<u64>,
+        seed: &str,
+    ) -> StoreResult<Vec<String>> {
+        let [lot, pre, _] = self.keys(queue).lottery();
+        let committed = parse_seed(seed).map(|s| commitment(&s)).unwrap_or_default();
+        let mut inv = self.scripts.lottery_schedule.prepare_invoke();
+        inv.key(lot).key(pre);
+        inv.arg(opens_at.map(|t| t.to_string()).unwrap_or_default())
+            .arg(seed)
+            .arg(committed);
+        let mut conn = self.conn.clone();
+        bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    pub(super) async fn lottery_set(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
+        let reply = self.lottery_schedule(queue, Some(opens_at), seed).await?;
+        match reply.first().map(String::as_str) {
+            Some("drawn") => Ok(Err(LotteryRefusal::Drawn)),
+            Some("ok") => state(&reply[1..])
+                .map(Ok)
+                .ok_or_else(|| protocol("lottery_schedule.lua", &reply)),
+            _ => Err(protocol("lottery_schedule.lua", &reply)),
+        }
+    }
+
+    pub(super) async fn lottery_clear(
+        &self,
+        queue: &QueueName,
+    ) -> StoreResult<Result<bool, LotteryRefusal>> {
+        let reply = self.lottery_schedule(queue, None, "").await?;
+        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["drawn"] => Ok(Err(LotteryRefusal::Drawn)),
+            ["not_empty"] => Ok(Err(LotteryRefusal::NotEmpty)),
+            ["cleared", n] => Ok(Ok(n == "1")),
+            _ => Err(protocol("lottery_schedule.lua", &reply)),
+        }
+    }
+
+    /// The lottery, and with `entries` the pre-queue read with it.
+    pub(super) async fn lottery_read(
+        &self,
+        queue: &QueueName,
+        entries: bool,
+    ) -> StoreResult<Option<(LotteryState, Vec<(UserId, PreEntry)>)>> {
+        let [lot, pre, _] = self.keys(queue).lottery();
+        let mut inv = self.scripts.lottery_read.prepare_invoke();
+        inv.key(lot).key(pre).arg(if entries { "1" } else { "0" });
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = bounded(inv.invoke_async(&mut conn)).await?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let lottery = state(&reply).ok_or_else(|| protocol("lottery_read.lua", &reply))?;
+        let mut list = Vec::new();
+        for pair in reply[6..].chunks(2) {
+            let [user, rec] = pair else {
+                return Err(protocol("lottery_read.lua", &pair));
+            };
+            // A record under a name that is not a user id cannot be one of
+            // ours: skipped rather than failing the whole draw.
+            if let (Ok(user), Some(rec)) = (UserId::parse(user), record(rec)) {
+                list.push((user, rec));
+            }
+        }
+        Ok(Some((lottery, list)))
+    }
+
+    /// The pre-queue in pages (`HSCAN`), so no reply is huge however
+    /// long it is: the version read before the scan is answered, and any
+    /// change during the scan bumps it, so a draw computed from a scan
+    /// that raced a change is refused (`Stale`) and recomputed.
+    pub(super) async fn lottery_scan(
+        &self,
+        queue: &QueueName,
+    ) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        let Some((lottery, _)) = self.lottery_read(queue, false).await? else {
+            return Ok((0, Vec::new()));
+        };
+        let [_, pre, _] = self.keys(queue).lottery();
+        let mut conn = self.conn.clone();
+        // A scan may return an entry twice: one per user.
+        let mut found = std::collections::HashMap::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<String>) = bounded(
+                redis::cmd("HSCAN")
+                    .arg(&pre)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(SCAN_PAGE)
+                    .query_async(&mut conn),
+            )
+            .await?;
+            for pair in page.chunks(2) {
+                if let [user, rec] = pair
+                    && let (Ok(user), Some(rec)) = (UserId::parse(user), record(rec))
+                {
+                    found.insert(user, rec);
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        Ok((lottery.version, found.into_iter().collect()))
+    }
+
+    pub(super) async fn lottery_pre_join(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+    ) -> StoreResult<PreJoin> {
+        let [lot, pre, _] = self.keys(queue).lottery();
+        let reply: redis::Value = self
+            .run_for(
+                &self.scripts.lottery_join,
+                queue,
+                &[user],
+                vec![lot, pre],
+                |inv| {
+                    inv.arg(user.as_str())
+                        .arg(nonce)
+                        .arg(crate::store::first_entry_id());
+                },
+            )
+            .await?;
+        type Row = (String, i64, i64, String, i64);
+        if let Ok((kind, created, pre_entry, nonce, entry)) =
+            redis::from_redis_value::<Row>(reply.clone())
+            && kind == "pre"
+        {
+            return Ok(PreJoin::Pre {
+                entry: PreEntry {
+                    pre_entry: pre_entry.max(0) as u64,
+                    nonce,
+                    entry: (entry >= 0).then_some(entry as u64),
+                },
+                created: created == 1,
+            });
+        }
+        match redis::from_redis_value::<Vec<String>>(reply.clone()) {
+            Ok(v) if v == ["open"] => Ok(PreJoin::Open),
+            _ => Err(protocol("lottery_join.lua", &reply)),
+        }
+    }
+
+    pub(super) async fn lottery_pre_entry(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+    ) -> StoreResult<Option<PreEntry>> {
+        let [_, pre, _] = self.keys(queue).lottery();
+        let mut conn = self.conn.clone();
+        let raw: Option<String> = bounded(
+            redis::cmd("HGET")
+                .arg(pre)
+                .arg(user.as_str())
+                .query_async(&mut conn),
+        )
+        .await?;
+        Ok(raw.as_deref().and_then(record))
+    }
+
+    pub(super) async fn lottery_pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool> {
+        let [lot, pre, _] = self.keys(queue).lottery();
+        let mut inv = self.scripts.lottery_leave.prepare_invoke();
+        inv.key(lot).key(pre).arg(user.as_str()).arg(pre_entry);
+        let mut conn = self.conn.clone();
+        let removed: i64 = bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(removed == 1)
+    }
+
+    pub(super) async fn lottery_draw(
+        &self,
+        queue: &QueueName,
+        version: u64,
+        order: &[UserId],
+        list: &str,
+    ) -> StoreResult<DrawOutcome> {
+        let keys = self.keys(queue).lottery().to_vec();
+        let reply: Vec<String> = self
+            .run_for(&self.scripts.lottery_draw, queue, &[], keys, |inv| {
+                inv.arg(version)
+                    .arg(crate::store::first_entry_id())
+                    .arg(list);
+                for user in order {
+                    inv.arg(user.as_str());
+                }
+            })
+            .await?;
+        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["drawn", n] => Ok(DrawOutcome::Drawn {
+                placed: n
+                    .parse()
+                    .map_err(|_| protocol("lottery_draw.lua", &reply))?,
+            }),
+            ["already"] => Ok(DrawOutcome::AlreadyDrawn),
+            ["stale"] => Ok(DrawOutcome::Stale),
+            _ => Err(protocol("lottery_draw.lua", &reply)),
+        }
+    }
+
+    pub(super) async fn lottery_published(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+        let [_, _, list] = self.keys(queue).lottery();
+        let mut conn = self.conn.clone();
+        bounded(redis::cmd("GET").arg(list).query_async(&mut conn)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_parse_before_and_after_the_draw() {
+        let before = record("17:abcd").unwrap();
+        assert_eq!((before.pre_entry, before.entry), (17, None));
+        assert_eq!(before.nonce, "abcd");
+        assert_eq!(record("17:abcd:99").unwrap().entry, Some(99));
+        assert!(record("x:abcd").is_none());
+        assert!(record("17").is_none());
+    }
+}

@@ -1,0 +1,23 @@
+-- lottery_read.lua: reads a queue's lottery, and with ARGV[1] = '1' its
+-- whole pre-queue as of the same moment.
+-- Not prefixed with common.lua: it touches only the lottery's own keys.
+-- KEYS[1] the lottery HASH, KEYS[2] the pre-queue HASH (lottery_schedule.lua)
+-- ARGV[1] '1' to include the pre-queue, else '0'
+-- Returns {} without a lottery; else {opensAt, seed, commitment, state,
+-- version, entries} followed, with ARGV[1] = '1', by user, record pairs.
+-- Atomic (one script rather than two reads) so the version read is the
+-- version of exactly the entries read: a draw computed from them is
+-- applied only if the pre-queue is still that one.
+local lot, pre = KEYS[1], KEYS[2]
+local f = redis.call('HMGET', lot, 'opensAt', 'seed', 'commitment', 'state', 'version')
+if not f[1] then
+  return {}
+end
+local out = {f[1], f[2], f[3], f[4], f[5], tostring(redis.call('HLEN', pre))}
+if ARGV[1] == '1' then
+  local all = redis.call('HGETALL', pre)
+  for i = 1, #all do
+    out[#out + 1] = all[i]
+  end
+end
+return out

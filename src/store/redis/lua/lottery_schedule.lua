@@ -1,0 +1,39 @@
+-- lottery_schedule.lua: schedules a queue's opening with a lottery, moves
+-- its opening time, or clears it.
+-- Not prefixed with common.lua: it touches only the lottery's own keys.
+-- KEYS[1] the lottery HASH: opensAt, seed (hex, secret until drawn),
+--         commitment (hex SHA-256 of the seed), state ('scheduled' or
+--         'drawn'), version (bumped by every pre-queue change), drawnAt
+-- KEYS[2] the pre-queue HASH: user -> 'preEntry:nonce[:entry]'
+-- ARGV[1] opensAt, ms since the epoch; '' clears the lottery
+-- ARGV[2] seed   ARGV[3] its commitment (Redis Lua has no SHA-256, so the
+--         caller computes it): used only when no lottery exists yet
+-- Returns {'drawn'} or {'not_empty'}, changing nothing; {'cleared', 0|1}
+-- for a clear; else {'ok', opensAt, seed, commitment, state, version,
+-- entries}.
+-- Atomic so a seed once committed is never replaced (a second scheduler
+-- only moves the time), and nothing changes once the draw has run, however
+-- the calls of many instances interleave with the draw.
+local lot, pre = KEYS[1], KEYS[2]
+local state = redis.call('HGET', lot, 'state')
+if state == 'drawn' then
+  return {'drawn'}
+end
+if ARGV[1] == '' then
+  if not state then
+    return {'cleared', 0}
+  end
+  if redis.call('HLEN', pre) > 0 then
+    return {'not_empty'}
+  end
+  redis.call('DEL', lot)
+  return {'cleared', 1}
+end
+if state then
+  redis.call('HSET', lot, 'opensAt', ARGV[1])
+else
+  redis.call('HSET', lot, 'opensAt', ARGV[1], 'seed', ARGV[2], 'commitment', ARGV[3],
+    'state', 'scheduled', 'version', 0)
+end
+local f = redis.call('HMGET', lot, 'opensAt', 'seed', 'commitment', 'state', 'version')
+return {'ok', f[1], f[2], f[3], f[4], f[5], redis.call('HLEN', pre)}

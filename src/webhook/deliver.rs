@@ -1,0 +1,340 @@
+//! The delivery task: one per instance, taking each hook's entries from
+//! each queue's log through the hook's consumer group and POSTing them.
+//!
+//! An entry taken is held by this instance until it is acknowledged: after
+//! a 2xx, or when it is given up (too many attempts, or too old: a
+//! dead letter, counted and logged). While it retries with backoff the
+//! instance re-claims it every third of the claim timeout, so no other
+//! instance takes it over; if the instance dies, its entries fall idle and
+//! another instance's next take claims them. A failing store only delays
+//! delivery: the task logs, counts and tries again on its next tick.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{MAX_BACKOFF_MS, SIGNATURE_HEADER, WebhookSpec};
+use crate::queue::audit::{AuditEntry, AuditId};
+use crate::queue::{QueueName, Queues};
+use crate::store::SharedStore;
+
+/// How the task runs.
+#[derive(Debug, Clone)]
+pub struct DeliveryOptions {
+    /// This instance's consumer name in every group.
+    pub consumer: String,
+    /// How long an entry may sit unacknowledged with a consumer that stopped
+    /// holding it before another instance takes it over, ms.
+    pub claim_ms: u64,
+    /// How often the logs are looked at.
+    pub tick: Duration,
+}
+
+/// Entries taken per group and tick at most.
+const TAKE: usize = 100;
+
+/// Entries one hook may have in flight per queue; beyond, it takes no more
+/// until some are settled (a dead receiver must not fill the memory).
+const MAX_IN_FLIGHT: usize = 1_000;
+
+/// Requests in flight at once, all hooks together.
+const CONCURRENCY: usize = 32;
+
+/// How far before the task's start a hook's group starts, when the task is
+/// the first to create it: room for the instance's clock running ahead of
+/// the store's.
+const START_MARGIN_MS: u64 = 5_000;
+
+/// The JSON body of a delivery: the entry and its queue.
+#[derive(Serialize)]
+struct Body<'a> {
+    queue: &'a str,
+    #[serde(flatten)]
+    entry: &'a AuditEntry,
+}
+
+struct InFlight {
+    entry: AuditEntry,
+    body: Arc<Vec<u8>>,
+    attempts: u32,
+    next_at: Instant,
+    held_at: Instant,
+    /// Settled (delivered or given up): only the acknowledgement is left.
+    settled: bool,
+}
+
+type Key = (usize, QueueName, AuditId);
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Delivers `hooks` for the live queues (`live`, the instance's catalog)
+/// until `shutdown`. Entries still in flight then stay pending in the
+/// store, for another instance (or this one's next start) to take.
+pub async fn run(
+    store: SharedStore,
+    hooks: Vec<WebhookSpec>,
+    live: watch::Receiver<Arc<Queues>>,
+    options: DeliveryOptions,
+    shutdown: CancellationToken,
+) {
+    if hooks.is_empty() {
+        return;
+    }
+    let client = match reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "webhooks: no HTTP client, nothing will be delivered");
+            return;
+        }
+    };
+    let start = AuditId {
+        ms: unix_ms().saturating_sub(START_MARGIN_MS),
+        seq: 0,
+    };
+    let groups: Vec<String> = hooks.iter().map(WebhookSpec::group).collect();
+    let hold_every = Duration::from_millis((options.claim_ms / 3).max(1));
+    let mut flights: HashMap<Key, InFlight> = HashMap::new();
+    let mut ticker = tokio::time::interval(options.tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let queues = live.borrow().clone();
+        // 1. Take what is new, and what dead instances left behind.
+        for queue in queues.keys() {
+            for (h, hook) in hooks.iter().enumerate() {
+                // Store calls are bounded, but many of them against a dead
+                // store would outlast the shutdown window.
+                if !hook.follows(queue) || shutdown.is_cancelled() {
+                    continue;
+                }
+                let held = flights.keys().filter(|k| k.0 == h && &k.1 == queue).count();
+                if held >= MAX_IN_FLIGHT {
+                    continue;
+                }
+                let taken = store
+                    .audit_take(
+                        queue,
+                        &groups[h],
+                        start,
+                        &options.consumer,
+                        options.claim_ms,
+                        TAKE,
+                    )
+                    .await;
+                let entries = match taken {
+                    Ok(entries) => entries,
+                    Err(e) => {
+                        store_error(hook, queue, "take", &e);
+                        continue;
+                    }
+                };
+                let mut unwanted = Vec::new();
+                let now = Instant::now();
+                for entry in entries {
+                    let key = (h, queue.clone(), entry.id);
+                    if flights.contains_key(&key) {
+                        continue; // our own, re-claimed: already retrying
+                    }
+                    if !hook.wants(entry.kind) {
+                        unwanted.push(entry.id);
+                        continue;
+                    }
+                    let body = serde_json::to_vec(&Body {
+                        queue: queue.as_str(),
+                        entry: &entry,
+                    })
+                    .unwrap_or_default();
+                    flights.insert(
+                        key,
+                        InFlight {
+                            entry,
+                            body: Arc::new(body),
+                            attempts: 0,
+                            next_at: now,
+                            held_at: now,
+                            settled: false,
+                        },
+                    );
+                }
+                if let Err(e) = store.audit_ack(queue, &groups[h], &unwanted).await {
+                    // Taken again after the claim timeout, and skipped again.
+                    store_error(hook, queue, "ack", &e);
+                }
+            }
+        }
+        // 2. Keep what is still being retried.
+        let now = Instant::now();
+        let mut to_hold: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
+        for ((h, q, id), f) in flights.iter() {
+            if !f.settled && now.duration_since(f.held_at) >= hold_every {
+                to_hold.entry((*h, q.clone())).or_default().push(*id);
+            }
+        }
+        for ((h, queue), ids) in to_hold {
+            match store
+                .audit_hold(&queue, &groups[h], &options.consumer, &ids)
+                .await
+            {
+                Ok(()) => {
+                    for id in ids {
+                        if let Some(f) = flights.get_mut(&(h, queue.clone(), id)) {
+                            f.held_at = now;
+                        }
+                    }
+                }
+                Err(e) => store_error(&hooks[h], &queue, "hold", &e),
+            }
+        }
+        // 3. Attempt what is due.
+        let due: Vec<(Key, Arc<Vec<u8>>, u32)> = flights
+            .iter()
+            .filter(|(_, f)| !f.settled && f.next_at <= now)
+            .map(|(k, f)| (k.clone(), f.body.clone(), f.attempts + 1))
+            .collect();
+        let attempts = futures::stream::iter(due)
+            .map(|(key, body, attempt)| {
+                let hook = &hooks[key.0];
+                let client = &client;
+                async move {
+                    let result = attempt_once(client, hook, &key.1, key.2, body, attempt).await;
+                    (key, result)
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect::<Vec<(Key, Result<(), String>)>>();
+        // A shutdown drops the requests under way: their entries stay
+        // pending, for the next taker (at least once).
+        let results = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            results = attempts => results,
+        };
+        for (key, result) in results {
+            let hook = &hooks[key.0];
+            let Some(f) = flights.get_mut(&key) else {
+                continue;
+            };
+            f.attempts += 1;
+            let labels = |outcome: &'static str| {
+                [("hook", hook.name.clone()), ("outcome", outcome.to_owned())]
+            };
+            match result {
+                Ok(()) => {
+                    f.settled = true;
+                    metrics::counter!("waitroom_webhook_deliveries_total", &labels("ok"))
+                        .increment(1);
+                }
+                Err(why) => {
+                    let age = unix_ms().saturating_sub(f.entry.id.ms);
+                    if f.attempts >= hook.attempts || age >= hook.max_age_ms {
+                        f.settled = true;
+                        metrics::counter!("waitroom_webhook_deliveries_total", &labels("failed"))
+                            .increment(1);
+                        tracing::error!(
+                            hook = %hook.name, queue = %key.1, id = %key.2, attempts = f.attempts,
+                            error = %why, "webhook: given up on an entry (dead letter)"
+                        );
+                    } else {
+                        metrics::counter!("waitroom_webhook_deliveries_total", &labels("retried"))
+                            .increment(1);
+                        tracing::debug!(hook = %hook.name, id = %key.2, error = %why, "webhook: will retry");
+                        f.next_at = Instant::now() + backoff(hook.backoff_ms, f.attempts);
+                    }
+                }
+            }
+        }
+        // 4. Acknowledge what is settled; keep what could not be (its
+        // acknowledgement is retried, never its delivery).
+        let mut to_ack: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
+        for ((h, q, id), f) in flights.iter() {
+            if f.settled {
+                to_ack.entry((*h, q.clone())).or_default().push(*id);
+            }
+        }
+        for ((h, queue), ids) in to_ack {
+            match store.audit_ack(&queue, &groups[h], &ids).await {
+                Ok(()) => {
+                    for id in ids {
+                        flights.remove(&(h, queue.clone(), id));
+                    }
+                }
+                Err(e) => store_error(&hooks[h], &queue, "ack", &e),
+            }
+        }
+    }
+}
+
+/// The wait before attempt `attempts + 1`: `base`, doubled per failed
+/// attempt, at most [`MAX_BACKOFF_MS`], plus up to half of it at random so
+/// instances retrying a recovered receiver do not all come back at once.
+fn backoff(base_ms: u64, attempts: u32) -> Duration {
+    let exp = base_ms
+        .saturating_mul(1u64 << attempts.saturating_sub(1).min(20))
+        .min(MAX_BACKOFF_MS);
+    Duration::from_millis(exp + rand::random_range(0..=exp / 2))
+}
+
+/// One POST of one entry; `Ok` on a 2xx.
+async fn attempt_once(
+    client: &reqwest::Client,
+    hook: &WebhookSpec,
+    queue: &QueueName,
+    id: AuditId,
+    body: Arc<Vec<u8>>,
+    attempt: u32,
+) -> Result<(), String> {
+    let unix = unix_ms() / 1000;
+    let response = client
+        .post(&hook.url)
+        .timeout(Duration::from_millis(hook.timeout_ms))
+        .header("content-type", "application/json")
+        .header("idempotency-key", format!("{queue}:{id}"))
+        .header(SIGNATURE_HEADER, hook.signature(unix, &body))
+        .header("waitroom-attempt", attempt.to_string())
+        .body((*body).clone())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("answered {status}"))
+    }
+}
+
+fn store_error(hook: &WebhookSpec, queue: &QueueName, what: &str, e: &crate::store::StoreError) {
+    metrics::counter!("waitroom_webhook_store_errors_total", "hook" => hook.name.clone())
+        .increment(1);
+    tracing::warn!(hook = %hook.name, %queue, error = %e, "webhook: cannot {what} entries");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_a_cap() {
+        for attempts in 1..=30 {
+            let d = backoff(100, attempts).as_millis() as u64;
+            let exp = (100u64 << (attempts - 1).min(20)).min(MAX_BACKOFF_MS);
+            assert!((exp..=exp + exp / 2).contains(&d), "{attempts}: {d}");
+        }
+    }
+}

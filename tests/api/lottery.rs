@@ -1,0 +1,492 @@
+//! A scheduled opening with a lottery, over HTTP: joins before `opensAt`
+//! wait in a pre-queue (`PRE_QUEUE`, with their fingerprint), the draw
+//! places them all in line once (however many instances reach `opensAt`),
+//! later arrivals queue behind, and `scripts/lottery-verify` recomputes the
+//! line's order from what was published, and catches a wrong seed.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use waitroom::store::redis::RedisStore;
+
+use crate::common::{RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
+
+const ADMIN: &str = "admin-token-for-lottery-tests-0123";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Nobody is admitted (`maxActive` 0): ranks stay as the draw made them.
+fn args() -> Vec<&'static str> {
+    vec![
+        "--admission-interval-ms",
+        "100",
+        "--max-active",
+        "0",
+        "--abandon-after-secs",
+        "600",
+        "--admin-token",
+        ADMIN,
+    ]
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+async fn schedule(app: &TestApp, body: Value) -> (u16, Value) {
+    let r = app
+        .client
+        .put(app.admin_url("/api/admin/queues/default/lottery"))
+        .bearer_auth(ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(app: &TestApp, path: &str) -> (u16, String) {
+    let r = app.client.get(app.url(path)).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+async fn lottery(app: &TestApp) -> (u16, Value) {
+    let (code, text) = get(app, "/api/queues/default/lottery").await;
+    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Runs a command off the test's one-threaded runtime, which meanwhile
+/// keeps serving the instances the command may talk to.
+async fn run(
+    cmd: impl FnOnce() -> std::io::Result<std::process::Output> + Send + 'static,
+) -> std::process::Output {
+    tokio::task::spawn_blocking(cmd).await.unwrap().unwrap()
+}
+
+fn verify_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/lottery-verify")
+}
+
+#[tokio::test]
+async fn bad_schedules_are_refused_and_change_nothing() {
+    let app = TestApp::memory(&args()).await;
+    let (code, body) = lottery(&app).await;
+    assert_eq!((code, body["error"].as_str()), (404, Some("no_lottery")));
+    for bad in [
+        json!({"opensAt": now_ms() - 1_000}),
+        json!({"opensAt": now_ms() + 100 * 86_400_000}),
+        json!({"opensAt": "tomorrow"}),
+        json!({"opensAt": now_ms() + 60_000, "seed": "00"}),
+        json!({}),
+    ] {
+        let (code, body) = schedule(&app, bad.clone()).await;
+        assert_eq!(code, 400, "{bad}: {body}");
+        assert!(body["error"].is_string(), "{body}");
+    }
+    let r = app
+        .client
+        .put(app.admin_url("/api/admin/queues/default/lottery"))
+        .json(&json!({"opensAt": now_ms() + 60_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let (code, _) = lottery(&app).await;
+    assert_eq!(code, 404, "nothing was scheduled");
+    // An ordinary join still joins the line.
+    let (code, body) = app.enter("default", "plain").await;
+    assert_eq!((code, body["status"].as_str()), (201, Some("WAITING")));
+    assert!(body.get("lottery").is_none(), "{body}");
+
+    // Scheduled: the commitment only; the list waits for the draw.
+    let (code, body) = schedule(&app, json!({"opensAt": now_ms() + 60_000})).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["state"], "scheduled");
+    assert_eq!(body["commitment"].as_str().unwrap().len(), 64);
+    assert!(
+        body["seed"].is_null() && body["listUrl"].is_null(),
+        "{body}"
+    );
+    let (code, text) = get(&app, "/api/queues/default/lottery/entries").await;
+    assert_eq!(code, 409, "{text}");
+    let (code, _) = get(&app, "/api/queues/nope/lottery").await;
+    assert_eq!(code, 404);
+    // The pre-queue: the buyer's fingerprint, no place yet; repeat joins
+    // and polls say the same.
+    let (code, first) = app.enter("default", "early").await;
+    assert_eq!(
+        (code, first["status"].as_str()),
+        (201, Some("PRE_QUEUE")),
+        "{first}"
+    );
+    assert!(first["position"].is_null());
+    let fp = first["lottery"]["fingerprint"].as_str().unwrap().to_owned();
+    assert_eq!(first["lottery"]["commitment"], body["commitment"]);
+    let (code, again) = app.enter("default", "early").await;
+    assert_eq!(code, 200);
+    assert_eq!(again["lottery"]["fingerprint"], fp.as_str());
+    let (code, polled) = app
+        .position("default", first["ticket"].as_str().unwrap())
+        .await;
+    assert_eq!(
+        (code, polled["status"].as_str()),
+        (200, Some("PRE_QUEUE")),
+        "{polled}"
+    );
+    assert_eq!(polled["lottery"]["fingerprint"], fp.as_str());
+    // Someone waits: the lottery cannot be cleared, only moved.
+    let r = app
+        .client
+        .delete(app.admin_url("/api/admin/queues/default/lottery"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    // Leaving the pre-queue takes the entry out, and the ticket ends.
+    let ticket = first["ticket"].as_str().unwrap();
+    assert_eq!(app.leave("default", ticket).await, 204);
+    let (code, _) = app.position("default", ticket).await;
+    assert_eq!(code, 401);
+    let (_, body) = lottery(&app).await;
+    assert_eq!(body["entries"], 0);
+    app.stop().await;
+}
+
+/// Joins `n` buyers `{prefix}{i}`: their join answers, in order.
+async fn join_many(app: &TestApp, prefix: &str, n: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
+        let names: Vec<String> = chunk.iter().map(|i| format!("{prefix}{i:03}")).collect();
+        let joins = names.iter().map(|name| app.enter("default", name));
+        for (code, body) in join_all(joins).await {
+            assert!(code == 201, "{code} {body}");
+            out.push(body);
+        }
+    }
+    out
+}
+
+/// Two instances on one Redis, 200 in the pre-queue: one draw, everyone
+/// placed in the published order, a late arrival behind, and the verify
+/// script agrees (and refuses a seed that is not the committed one).
+#[tokio::test]
+async fn two_instances_draw_once_and_the_order_verifies() {
+    let prefix = unique_prefix("lottery");
+    let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    // Both sign and accept the same tickets.
+    let mut shared = args();
+    shared.extend(["--ticket-secret", "lottery-two-instances-secret-0123"]);
+    let cfg = || waitroom::config::Config {
+        key_prefix: prefix.clone(),
+        ..config(&shared)
+    };
+    let a = TestApp::spawn_with(cfg(), store.clone()).await;
+    let b = TestApp::spawn_with(cfg(), store).await;
+    let opens_at = now_ms() + 4_000;
+    let (code, scheduled) = schedule(&a, json!({"opensAt": opens_at})).await;
+    assert_eq!(code, 200, "{scheduled}");
+    // The other instance learns of the new lottery on its next look
+    // (every 250 ms); a join before that would join the line as usual.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let joined = join_many(&b, "buyer", 200).await;
+    for body in &joined {
+        assert_eq!(body["status"], "PRE_QUEUE", "{body}");
+        assert!(body["entryToken"].is_null());
+    }
+    let by_fp: HashMap<String, usize> = joined
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b["lottery"]["fingerprint"].as_str().unwrap().to_owned(), i))
+        .collect();
+    assert_eq!(by_fp.len(), 200, "fingerprints are distinct");
+    // Before the draw: no seed, still in the pre-queue.
+    let (_, early) = lottery(&a).await;
+    assert!(early["seed"].is_null());
+    assert_eq!(early["entries"], 200);
+
+    let drawn = eventually(WAIT, "the draw", || async {
+        let (_, body) = lottery(&b).await;
+        (body["state"] == "drawn").then_some(body)
+    })
+    .await;
+    assert!(now_ms() >= opens_at, "not drawn before opensAt");
+    assert_eq!(drawn["commitment"], scheduled["commitment"]);
+    assert_eq!(drawn["entries"], 200);
+
+    // A late arrival queues behind all 200.
+    let (code, late) = a.enter("default", "late").await;
+    assert_eq!(
+        (code, late["position"].as_u64()),
+        (201, Some(201)),
+        "{late}"
+    );
+
+    // Each buyer's place, read with the ticket of their pre-queue join.
+    let mut actual = vec![String::new(); 200];
+    let polls = joined.iter().map(|body| {
+        let app = if rand::random::<bool>() { &a } else { &b };
+        async move {
+            let (code, p) = app
+                .position("default", body["ticket"].as_str().unwrap())
+                .await;
+            assert_eq!((code, p["status"].as_str()), (200, Some("WAITING")), "{p}");
+            (
+                p["rank"].as_u64().unwrap() as usize,
+                body["lottery"]["fingerprint"].as_str().unwrap().to_owned(),
+            )
+        }
+    });
+    for (rank, fp) in join_all(polls).await {
+        assert!(actual[rank].is_empty(), "rank {rank} twice");
+        actual[rank] = fp;
+    }
+
+    // The script, on the published documents, gives that very order.
+    let url = a.url("");
+    let out = run(move || {
+        Command::new("python3")
+            .arg(verify_script())
+            .args(["--url", &url, "--queue", "default"])
+            .output()
+    })
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recomputed: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+        .collect();
+    assert_eq!(recomputed, actual);
+
+    // A seed that is not the committed one is caught.
+    let dir = std::env::temp_dir().join(format!("lottery-{}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_, list) = get(&a, "/api/queues/default/lottery/entries").await;
+    assert_eq!(list.lines().count(), 200);
+    std::fs::write(dir.join("entries.txt"), &list).unwrap();
+    let mut forged = drawn.clone();
+    let seed = drawn["seed"].as_str().unwrap();
+    let flipped = if seed.starts_with('0') { "1" } else { "0" };
+    forged["seed"] = format!("{flipped}{}", &seed[1..]).into();
+    std::fs::write(dir.join("lottery.json"), forged.to_string()).unwrap();
+    let files = dir.clone();
+    let out = run(move || {
+        Command::new("python3")
+            .arg(verify_script())
+            .arg("--lottery")
+            .arg(files.join("lottery.json"))
+            .arg("--entries")
+            .arg(files.join("entries.txt"))
+            .output()
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DOES NOT MATCH THE COMMITMENT"));
+    let _ = std::fs::remove_dir_all(&dir);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Redis dies with the pre-queue in it and comes back after `opensAt`:
+/// meanwhile answers are `503`; then the draw runs, whole.
+#[tokio::test]
+async fn a_redis_down_at_opening_delays_the_draw_and_loses_nobody() {
+    let mut redis = RedisProcess::start(true);
+    let store = Arc::new(RedisStore::connect(&redis.url(), "lotdown").await.unwrap());
+    let app = TestApp::spawn_with(
+        waitroom::config::Config {
+            key_prefix: "lotdown".into(),
+            ..config(&args())
+        },
+        store,
+    )
+    .await;
+    let (code, _) = schedule(&app, json!({"opensAt": now_ms() + 1_500})).await;
+    assert_eq!(code, 200);
+    let joined = join_many(&app, "k", 50).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let (code, body) = app.enter("default", "during").await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (503, Some("store_unavailable"))
+    );
+    let (code, _) = app
+        .position("default", joined[0]["ticket"].as_str().unwrap())
+        .await;
+    assert_eq!(code, 503);
+    redis.restart();
+    let drawn = eventually(WAIT, "the draw after the restart", || async {
+        let (_, body) = lottery(&app).await;
+        (body["state"] == "drawn").then_some(body)
+    })
+    .await;
+    assert_eq!(drawn["entries"], 50);
+    let mut ranks: Vec<u64> = Vec::new();
+    for body in &joined {
+        let (code, p) = app
+            .position("default", body["ticket"].as_str().unwrap())
+            .await;
+        assert_eq!(code, 200, "{p}");
+        ranks.push(p["rank"].as_u64().unwrap());
+    }
+    ranks.sort_unstable();
+    assert_eq!(ranks, (0..50).collect::<Vec<_>>());
+    app.stop().await;
+}
+
+/// Measures the draw of many entries (`LOTTERY_BENCH_N`, 100,000 unless
+/// set) on a redis-server of its own, against a baseline of the same run:
+/// the same number of ordinary joins placing buyers in line one by one.
+/// Run by `loadtest/lottery-draw.sh`; ignored in the ordinary suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: loadtest/lottery-draw.sh"]
+async fn draw_of_many_entries_measured() {
+    use std::time::Instant;
+    use waitroom::queue::lottery::{
+        draw_order, fingerprint, new_nonce, new_seed, parse_seed, published_list,
+    };
+    use waitroom::queue::{EntryToken, Policy, QueueName, UserId};
+    use waitroom::store::{DrawOutcome, SharedStore};
+
+    let n: usize = std::env::var("LOTTERY_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let redis = RedisProcess::start(false);
+    let store: SharedStore = Arc::new(RedisStore::connect(&redis.url(), "bench").await.unwrap());
+    let drawn_q = QueueName::parse("drawn").unwrap();
+    let fifo_q = QueueName::parse("fifo").unwrap();
+    let users: Vec<UserId> = (0..n)
+        .map(|i| UserId::parse(&format!("u{i:07}")).unwrap())
+        .collect();
+
+    // Baseline: n ordinary joins (grouped, 500 in flight).
+    let policy = Policy {
+        batch: 1,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 600_000,
+        max_active: Some(0),
+        abandon_after_ms: None,
+    };
+    let started = Instant::now();
+    for chunk in users.chunks(500) {
+        let tokens: Vec<EntryToken> = chunk.iter().map(|_| EntryToken::generate()).collect();
+        join_all(
+            chunk
+                .iter()
+                .zip(&tokens)
+                .map(|(u, t)| store.enter(&fifo_q, u, &policy, t)),
+        )
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    let joins = started.elapsed();
+
+    // The pre-queue, then the draw in its two halves.
+    let seed = new_seed();
+    store
+        .schedule_lottery(&drawn_q, now_ms() + 1, &seed)
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    for chunk in users.chunks(500) {
+        let nonces: Vec<String> = chunk.iter().map(|_| new_nonce()).collect();
+        join_all(
+            chunk
+                .iter()
+                .zip(&nonces)
+                .map(|(u, n)| store.pre_join(&drawn_q, u, n)),
+        )
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    let pre_joins = started.elapsed();
+    let started = Instant::now();
+    let (version, entries) = store.pre_queue(&drawn_q).await.unwrap();
+    let fps: Vec<String> = entries
+        .iter()
+        .map(|(_, e)| fingerprint("drawn", &e.nonce))
+        .collect();
+    let order: Vec<UserId> = draw_order(&parse_seed(&seed).unwrap(), &fps)
+        .into_iter()
+        .map(|i| entries[i].0.clone())
+        .collect();
+    let list = published_list(fps).join("\n");
+    let computed = started.elapsed();
+    let started = Instant::now();
+    let outcome = store.draw(&drawn_q, version, &order, &list).await;
+    // A call past the client's response timeout still runs whole in
+    // Redis: then the draw is seen done once Redis answers again.
+    let timed_out = outcome.is_err();
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(_) => loop {
+            if let Ok(Some(l)) = store.lottery(&drawn_q).await
+                && l.drawn
+            {
+                break DrawOutcome::Drawn { placed: l.entries };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        },
+    };
+    let applied = started.elapsed();
+    // How long Redis itself was busy with the script (the slow log keeps
+    // every call over 10 ms by default).
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let slow: Vec<Vec<redis::Value>> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(5)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let busiest = slow
+        .iter()
+        .filter_map(|e| redis::from_redis_value::<u64>(e.get(2)?.clone()).ok())
+        .max()
+        .unwrap_or(0);
+    println!(
+        "redis slowlog: the longest call took {:.0} ms; the draw call timed out at the client: {timed_out}",
+        busiest as f64 / 1e3
+    );
+    assert_eq!(outcome, DrawOutcome::Drawn { placed: n as u64 });
+    assert_eq!(store.stats(&drawn_q).await.unwrap().waiting, n as u64);
+    let last = store.status(&drawn_q, &order[n - 1], false).await.unwrap();
+    assert!(
+        matches!(last.standing, waitroom::queue::Standing::Waiting { rank, .. } if rank == n as u64 - 1)
+    );
+    let draw = computed + applied;
+    println!(
+        "lottery draw of {n}: read+sort {:.0} ms, apply (one script, Redis busy) {:.0} ms, \
+         total {:.0} ms; baseline {n} joins {:.0} ms (draw = {:.3} x joins); {n} pre-queue joins {:.0} ms; \
+         ARGV {:.1} MB",
+        computed.as_secs_f64() * 1e3,
+        applied.as_secs_f64() * 1e3,
+        draw.as_secs_f64() * 1e3,
+        joins.as_secs_f64() * 1e3,
+        draw.as_secs_f64() / joins.as_secs_f64(),
+        pre_joins.as_secs_f64() * 1e3,
+        (list.len() + order.iter().map(|u| u.as_str().len()).sum::<usize>()) as f64 / 1e6,
+    );
+}

@@ -1,0 +1,464 @@
+//! Webhooks against a local receiver (axum on port 0): signed bodies that
+//! verify with the hook's secret and not with another; a receiver that
+//! fails then recovers gets every entry, retried under the same
+//! `Idempotency-Key`; a hook sees only its kinds; two instances on one
+//! Redis deliver each entry once in all; a stopped instance's pending
+//! entries are taken over by another; Redis going away and coming back
+//! does not stop delivery.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use waitroom::Config;
+use waitroom::queue::{QueueName, UserId};
+use waitroom::store::redis::RedisStore;
+use waitroom::store::{ClaimOutcome, SharedStore};
+
+use crate::common::{IDLE, RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
+
+const ADMIN: &str = "admin-token-for-webhook-tests-0123";
+const SECRET: &str = "whsec-0123456789abcdef";
+const BOUND: Duration = Duration::from_secs(20);
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Got {
+    key: String,
+    signature: String,
+    attempt: u32,
+    body: Vec<u8>,
+    ok: bool,
+}
+
+/// A webhook endpoint: fails the first `fail_first` requests (and every
+/// request while `down`), records them all.
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Got>>>,
+    fail_first: Arc<AtomicUsize>,
+    down: Arc<AtomicBool>,
+    /// Requests still to be answered only after [`SLOW`] (a hung receiver).
+    slow_first: Arc<AtomicUsize>,
+}
+
+/// How long a slow receiver takes: well past the hooks' `timeout-ms`.
+const SLOW: Duration = Duration::from_secs(3);
+
+async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let slow = r
+        .slow_first
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if slow {
+        tokio::time::sleep(SLOW).await;
+    }
+    let failing = slow
+        || r.down.load(Ordering::SeqCst)
+        || r.fail_first
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+    r.got.lock().unwrap().push(Got {
+        key: header("idempotency-key"),
+        signature: header("waitroom-signature"),
+        attempt: header("waitroom-attempt").parse().unwrap_or(0),
+        body: body.to_vec(),
+        ok: !failing,
+    });
+    if failing {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+impl Receiver {
+    async fn start(fail_first: usize) -> (String, Self) {
+        let r = Receiver::default();
+        r.fail_first.store(fail_first, Ordering::SeqCst);
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(receive))
+            .with_state(r.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, r)
+    }
+
+    fn got(&self) -> Vec<Got> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Idempotency keys answered 2xx, with how many times each.
+    fn delivered(&self) -> HashMap<String, usize> {
+        let mut out = HashMap::new();
+        for g in self.got().into_iter().filter(|g| g.ok) {
+            *out.entry(g.key).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// The receiver's side of the signature: `t=<unix>,v1=<hex>` over
+/// `<unix>.<body>` with the shared secret.
+fn verifies(signature: &str, body: &[u8], secret: &str) -> bool {
+    let Some((t, v1)) = signature
+        .strip_prefix("t=")
+        .and_then(|s| s.split_once(",v1="))
+    else {
+        return false;
+    };
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    let Ok(given) = hex::decode(v1) else {
+        return false;
+    };
+    mac.verify_slice(&given).is_ok()
+}
+
+fn hook(name: &str, url: &str, extra: &str) -> String {
+    format!("name={name},url={url},secret={SECRET},backoff-ms=50,timeout-ms=2000{extra}")
+}
+
+fn cfg(hooks: &[String], claim_ms: u64) -> Config {
+    let mut a = vec!["--admin-token", ADMIN];
+    a.extend_from_slice(IDLE);
+    let mut c = config(&a);
+    c.webhooks = hooks.iter().map(|h| h.parse().unwrap()).collect();
+    c.webhook_claim_ms = claim_ms;
+    c
+}
+
+/// The idempotency keys of every entry of the queue's log, as the hook
+/// sends them (`<queue>:<id>`).
+async fn log_keys(app: &TestApp) -> HashSet<String> {
+    let r = app
+        .client
+        .get(app.admin_url("/api/admin/queues/default/audit?limit=1000"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let page: Value = r.json().await.unwrap();
+    page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| format!("default:{}", e["id"].as_str().unwrap()))
+        .collect()
+}
+
+/// Users `prefix0..n` join and leave: n `left` entries, after an
+/// `admitted` for the queue's very first joiner (the fast track; the
+/// budget of [`IDLE`] then keeps everyone else waiting).
+async fn actions(app: &TestApp, prefix: &str, n: usize) {
+    for i in 0..n {
+        let (code, body) = app.enter("default", &format!("{prefix}{i}")).await;
+        assert_eq!(code, 201);
+        assert_eq!(
+            app.leave("default", body["ticket"].as_str().unwrap()).await,
+            204
+        );
+    }
+}
+
+async fn every_entry_delivered(
+    app: &TestApp,
+    receiver: &Receiver,
+    expected: usize,
+) -> HashSet<String> {
+    eventually(BOUND, "every entry delivered", || async {
+        let keys = log_keys(app).await;
+        let delivered: HashSet<String> = receiver.delivered().into_keys().collect();
+        (keys.len() == expected && keys == delivered).then_some(keys)
+    })
+    .await
+}
+
+async fn retries_until_the_receiver_recovers(app: TestApp, receiver: Receiver) {
+    actions(&app, "r", 3).await;
+    let keys = every_entry_delivered(&app, &receiver, 4).await;
+    let got = receiver.got();
+    assert!(
+        got.len() >= 3 + 3,
+        "three failures, then each entry: {got:?}"
+    );
+    assert!(got.iter().any(|g| !g.ok), "the receiver failed at first");
+    assert!(got.iter().any(|g| g.attempt > 1), "retries were made");
+    for g in &got {
+        assert!(
+            keys.contains(&g.key),
+            "a retry keeps its entry's key: {}",
+            g.key
+        );
+        assert!(verifies(&g.signature, &g.body, SECRET), "{g:?}");
+        assert!(!verifies(&g.signature, &g.body, "another-secret-0123456"));
+        let mut tampered = g.body.clone();
+        tampered.push(b' ');
+        assert!(!verifies(&g.signature, &tampered, SECRET));
+        let body: Value = serde_json::from_slice(&g.body).unwrap();
+        assert_eq!(body["queue"], "default");
+        assert_eq!(format!("default:{}", body["id"].as_str().unwrap()), g.key);
+    }
+    // The same body on every attempt of an entry.
+    for key in &keys {
+        let bodies: HashSet<&Vec<u8>> = got
+            .iter()
+            .filter(|g| &g.key == key)
+            .map(|g| &g.body)
+            .collect();
+        assert_eq!(bodies.len(), 1, "{key}");
+    }
+    // The metrics saw the retries and the deliveries (the recorder is the
+    // process's: other tests' counts of this hook name add up, never less).
+    let text = app
+        .client
+        .get(app.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |outcome: &str| -> f64 {
+        text.lines()
+            .find(|l| {
+                l.starts_with("waitroom_webhook_deliveries_total{")
+                    && l.contains("hook=\"crm\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(count("retried") >= 3.0, "{text}");
+    assert!(count("ok") >= 4.0, "{text}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn memory_retries_until_the_receiver_recovers() {
+    let (url, receiver) = Receiver::start(3).await;
+    let app = TestApp::memory_with(cfg(&[hook("crm", &url, "")], 60_000)).await;
+    retries_until_the_receiver_recovers(app, receiver).await;
+}
+
+#[tokio::test]
+async fn redis_retries_until_the_receiver_recovers() {
+    let (url, receiver) = Receiver::start(3).await;
+    let app = TestApp::redis_with("hooks-retry", cfg(&[hook("crm", &url, "")], 60_000)).await;
+    retries_until_the_receiver_recovers(app, receiver).await;
+}
+
+/// A receiver that hangs is given up on after the hook's timeout and the
+/// entry retried; the hung request counts as failed.
+#[tokio::test]
+async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
+    let (url, receiver) = Receiver::start(0).await;
+    receiver.slow_first.store(1, Ordering::SeqCst);
+    let c = cfg(
+        &[hook("crm", &url, "").replace("timeout-ms=2000", "timeout-ms=300")],
+        60_000,
+    );
+    let app = TestApp::memory_with(c).await;
+    let started = std::time::Instant::now();
+    actions(&app, "s", 1).await;
+    every_entry_delivered(&app, &receiver, 2).await;
+    assert!(
+        started.elapsed() < SLOW,
+        "delivered without waiting for the hung request: {:?}",
+        started.elapsed()
+    );
+    app.stop().await;
+}
+
+/// A receiver that never recovers: each entry is tried `attempts` times,
+/// then given up (acknowledged, counted as failed), never tried again.
+#[tokio::test]
+async fn an_entry_is_given_up_after_its_attempts() {
+    let (url, receiver) = Receiver::start(0).await;
+    receiver.down.store(true, Ordering::SeqCst);
+    let app = TestApp::redis_with(
+        "hooks-dead",
+        cfg(&[hook("dead", &url, ",attempts=2")], 1_000),
+    )
+    .await;
+    actions(&app, "x", 1).await;
+    let keys = log_keys(&app).await;
+    assert_eq!(keys.len(), 2);
+    eventually(BOUND, "two attempts per entry", || async {
+        (receiver.got().len() >= 4).then_some(())
+    })
+    .await;
+    // Past the claim timeout: a pending entry would be taken and tried again.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 4, "no attempt after the last: {got:?}");
+    for key in &keys {
+        let attempts: Vec<u32> = got
+            .iter()
+            .filter(|g| &g.key == key)
+            .map(|g| g.attempt)
+            .collect();
+        assert_eq!(attempts, [1, 2], "{key}");
+    }
+    let text = app
+        .client
+        .get(app.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("waitroom_webhook_deliveries_total{")
+                && l.contains("hook=\"dead\"")
+                && l.contains("outcome=\"failed\"")
+                && l.ends_with(" 2")),
+        "{text}"
+    );
+    app.stop().await;
+}
+
+/// A hook for `consumed` only never gets the admissions and leaves.
+#[tokio::test]
+async fn a_hook_gets_only_its_kinds() {
+    let (all_url, all) = Receiver::start(0).await;
+    let (consumed_url, consumed) = Receiver::start(0).await;
+    let hooks = [
+        hook("all", &all_url, ""),
+        hook("orders", &consumed_url, ",kinds=consumed"),
+    ];
+    let app = TestApp::redis_with("hooks-kinds", cfg(&hooks, 60_000)).await;
+    let (_, ann) = app.enter("default", "ann").await;
+    actions(&app, "k", 3).await;
+    let token = ann["entryToken"].as_str().unwrap();
+    let (queue, user) = (
+        QueueName::parse("default").unwrap(),
+        UserId::parse("ann").unwrap(),
+    );
+    let store = app.state.store();
+    let ClaimOutcome::Claimed { claim_id } =
+        store.claim(&queue, &user, token, 5_000).await.unwrap()
+    else {
+        panic!("ann holds a token");
+    };
+    assert!(store.consume(&queue, &user, &claim_id).await.unwrap());
+    every_entry_delivered(&app, &all, 1 + 3 + 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let kinds: Vec<String> = consumed
+        .got()
+        .iter()
+        .map(|g| {
+            serde_json::from_slice::<Value>(&g.body).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["consumed"]);
+    app.stop().await;
+}
+
+/// Two instances on one Redis, one hook: every entry is delivered, and
+/// once in all (no crash here, so no duplicate is allowed).
+#[tokio::test]
+async fn two_instances_deliver_each_entry_once() {
+    let (url, receiver) = Receiver::start(0).await;
+    let prefix = unique_prefix("hooks-two");
+    let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    let mut c = cfg(&[hook("crm", &url, "")], 60_000);
+    c.key_prefix = prefix;
+    let one = TestApp::spawn_with(c.clone(), store.clone()).await;
+    let two = TestApp::spawn_with(c, store).await;
+    for i in 0..10 {
+        let app = if i % 2 == 0 { &one } else { &two };
+        actions(app, &format!("t{i}-"), 3).await;
+    }
+    every_entry_delivered(&one, &receiver, 31).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let counts = receiver.delivered();
+    assert_eq!(counts.len(), 31);
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "each delivered once: {counts:?}"
+    );
+    one.stop().await;
+    two.stop().await;
+}
+
+/// An instance stops with entries pending (its receiver was failing):
+/// another instance takes them over after the claim timeout and delivers.
+#[tokio::test]
+async fn a_stopped_instances_entries_are_taken_over() {
+    let (url, receiver) = Receiver::start(0).await;
+    receiver.down.store(true, Ordering::SeqCst);
+    let prefix = unique_prefix("hooks-takeover");
+    let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    let mut c = cfg(&[hook("crm", &url, ",attempts=100")], 1_000);
+    c.key_prefix = prefix;
+    let first = TestApp::spawn_with(c.clone(), store.clone()).await;
+    actions(&first, "d", 3).await;
+    let keys = log_keys(&first).await;
+    assert_eq!(keys.len(), 4);
+    eventually(BOUND, "the first instance tried every entry", || async {
+        let tried: HashSet<String> = receiver.got().into_iter().map(|g| g.key).collect();
+        (tried == keys).then_some(())
+    })
+    .await;
+    first.stop().await;
+    receiver.down.store(false, Ordering::SeqCst);
+    assert!(receiver.delivered().is_empty());
+    let second = TestApp::spawn_with(c, store).await;
+    let delivered = every_entry_delivered(&second, &receiver, 4).await;
+    assert_eq!(delivered, keys);
+    second.stop().await;
+}
+
+/// Redis goes away and comes back (same data): the delivery task carries
+/// on, and entries written after the return are delivered too.
+#[tokio::test]
+async fn delivery_survives_redis_going_away() {
+    let (url, receiver) = Receiver::start(0).await;
+    let mut redis = RedisProcess::start(true);
+    let store: SharedStore = Arc::new(
+        RedisStore::connect(&redis.url(), "hooks-down")
+            .await
+            .unwrap(),
+    );
+    let app = TestApp::spawn_with(cfg(&[hook("crm", &url, "")], 60_000), store).await;
+    actions(&app, "b", 2).await;
+    every_entry_delivered(&app, &receiver, 3).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    redis.restart();
+    eventually(BOUND, "joins again", || async {
+        (app.enter("default", "after0").await.0 == 201).then_some(())
+    })
+    .await;
+    let (_, body) = app.enter("default", "after1").await;
+    assert_eq!(
+        app.leave("default", body["ticket"].as_str().unwrap()).await,
+        204
+    );
+    let keys = every_entry_delivered(&app, &receiver, 4).await;
+    assert_eq!(keys.len(), 4);
+    app.stop().await;
+}
