@@ -9,18 +9,22 @@
 #          makes one Lua call per join
 #   off    waitroom, one script call per join (--join-batch-max 1)
 #   on     waitroom with group commit (its defaults)
+#   base   with BASE_BIN set: that waitroom binary (the build before a
+#          change) with its defaults, the A/B of a change in the same run
 # at each concurrency of CONCURRENCY, REPEATS times each (interleaved, so
 # load from elsewhere hits every variant alike; the median is reported),
 # then the window sweep at 64 connections (WINDOWS, microseconds).
 # Writes $RESULTS_DIR/group-commit.md (the table: joins/s, ratio to the
-# baseline, p50/p99) and docs/benchmarks/group-commit.svg (the curve).
+# baseline, p50/p99, the CPU each process spent per join: Redis, server
+# and the generator, which shares the cores) and
+# docs/benchmarks/group-commit.svg (the curve).
 #
 # Loopback only; every run is bounded (BURST joins, RUN_SECS each) and
 # every process started here is stopped on exit.
 #
 # env (defaults): BURST (10000), CONCURRENCY ("16 64 256"), REPEATS (3),
 #   WINDOWS ("0 250 1000 2000"), RUN_SECS (60), RESULTS_DIR
-#   (loadtest/results), SKIP_BUILD (unset).
+#   (loadtest/results), SKIP_BUILD (unset), BASE_BIN (unset).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -40,6 +44,8 @@ SERVER_BIN=$ROOT/target/release/waitroom
 PLAIN_BIN=$ROOT/target/release/plain-join
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
+BASE_BIN=${BASE_BIN:-}
+VARIANTS="plain off on${BASE_BIN:+ base}"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)"
@@ -63,7 +69,8 @@ start() {
     "$PLAIN_BIN" --addr "$SERVER_ADDR" --redis-url "$REDIS_URL" >"$TMP/server.log" 2>&1 &
     ;;
   *)
-    local flags=()
+    local flags=() bin=$SERVER_BIN
+    [[ $variant == base ]] && bin=$BASE_BIN
     case $variant in
     off) flags=(--join-batch-max 1) ;;
     on) flags=() ;;
@@ -71,7 +78,7 @@ start() {
     esac
     # Everyone waits (no admission, no fast track) as on the baseline;
     # the per-address limits are off: the burst comes from ten addresses.
-    "$SERVER_BIN" --addr "$SERVER_ADDR" --admin-addr "127.0.0.1:$(free_port)" \
+    "$bin" --addr "$SERVER_ADDR" --admin-addr "127.0.0.1:$(free_port)" \
       --redis-url "$REDIS_URL" --key-prefix gc --queues hot,warm --max-active 0 \
       --identity header --ticket-secret "group-commit-bench-secret" --drain-secs 1 \
       "${ADDRESS_LIMIT_FLAGS[@]}" "${flags[@]}" >"$TMP/server.log" 2>&1 &
@@ -87,7 +94,8 @@ server_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/pro
 
 # burst VARIANT CONCURRENCY OUT: one measured burst on queue `hot` after a
 # short warm-up on queue `warm` (connections, script cache, allocator);
-# OUT.cpu gets the CPU µs per join Redis and the server spent on it.
+# OUT.cpu gets the CPU µs per join Redis, the server and the generator
+# spent on it.
 burst() {
   local variant=$1 conc=$2 out=$3
   start "$variant"
@@ -95,15 +103,16 @@ burst() {
     --duration-secs "$RUN_SECS" --out "$TMP/warm.json" >/dev/null
   local r0 s0
   r0=$(redis_cpu) s0=$(server_cpu)
-  "$GEN" burst --addr "$SERVER_ADDR" --queue hot --users "$BURST" --concurrency "$conc" \
-    --duration-secs "$RUN_SECS" --out "$out" >&2
-  echo "$(echo "($(redis_cpu) - $r0) * 1000000 / $BURST" | bc -l) $(echo "($(server_cpu) - $s0) * 1000000 / $BURST" | bc -l)" >"$out.cpu"
+  /usr/bin/time -f '%U %S' -o "$out.gen" "$GEN" burst --addr "$SERVER_ADDR" --queue hot --users "$BURST" \
+    --concurrency "$conc" --duration-secs "$RUN_SECS" --out "$out" >&2
+  echo "$(echo "($(redis_cpu) - $r0) * 1000000 / $BURST" | bc -l) $(echo "($(server_cpu) - $s0) * 1000000 / $BURST" | bc -l)" \
+    "$(awk -v n="$BURST" '{ print ($1 + $2) * 1000000 / n }' "$out.gen")" >"$out.cpu"
   local created
   created=$(jq '.created_201' "$out")
   [[ "$created" == "$BURST" ]] || log "WARNING: $variant c=$conc placed $created of $BURST"
 }
 
-# median FILE...: "rate p50 p99 redis-µs server-µs", each the median of
+# median FILE...: "rate p50 p99 redis-µs server-µs gen-µs", each the median of
 # its own column over the runs.
 median() {
   for f in "$@"; do
@@ -122,12 +131,12 @@ median() {
 declare -A RESULT
 for conc in $CONCURRENCY; do
   for r in $(seq 1 "$REPEATS"); do
-    for variant in plain off on; do
+    for variant in $VARIANTS; do
       log "c=$conc run $r: $variant"
       burst "$variant" "$conc" "$TMP/$variant-$conc-$r.json"
     done
   done
-  for variant in plain off on; do
+  for variant in $VARIANTS; do
     RESULT[$variant-$conc]=$(median "$TMP/$variant-$conc-"*.json)
   done
 done
@@ -144,30 +153,31 @@ SERVER_PID=""
 # --- the table ------------------------------------------------------------
 MD=$RESULTS_DIR/group-commit.md
 {
-  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; $(date -u +%F)."
+  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(date -u +%F)."
   echo
   echo "Redis CPU per join bounds what one queue (one Redis core) can take: 10^6 / that µs is its ceiling, and the ratio of the baseline's to a variant's is that ceiling against the baseline's."
   echo
-  echo "| connections | variant | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "| connections | variant | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join | generator CPU µs/join | total CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   for conc in $CONCURRENCY; do
     read -r base _ _ rbase _ <<<"${RESULT[plain-$conc]}"
-    for variant in plain off on; do
-      read -r rate p50 p99 rus sus <<<"${RESULT[$variant-$conc]}"
-      printf '| %s | %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$conc" "$variant" "$rate" \
-        "$(echo "$rate / $base" | bc -l)" "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus"
+    for variant in $VARIANTS; do
+      read -r rate p50 p99 rus sus gus <<<"${RESULT[$variant-$conc]}"
+      printf '| %s | %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f | %.0f |\n' "$conc" "$variant" "$rate" \
+        "$(echo "$rate / $base" | bc -l)" "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus" "$gus" \
+        "$(echo "$rus + $sus + $gus" | bc -l)"
     done
   done
   echo
   echo "Window sweep at 64 connections (--join-batch-window-us; baseline as above):"
   echo
-  echo "| window µs | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-  read -r base _ _ rbase _ <<<"${RESULT[plain-64]:-1 0 0 1 0}"
+  echo "| window µs | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join | generator CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  read -r base _ _ rbase _ <<<"${RESULT[plain-64]:-1 0 0 1 0 0}"
   for w in $WINDOWS; do
-    read -r rate p50 p99 rus sus <<<"${RESULT[w$w]}"
-    printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
-      "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus"
+    read -r rate p50 p99 rus sus gus <<<"${RESULT[w$w]}"
+    printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
+      "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus" "$gus"
   done
 } >"$MD"
 cat "$MD"
@@ -178,7 +188,7 @@ mkdir -p "$(dirname "$SVG")"
   concs=($CONCURRENCY)
   max=1
   for conc in "${concs[@]}"; do
-    for variant in plain off on; do
+    for variant in $VARIANTS; do
       read -r rate _ <<<"${RESULT[$variant-$conc]}"
       max=$(echo "if ($rate > $max) $rate else $max" | bc -l)
     done
@@ -202,10 +212,10 @@ mkdir -p "$(dirname "$SVG")"
     echo "<text x='$(x "$i")' y='$((T + ph + 18))' text-anchor='middle'>${concs[$i]}</text>"
   done
   echo "<text x='$((L + pw / 2))' y='$((H - 10))' text-anchor='middle'>connections (closed loop)</text>"
-  declare -A COLOR=([plain]='#888888' [off]='#d95f02' [on]='#1b9e77')
-  declare -A NAME=([plain]='baseline: one Lua call per join' [off]='waitroom, grouping off' [on]='waitroom, grouping on')
+  declare -A COLOR=([plain]='#888888' [off]='#d95f02' [on]='#1b9e77' [base]='#7570b3')
+  declare -A NAME=([plain]='baseline: one Lua call per join' [off]='waitroom, grouping off' [on]='waitroom, grouping on' [base]='the build before, grouping on')
   k=0
-  for variant in plain off on; do
+  for variant in $VARIANTS; do
     pts=""
     for i in "${!concs[@]}"; do
       read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"

@@ -4,6 +4,9 @@
 //! after leaving gets a new entry, so a new ticket); position and leave
 //! accept a ticket only while its entry lasts (`401 ticket_ended` after).
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
@@ -123,7 +126,7 @@ async fn enter(
             return Err(state.limits().refused(&queue, &user, address, limited));
         }
     };
-    metrics::counter!("waitroom_enters_total", "queue" => queue.to_string(), "new" => outcome.created.to_string()).increment(1);
+    count_enter(&queue, outcome.created);
     let entry = outcome
         .snapshot
         .entry
@@ -265,6 +268,29 @@ async fn leave(
         }
     }
     Ok(response)
+}
+
+/// Counts a join in `waitroom_enters_total` (by queue, and whether the
+/// place is new). The two counters of a queue are looked up once and kept:
+/// a look-up builds the labels' strings and hashes them, on every join of
+/// a burst otherwise. Queues are the configured ones, so the map stays
+/// small.
+fn count_enter(queue: &QueueName, created: bool) {
+    static COUNTERS: LazyLock<Mutex<HashMap<QueueName, [metrics::Counter; 2]>>> =
+        LazyLock::new(Mutex::default);
+    let counter = {
+        let mut counters = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
+        let pair = match counters.get(queue) {
+            Some(pair) => pair,
+            None => counters.entry(queue.clone()).or_insert_with(|| {
+                [false, true].map(|new| {
+                    metrics::counter!("waitroom_enters_total", "queue" => queue.to_string(), "new" => new.to_string())
+                })
+            }),
+        };
+        pair[usize::from(created)].clone()
+    };
+    counter.increment(1);
 }
 
 /// Whether the request carries a valid ticket of `user` for `queue`

@@ -289,3 +289,105 @@ async fn killing_redis_mid_group_fails_its_joins_and_loses_no_acknowledged_place
         );
     }
 }
+
+/// Joins whose shared arguments differ (here: their address limits) cannot
+/// share a call: each change starts the next group, and the order holds
+/// across them.
+#[tokio::test]
+async fn joins_with_other_limits_start_the_next_group_in_order() {
+    let redis = RedisProcess::start(false);
+    let store = grouped(&redis, 64).await;
+    warmed(&redis, &store).await;
+    let none = JoinLimits::default();
+    let one_place = JoinLimits {
+        buyer: None,
+        address: Some(AddressLimits {
+            key: "192.0.2.9".into(),
+            joins: None,
+            places: Some(1),
+        }),
+    };
+    let plan = [
+        ("m0", &none),
+        ("m1", &one_place),
+        ("m2", &one_place),
+        ("m3", &none),
+        ("m4", &none),
+        ("m5", &one_place),
+    ];
+    let outcomes = futures::future::join_all(
+        plan.iter()
+            .map(|(name, limits)| join(&store, name.to_string(), (*limits).clone())),
+    )
+    .await;
+    assert_eq!(
+        script_calls(&redis),
+        4,
+        "none | two limited | none, none | limited"
+    );
+    let refused = Some(LimitKind::AddressPlaces);
+    let mut kinds = Vec::new();
+    let mut placed = Vec::new();
+    for outcome in outcomes {
+        match outcome.unwrap() {
+            Ok(o) => {
+                kinds.push(None);
+                placed.push(waiting(&o));
+            }
+            Err(limited) => kinds.push(Some(limited.kind)),
+        }
+    }
+    assert_eq!(kinds, [None, None, refused, None, None, refused]);
+    let ranks: Vec<u64> = placed.iter().map(|p| p.0).collect();
+    assert_eq!(ranks, [0, 1, 2, 3], "placed in the order sent");
+    assert!(placed.windows(2).all(|w| w[0].1 < w[1].1), "entry ids grow");
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 4);
+}
+
+/// With grouping off (`--join-batch-max 1`), each join is its own
+/// `enter.lua` call and keeps every limit: a repeat join spends the
+/// buyer's budget, an address's last place refuses the next.
+#[tokio::test]
+async fn one_call_per_join_keeps_every_limit() {
+    let redis = RedisProcess::start(false);
+    let store = RedisStore::connect(&redis.url(), "single")
+        .await
+        .unwrap()
+        .with_join_batch(None);
+    warmed(&redis, &store).await;
+    let budget = JoinLimits {
+        buyer: Some(BuyerBudget {
+            rate: only(1),
+            grace_ms: 0,
+        }),
+        address: Some(AddressLimits {
+            key: "192.0.2.10".into(),
+            joins: None,
+            places: Some(2),
+        }),
+    };
+    let mut kinds = Vec::new();
+    for name in ["s0", "s0", "s0", "s1", "s2"] {
+        let outcome = join(&store, name.into(), budget.clone()).await.unwrap();
+        kinds.push(outcome.as_ref().err().map(|l| l.kind));
+        if let Ok(o) = outcome {
+            assert_eq!(o.created, name != "s0" || kinds.len() == 1, "{name}");
+        }
+    }
+    assert_eq!(script_calls(&redis), 5, "one call per join");
+    assert_eq!(
+        kinds,
+        [
+            None,
+            None,
+            Some(LimitKind::Buyer),
+            None,
+            Some(LimitKind::AddressPlaces)
+        ]
+    );
+    let now = store.statuses(&q(), &[u("s0"), u("s1")]).await.unwrap();
+    let ranks: Vec<Standing> = now.into_iter().map(|s| s.standing).collect();
+    assert!(matches!(ranks[0], Standing::Waiting { rank: 0, .. }));
+    assert!(matches!(ranks[1], Standing::Waiting { rank: 1, .. }));
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 2);
+}

@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::conn::Conn;
-use super::{CALL_TIMEOUT, QueueKeys, Row, eval_durable, split_row};
-use crate::queue::{QueueName, UserId};
+use super::{CALL_TIMEOUT, QueueKeys, Row, send_durable, split_row};
+use crate::queue::{EntryToken, QueueName, UserId};
 use crate::store::{StoreError, StoreResult};
 
 /// How joins are grouped.
@@ -51,13 +51,60 @@ pub const DEFAULT_WINDOW_US: u64 = 500;
 /// Default of `--join-batch-max`.
 pub const DEFAULT_MAX: usize = 64;
 
-/// One join's part of an `enter_many.lua` call.
+/// One join's part of an `enter_many.lua` (or `enter.lua`) call.
 pub(super) struct JoinCall {
     pub user: UserId,
-    /// The user's budget key and the address's joins and places keys.
-    pub keys: [String; 3],
-    /// The join's 13 arguments (see `join.lua`).
-    pub args: Vec<Vec<u8>>,
+    /// The token issued should the join take the fast track.
+    pub token: EntryToken,
+    /// The client address's bucket, when the address has limits.
+    pub address: Option<String>,
+    /// What it shares with the other joins of its group.
+    pub shared: JoinShared,
+}
+
+/// The arguments of a join besides who joins: the queue's policy and the
+/// numbers of the limits. Every join of one group has the same (one call
+/// sends them once, and the script parses them once); a join whose differ
+/// (settings changed, a test's own limits) starts the next group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JoinShared {
+    pub token_ttl_ms: u64,
+    pub batch: u32,
+    pub interval_ms: u64,
+    /// -1: unlimited.
+    pub max_active: i64,
+    /// The buyer's budget: period ms (0: none) and burst.
+    pub budget_period: u64,
+    pub budget_burst: u32,
+    pub grace_ms: u64,
+    /// The address's join rate: period ms (0: none) and burst.
+    pub join_period: u64,
+    pub join_burst: u32,
+    /// Places per address (0: none).
+    pub places: u32,
+}
+
+impl JoinShared {
+    /// Whether the script reads the address's keys: only then are they sent.
+    fn address_limited(&self) -> bool {
+        self.join_period > 0 || self.places > 0
+    }
+
+    /// Appends the 11 arguments `join_config` in `join.lua` reads, with
+    /// `first_entry` as the entry counter's start should it not exist.
+    pub(super) fn push_args(&self, first_entry: u64, cmd: &mut redis::Cmd) {
+        cmd.arg(self.token_ttl_ms)
+            .arg(self.batch)
+            .arg(self.interval_ms)
+            .arg(self.max_active)
+            .arg(first_entry)
+            .arg(self.budget_period)
+            .arg(self.budget_burst)
+            .arg(self.grace_ms)
+            .arg(self.join_period)
+            .arg(self.join_burst)
+            .arg(self.places);
+    }
 }
 
 /// A join's row and whether the queue is sold out (`split_row`).
@@ -148,18 +195,34 @@ impl Batcher {
 impl Runner {
     /// One queue's task: gathers a group, runs it, answers it, and again.
     async fn serve(self, keys: QueueKeys, mut rx: mpsc::UnboundedReceiver<Pending>) {
-        while let Some(first) = rx.recv().await {
+        let names = GroupKeys::new(&keys);
+        // A join that did not fit the last group (other shared arguments):
+        // the first of the next, so the order holds.
+        let mut carried: Option<Pending> = None;
+        loop {
+            let first = match carried.take() {
+                Some(first) => first,
+                None => match rx.recv().await {
+                    Some(first) => first,
+                    None => break,
+                },
+            };
+            let shared = first.0.shared;
             let mut group = vec![first];
             let deadline = Instant::now() + self.batch.window;
             while group.len() < self.batch.max {
-                if let Ok(next) = rx.try_recv() {
-                    group.push(next);
-                    continue;
+                let next = match rx.try_recv() {
+                    Ok(next) => next,
+                    Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(next)) => next,
+                        _ => break,
+                    },
+                };
+                if next.0.shared != shared {
+                    carried = Some(next);
+                    break;
                 }
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(next)) => group.push(next),
-                    _ => break,
-                }
+                group.push(next);
             }
             // Joins whose caller gave up (timed out, or its client went
             // away) are not made: nobody would learn of the place.
@@ -170,7 +233,7 @@ impl Runner {
             if calls.is_empty() {
                 continue;
             }
-            match self.run(&keys, &calls).await {
+            match self.run(&keys, &names, shared, &calls).await {
                 Ok(rows) => {
                     for (reply, row) in replies.into_iter().zip(rows) {
                         let _ = reply.send(Ok(row));
@@ -186,19 +249,57 @@ impl Runner {
     }
 
     /// One `enter_many.lua` call for `calls`: one row per call, in order.
-    async fn run(&self, keys: &QueueKeys, calls: &[JoinCall]) -> StoreResult<Vec<Joined>> {
-        let mut all: Vec<String> = keys.script_keys().into();
-        all.extend(calls.iter().map(|c| keys.token_key(&c.user)));
-        all.extend(calls.iter().flat_map(|c| c.keys.iter().cloned()));
-        all.push(keys.stock());
-        all.push(keys.audit());
-        let args = calls.iter().flat_map(|c| c.args.iter().map(Vec::as_slice));
-        let value = eval_durable(
+    /// The command is written in one buffer: the shared arguments once,
+    /// each join's keys and arguments straight from its user and address.
+    async fn run(
+        &self,
+        keys: &QueueKeys,
+        names: &GroupKeys,
+        shared: JoinShared,
+        calls: &[JoinCall],
+    ) -> StoreResult<Vec<Joined>> {
+        let per_join = if shared.address_limited() { 4 } else { 2 };
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(names.queue.len() + per_join * calls.len() + 2);
+        for key in &names.queue {
+            cmd.arg(key.as_str());
+        }
+        let mut name = Vec::with_capacity(names.budget.len() + 80);
+        for call in calls {
+            let user = call.user.as_str().as_bytes();
+            for prefix in [&keys.token_prefix, &names.budget] {
+                name.clear();
+                name.extend_from_slice(prefix.as_bytes());
+                name.extend_from_slice(user);
+                cmd.arg(name.as_slice());
+            }
+            if per_join == 4 {
+                // Placeholder keys, which the script does not touch, for a
+                // join without an address.
+                let address = call.address.as_deref().unwrap_or("-");
+                for suffix in [":joins", ":places"] {
+                    name.clear();
+                    name.extend_from_slice(names.address.as_bytes());
+                    name.extend_from_slice(address.as_bytes());
+                    name.extend_from_slice(suffix.as_bytes());
+                    cmd.arg(name.as_slice());
+                }
+            }
+        }
+        cmd.arg(names.stock.as_str())
+            .arg(names.audit.as_str())
+            .arg(keys.token_prefix.as_str())
+            .arg(keys.channel.as_str());
+        shared.push_args(crate::store::first_entry_id(), &mut cmd);
+        for call in calls {
+            cmd.arg(call.user.as_str()).arg(call.token.as_str());
+        }
+        let value = send_durable(
             &self.conn,
             &self.script,
-            keys,
-            &all,
-            args,
+            &cmd,
+            &keys.channel,
             self.wait_replicas,
         )
         .await?;
@@ -216,6 +317,34 @@ impl Runner {
             )));
         }
         Ok(rows)
+    }
+}
+
+/// A queue's key names a group call needs, made once per queue task
+/// rather than once per join.
+struct GroupKeys {
+    /// `KEYS[1..8]` of every script (common.lua).
+    queue: [String; 8],
+    /// A user's request budget is this and the user id.
+    budget: String,
+    /// An address's join rate and places are this, the address, and
+    /// `:joins` or `:places`.
+    address: String,
+    stock: String,
+    audit: String,
+}
+
+impl GroupKeys {
+    fn new(keys: &QueueKeys) -> Self {
+        let budget = keys.budget_prefix();
+        let address = keys.address_prefix();
+        Self {
+            queue: keys.script_keys(),
+            budget,
+            address,
+            stock: keys.stock(),
+            audit: keys.audit(),
+        }
     }
 }
 

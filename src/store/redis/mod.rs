@@ -52,7 +52,7 @@ use crate::queue::{
     EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, StockReport, StoredSettings,
     UserId,
 };
-use batch::{Batcher, JoinCall};
+use batch::{Batcher, JoinCall, JoinShared};
 use conn::Conn;
 use scripts::{Publishing, Scripts};
 
@@ -124,18 +124,6 @@ async fn eval_durable<'a>(
     args: impl Iterator<Item = &'a [u8]>,
     wait_replicas: u32,
 ) -> StoreResult<redis::Value> {
-    let mut conn = conn.clone();
-    if wait_replicas == 0 {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        invocation.arg(&queue.token_prefix).arg(&queue.channel);
-        for arg in args {
-            invocation.arg(arg);
-        }
-        return bounded(invocation.invoke_async(&mut conn)).await;
-    }
     let mut evalsha = redis::cmd("EVALSHA");
     evalsha
         .arg(script.get_hash())
@@ -146,14 +134,37 @@ async fn eval_durable<'a>(
     for arg in args {
         evalsha.arg(arg);
     }
-    let (value, acked) = bounded(conn.eval_and_wait(
-        script,
-        &evalsha,
-        &queue.channel,
-        wait_replicas,
-        WAIT_TIMEOUT,
-    ))
-    .await?;
+    send_durable(conn, script, &evalsha, &queue.channel, wait_replicas).await
+}
+
+/// Sends `evalsha` (an `EVALSHA` of `script`, built by the caller), loading
+/// the script first where the node's cache misses it; with
+/// `wait_replicas`, as [`eval_durable`] says. `channel` names the queue's
+/// slot (the master the pair must go to in a cluster).
+async fn send_durable(
+    conn: &Conn,
+    script: &redis::Script,
+    evalsha: &redis::Cmd,
+    channel: &str,
+    wait_replicas: u32,
+) -> StoreResult<redis::Value> {
+    let mut conn = conn.clone();
+    if wait_replicas == 0 {
+        return bounded(async {
+            match evalsha.query_async(&mut conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(&mut conn).await?;
+                    evalsha.query_async(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await;
+    }
+    let (value, acked) =
+        bounded(conn.eval_and_wait(script, evalsha, channel, wait_replicas, WAIT_TIMEOUT)).await?;
     if acked < i64::from(wait_replicas) {
         return Err(StoreError::Unavailable(format!(
             "{acked} of {wait_replicas} replicas acknowledged within {WAIT_TIMEOUT:?}"
@@ -406,50 +417,36 @@ impl RedisStore {
         }
     }
 
-    /// One join's keys after its token key and its arguments, as
-    /// `join.lua` takes them.
+    /// One join as `join.lua` takes it: who joins, and what every join of
+    /// a group shares (the queue's policy, the limits' numbers).
     fn join_call(
         &self,
-        queue: &QueueName,
         user: &UserId,
         policy: &Policy,
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
     ) -> JoinCall {
         let (budget_period, budget_burst) = rate_args(limits.buyer.map(|b| b.rate));
-        let grace = limits.buyer.map_or(0, |b| b.grace_ms);
         let address = limits.address.as_ref();
         let (join_period, join_burst) = rate_args(address.and_then(|a| a.joins));
-        let places = address.and_then(|a| a.places).unwrap_or(0);
-        // Without an address, placeholder keys the script does not touch.
-        let address_key = address.map_or("-", |a| a.key.as_str());
-        let keys = self.keys(queue);
-        let [joins, places_key] = keys.address(address_key);
-        let mut args = Vec::with_capacity(13);
-        push(&mut args, user.as_str());
-        push(&mut args, fast_track_token.as_str());
-        push(&mut args, policy.token_ttl_ms);
-        push(&mut args, policy.batch);
-        push(&mut args, policy.interval_ms);
-        push(&mut args, max_active_arg(policy));
-        push(&mut args, super::first_entry_id());
-        push(&mut args, budget_period);
-        push(&mut args, budget_burst);
-        push(&mut args, grace);
-        push(&mut args, join_period);
-        push(&mut args, join_burst);
-        push(&mut args, places);
         JoinCall {
             user: user.clone(),
-            keys: [keys.budget(user), joins, places_key],
-            args,
+            token: fast_track_token.clone(),
+            address: address.map(|a| a.key.clone()),
+            shared: JoinShared {
+                token_ttl_ms: policy.token_ttl_ms,
+                batch: policy.batch,
+                interval_ms: policy.interval_ms,
+                max_active: max_active_arg(policy),
+                budget_period,
+                budget_burst,
+                grace_ms: limits.buyer.map_or(0, |b| b.grace_ms),
+                join_period,
+                join_burst,
+                places: address.and_then(|a| a.places).unwrap_or(0),
+            },
         }
     }
-}
-
-/// Appends `arg` to a script call's arguments.
-fn push(args: &mut Vec<Vec<u8>>, arg: impl redis::ToRedisArgs) {
-    args.extend(arg.to_redis_args());
 }
 
 /// The names of one queue's keys.
@@ -502,15 +499,26 @@ impl QueueKeys {
 
     /// `user`'s request budget in this queue.
     fn budget(&self, user: &UserId) -> String {
-        format!("{}budget:{user}", self.base)
+        format!("{}{user}", self.budget_prefix())
+    }
+
+    /// What [`QueueKeys::budget`] puts before the user id.
+    fn budget_prefix(&self) -> String {
+        format!("{}budget:", self.base)
     }
 
     /// A client address's join rate and places in this queue.
     fn address(&self, address: &str) -> [String; 2] {
+        let prefix = self.address_prefix();
         [
-            format!("{}addr:{address}:joins", self.base),
-            format!("{}addr:{address}:places", self.base),
+            format!("{prefix}{address}:joins"),
+            format!("{prefix}{address}:places"),
         ]
+    }
+
+    /// What [`QueueKeys::address`] puts before the address.
+    fn address_prefix(&self) -> String {
+        format!("{}addr:", self.base)
     }
 }
 
@@ -586,19 +594,25 @@ impl Store for RedisStore {
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        let call = self.join_call(queue, user, policy, fast_track_token, limits);
+        let call = self.join_call(user, policy, fast_track_token, limits);
         let row = match &self.batcher {
             Some(batcher) => batcher.join(queue, call).await?,
             None => {
-                let JoinCall { keys, args, .. } = call;
-                let mut keys: Vec<String> = keys.into();
-                keys.push(self.keys(queue).stock());
-                keys.push(self.keys(queue).audit());
+                let queue_keys = self.keys(queue);
+                // Placeholder keys, which the script does not touch, for
+                // an address without limits.
+                let [joins, places] = queue_keys.address(call.address.as_deref().unwrap_or("-"));
+                let keys = vec![
+                    queue_keys.budget(user),
+                    joins,
+                    places,
+                    queue_keys.stock(),
+                    queue_keys.audit(),
+                ];
                 let reply: Vec<redis::Value> = self
                     .run_durable(&self.scripts.enter, queue, &[user], keys, |cmd| {
-                        for arg in &args {
-                            cmd.arg(arg);
-                        }
+                        cmd.arg(user.as_str()).arg(call.token.as_str());
+                        call.shared.push_args(super::first_entry_id(), cmd);
                     })
                     .await?;
                 split_row(reply)?

@@ -2,23 +2,28 @@
 -- users in line, enter.lua (one join) and enter_many.lua (a group of
 -- joins, group commit); not a script on its own.
 --
--- join(g, keys, a): one join, with
+-- join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c):
+-- one join, with
 --   g    = the call's shared state, from group(now, stock key, audit key):
 --          the audit STREAM gets an 'admitted' entry per fast track; the store
 --          time; the queue's stock HASH (see common.lua: no fast track past
---          it, and every row says whether the queue is sold out);
---          what the joins of one call would otherwise each read again
---          (line length, pass counter, entry counter, the span last
---          marked), kept current by each join; and the new places' writes
---          to the line, presence and the counter, deferred to flush(g)
---   keys = {token key, budget key, address joins key, address places key}
---   (STRING budget and join rate, see gcra.lua; places: ZSET user -> entry id)
---   a    = the join's 13 arguments, in order: user, fast-track token,
---          token TTL ms, batch, interval ms, max active (-1 = unlimited),
---          first entry id (used only if the entry counter does not exist
---          yet), budget period ms (0: none), budget burst, grace ms,
---          address join period ms (0: none), address join burst,
---          places per address (0: none)
+--          it, and every row says whether the queue is sold out, read once
+--          per call: no join changes the stock); what the joins of one
+--          call would otherwise each read again (line length, pass
+--          counter, entry counter, the span last marked), kept current by
+--          each join; and the new places' writes to the line, presence and
+--          the counter, deferred to flush(g)
+--   the user's token key and request budget, the client address's join
+--   rate and places (STRING budget and join rate, see gcra.lua; places:
+--   ZSET user -> entry id; the address keys may be nil when the address
+--   has no limits), the user and the fast-track token
+--   c    = the arguments every join of a call shares, parsed once per call
+--          by join_config(args, i) from 11 arguments, in order: token TTL
+--          ms, batch, interval ms, max active (-1 = unlimited), first
+--          entry id (used only if the entry counter does not exist yet),
+--          budget period ms (0: none), budget burst, grace ms, address
+--          join period ms (0: none), address join burst, places per
+--          address (0: none)
 -- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
 -- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing.
 -- A new entry (in line or on the fast track) takes the next entry id; so
@@ -31,6 +36,16 @@
 -- token (a burst cannot bypass the rate or maxActive), and an address's
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
+local function join_config(a, i)
+  return {
+    ttl = tonumber(a[i]), batch = tonumber(a[i + 1]), interval = tonumber(a[i + 2]),
+    max_active = tonumber(a[i + 3]), first = a[i + 4],
+    budget_period = tonumber(a[i + 5]), budget_burst = tonumber(a[i + 6]),
+    grace = tonumber(a[i + 7]), join_period = tonumber(a[i + 8]),
+    join_burst = tonumber(a[i + 9]), max_places = tonumber(a[i + 10]),
+  }
+end
+
 local function group(now, stock, audit_key)
   return {now = now, stock = stock, audit = audit_key, line = {}, seen = {}, added = {}}
 end
@@ -55,6 +70,16 @@ local function group_entry(g, first)
   return g.last
 end
 
+-- row with the sold-out flag appended (with_stock), the flag read once
+-- per call.
+local function group_stock(g, row)
+  if g.sold == nil then
+    g.sold = sold_out(g.stock) and 1 or 0
+  end
+  row[#row + 1] = g.sold
+  return row
+end
+
 -- Writes what the call's new places deferred: the entry counter, and one
 -- ZADD each for the line and presence. Called before anything reads them
 -- (a repeat join, an address's places) and at the end of the call.
@@ -70,16 +95,11 @@ local function flush(g)
   end
 end
 
-local function join(g, keys, a)
-  local now = g.now
-  local tokkey, budget_key, joins_key, places_key = keys[1], keys[2], keys[3], keys[4]
-  local user, fast_token, first = a[1], a[2], a[7]
-  local ttl, batch, interval, max_active =
-    tonumber(a[3]), tonumber(a[4]), tonumber(a[5]), tonumber(a[6])
-  local budget_period, budget_burst, grace =
-    tonumber(a[8]), tonumber(a[9]), tonumber(a[10])
-  local join_period, join_burst, max_places =
-    tonumber(a[11]), tonumber(a[12]), tonumber(a[13])
+local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c)
+  local now, first = g.now, c.first
+  local ttl, batch, interval, max_active = c.ttl, c.batch, c.interval, c.max_active
+  local budget_period, budget_burst, grace = c.budget_period, c.budget_burst, c.grace
+  local join_period, join_burst, max_places = c.join_period, c.join_burst, c.max_places
 
   if g.added[user] then
     flush(g) -- the same buyer again in this call: read it back as stored
@@ -108,7 +128,7 @@ local function join(g, keys, a)
     end
     redis.call('ZADD', K.seen, 'XX', now, user)
     local total, pass = group_totals(g)
-    return with_stock(describe(user, tokkey, now, 0, total, pass), g.stock)
+    return group_stock(g, describe(user, tokkey, now, 0, total, pass))
   end
 
   -- A new place: the client address's limits first.
@@ -155,7 +175,7 @@ local function join(g, keys, a)
       issue(tokkey, user, fast_token, now, ttl, now, entry)
       audit(g.audit, 'admitted', now, user, entry)
       counted(entry)
-      return with_stock(describe(user, tokkey, now, 1, total, pass), g.stock)
+      return group_stock(g, describe(user, tokkey, now, 1, total, pass))
     end
   end
 
@@ -174,5 +194,5 @@ local function join(g, keys, a)
   g.total = total + 1
   -- Entry ids only grow, so the new place is the last: its rank is the
   -- line's length before it, and nobody holds a token under this user.
-  return with_stock({'waiting', 1, total, seq, '', -1, g.entered, g.total, pass}, g.stock)
+  return group_stock(g, {'waiting', 1, total, seq, '', -1, g.entered, g.total, pass})
 end
