@@ -208,6 +208,10 @@ async fn a_bad_ca_file_stops_the_server_at_start_up() {
                 && stderr.contains(why),
             "{stderr}"
         );
+        assert!(
+            !stderr.contains(SECRET),
+            "the secret stays out of logs: {stderr}"
+        );
     }
     let _ = std::fs::remove_file(&junk);
 }
