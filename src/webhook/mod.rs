@@ -187,7 +187,8 @@ impl FromStr for WebhookSpec {
                 "max-age-secs" => spec.max_age_ms = number(k, v, 1, 7 * 24 * 3600)? * 1000,
                 "backoff-ms" => spec.backoff_ms = number(k, v, 1, MAX_BACKOFF_MS)?,
                 "timeout-ms" => spec.timeout_ms = number(k, v, 100, 60_000)?,
-                "ca" if !v.is_empty() => ca_path = Some(PathBuf::from(v)),
+                "ca" if v.is_empty() => return Err(bad("ca= needs a PEM file's path".into())),
+                "ca" => ca_path = Some(PathBuf::from(v)),
                 "insecure-http" => {
                     spec.insecure_http = match v {
                         "true" => true,
@@ -298,6 +299,7 @@ mod tests {
             "name=crm,url=https://h/,secret=0123456789abcdef,insecure-http=true",
             "name=crm,url=http://10.0.0.5/h,secret=0123456789abcdef,insecure-http=yes",
             "name=crm,url=http://127.0.0.1/h,secret=0123456789abcdef,ca=/etc/hostname",
+            "name=crm,url=https://h/,secret=0123456789abcdef,ca=",
             "name=crm,url=nope,secret=0123456789abcdef",
             "name=crm,url=http://h/,secret=0123456789abcdef,kinds=sold_out",
             "name=crm,url=http://h/,secret=0123456789abcdef,attempts=0",
