@@ -171,6 +171,14 @@ mod tests {
         assert!(why.contains("certificate"), "{why}");
         let ok = client(&with_ca).request(post(&url)).await.unwrap();
         assert_eq!(ok.status(), 204);
+        // The CA is trusted, but the certificate names 127.0.0.1 only.
+        let other_name = url.replace("127.0.0.1", "localhost");
+        let e = client(&with_ca)
+            .request(post(&other_name))
+            .await
+            .unwrap_err();
+        let why = describe(&e);
+        assert!(why.contains("certificate"), "{why}");
     }
 
     #[test]
