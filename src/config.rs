@@ -343,10 +343,11 @@ pub struct Config {
     pub audit_max_len: u64,
 
     /// A webhook, repeatable (in the environment, `;` between hooks):
-    /// name=NAME,url=http://…,secret=SECRET[,kinds=admitted+consumed]
+    /// name=NAME,url=https://…,secret=SECRET[,kinds=admitted+consumed]
     /// [,queues=a+b][,attempts=10][,max-age-secs=86400][,backoff-ms=500]
-    /// [,timeout-ms=5000]. The same on every instance.
-    #[arg(long = "webhook", env = "WAITROOM_WEBHOOKS", value_delimiter = ';')]
+    /// [,timeout-ms=5000][,ca=PEM file][,insecure-http=true]. http:// only
+    /// to loopback unless insecure-http=true. The same on every instance.
+    #[arg(long = "webhook", env = "WAITROOM_WEBHOOKS", value_delimiter = ';', value_parser = crate::webhook::SpecParser)]
     pub webhooks: Vec<crate::webhook::WebhookSpec>,
 
     /// How long a webhook entry may sit unacknowledged with an instance

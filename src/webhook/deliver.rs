@@ -18,6 +18,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::tls::{HookClient, describe};
 use super::{MAX_BACKOFF_MS, SIGNATURE_HEADER, WebhookSpec};
 use crate::queue::audit::{AuditEntry, AuditId};
 use crate::queue::{QueueName, Queues};
@@ -90,17 +91,7 @@ pub async fn run(
     if hooks.is_empty() {
         return;
     }
-    let client = match reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "webhooks: no HTTP client, nothing will be delivered");
-            return;
-        }
-    };
+    let clients: Vec<HookClient> = hooks.iter().map(super::tls::client).collect();
     let start = AuditId {
         ms: unix_ms().saturating_sub(START_MARGIN_MS),
         seq: 0,
@@ -211,7 +202,7 @@ pub async fn run(
         let attempts = futures::stream::iter(due)
             .map(|(key, body, attempt)| {
                 let hook = &hooks[key.0];
-                let client = &client;
+                let client = &clients[key.0];
                 async move {
                     let result = attempt_once(client, hook, &key.1, key.2, body, attempt).await;
                     (key, result)
@@ -292,7 +283,7 @@ fn backoff(base_ms: u64, attempts: u32) -> Duration {
 
 /// One POST of one entry; `Ok` on a 2xx.
 async fn attempt_once(
-    client: &reqwest::Client,
+    client: &HookClient,
     hook: &WebhookSpec,
     queue: &QueueName,
     id: AuditId,
@@ -300,17 +291,23 @@ async fn attempt_once(
     attempt: u32,
 ) -> Result<(), String> {
     let unix = unix_ms() / 1000;
-    let response = client
-        .post(&hook.url)
-        .timeout(Duration::from_millis(hook.timeout_ms))
+    let request = hyper::Request::post(hook.url.as_str())
         .header("content-type", "application/json")
         .header("idempotency-key", format!("{queue}:{id}"))
         .header(SIGNATURE_HEADER, hook.signature(unix, &body))
         .header("waitroom-attempt", attempt.to_string())
-        .body((*body).clone())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            (*body).clone(),
+        )))
+        .map_err(|e| format!("request: {e}"))?;
+    // The whole attempt, connect and TLS included, within the hook's timeout.
+    let response = tokio::time::timeout(
+        Duration::from_millis(hook.timeout_ms),
+        client.request(request),
+    )
+    .await
+    .map_err(|_| format!("no answer within {} ms", hook.timeout_ms))?
+    .map_err(|e| describe(&e))?;
     let status = response.status();
     if status.is_success() {
         Ok(())

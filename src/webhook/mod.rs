@@ -14,10 +14,18 @@
 //! request carries an `Idempotency-Key` (queue and entry id) that stays the
 //! same on every retry, and a signature over its timestamp and body (this
 //! module), so a receiver can both drop duplicates and refuse forgeries.
+//!
+//! Transport (`tls.rs`): `https://` with the built-in roots plus a hook's
+//! own `ca=`; `http://` only to a loopback receiver (a local relay) unless
+//! the hook says `insecure-http=true`, because the bodies name buyers and
+//! a signature proves who sent them, not that nobody else read them.
 
 mod deliver;
+mod tls;
 
 use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -36,7 +44,8 @@ pub const SIGNATURE_HEADER: &str = "waitroom-signature";
 pub struct WebhookSpec {
     /// 1-32 of `a-z 0-9 - _`: names the consumer group and the metrics.
     pub name: String,
-    /// Where to POST (`http://` only: see the crate's notes on TLS).
+    /// Where to POST: `https://`, or `http://` to a loopback host (any
+    /// host with [`WebhookSpec::insecure_http`]).
     pub url: String,
     /// The HMAC key (at least 16 bytes), shared with the receiver.
     pub secret: String,
@@ -53,6 +62,20 @@ pub struct WebhookSpec {
     pub backoff_ms: u64,
     /// How long one request may take, ms.
     pub timeout_ms: u64,
+    /// Certificates trusted for this hook besides the built-in roots
+    /// (`ca=<PEM file>`), read when the flag is parsed.
+    pub ca: Option<ExtraCa>,
+    /// `insecure-http=true`: `http://` to a host that is not loopback.
+    pub insecure_http: bool,
+}
+
+/// A hook's `ca=` file and the certificates read from it at start-up.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExtraCa {
+    /// The file, as given (for messages).
+    pub path: PathBuf,
+    /// Its certificates, DER, each a usable trust anchor.
+    pub certs: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// The longest wait between two attempts.
@@ -67,6 +90,8 @@ impl fmt::Debug for WebhookSpec {
             .field("kinds", &self.kinds)
             .field("queues", &self.queues)
             .field("attempts", &self.attempts)
+            .field("ca", &self.ca.as_ref().map(|c| &c.path))
+            .field("insecure_http", &self.insecure_http)
             .finish_non_exhaustive()
     }
 }
@@ -112,8 +137,10 @@ pub struct InvalidWebhook(String);
 impl FromStr for WebhookSpec {
     type Err = InvalidWebhook;
 
-    /// `name=…,url=http://…,secret=…[,kinds=a+b][,queues=q+r][,attempts=n]
-    /// [,max-age-secs=n][,backoff-ms=n][,timeout-ms=n]`.
+    /// `name=…,url=https://…,secret=…[,kinds=a+b][,queues=q+r][,attempts=n]
+    /// [,max-age-secs=n][,backoff-ms=n][,timeout-ms=n][,ca=<PEM file>]
+    /// [,insecure-http=true]`. Reads the `ca=` file: a flag that cannot
+    /// be used stops the start, naming its hook.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |m: String| InvalidWebhook(m);
         let mut spec = WebhookSpec {
@@ -126,7 +153,10 @@ impl FromStr for WebhookSpec {
             max_age_ms: 24 * 3600 * 1000,
             backoff_ms: 500,
             timeout_ms: 5_000,
+            ca: None,
+            insecure_http: false,
         };
+        let mut ca_path: Option<PathBuf> = None;
         let number = |k: &str, v: &str, lo: u64, hi: u64| {
             v.parse::<u64>()
                 .ok()
@@ -157,6 +187,15 @@ impl FromStr for WebhookSpec {
                 "max-age-secs" => spec.max_age_ms = number(k, v, 1, 7 * 24 * 3600)? * 1000,
                 "backoff-ms" => spec.backoff_ms = number(k, v, 1, MAX_BACKOFF_MS)?,
                 "timeout-ms" => spec.timeout_ms = number(k, v, 100, 60_000)?,
+                "ca" if v.is_empty() => return Err(bad("ca= needs a PEM file's path".into())),
+                "ca" => ca_path = Some(PathBuf::from(v)),
+                "insecure-http" => {
+                    spec.insecure_http = match v {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("insecure-http must be true or false".into())),
+                    }
+                }
                 other => return Err(bad(format!("unknown key `{other}`"))),
             }
         }
@@ -168,21 +207,72 @@ impl FromStr for WebhookSpec {
         if !name_ok {
             return Err(bad("name must be 1-32 of a-z 0-9 - _".into()));
         }
-        match reqwest::Url::parse(&spec.url) {
-            Ok(u) if u.scheme() == "http" && u.host().is_some() => {}
-            Ok(_) => {
-                return Err(bad(
-                    "url must be http:// (this build has no TLS client: point it at a local relay)"
-                        .into(),
-                ));
+        // From here on, messages name the hook: there may be several.
+        let bad = |m: String| InvalidWebhook(format!("hook `{}`: {m}", spec.name));
+        let url = reqwest::Url::parse(&spec.url).map_err(|e| bad(format!("url: {e}")))?;
+        let Some(host) = url.host_str() else {
+            return Err(bad("url has no host".into()));
+        };
+        match url.scheme() {
+            "https" if spec.insecure_http => {
+                return Err(bad("insecure-http=true is for http:// urls".into()));
             }
-            Err(e) => return Err(bad(format!("url: {e}"))),
+            "https" => {}
+            "http" if ca_path.is_some() => return Err(bad("ca= needs an https:// url".into())),
+            "http" if spec.insecure_http || is_loopback(host) => {}
+            "http" => {
+                return Err(bad(format!(
+                    "url is http:// to `{host}`: entries (buyers' ids) would cross the network \
+                     in clear; use https://, or add insecure-http=true"
+                )));
+            }
+            other => return Err(bad(format!("url must be https:// (not {other}://)"))),
         }
         if spec.secret.len() < 16 {
             return Err(bad("secret must be at least 16 bytes".into()));
         }
+        if let Some(path) = ca_path {
+            let certs =
+                tls::read_ca(&path).map_err(|e| bad(format!("ca={}: {e}", path.display())))?;
+            spec.ca = Some(ExtraCa { path, certs });
+        }
         Ok(spec)
     }
+}
+
+/// The `--webhook` parser: [`WebhookSpec::from_str`], whose message alone
+/// is shown. Clap's own would quote the whole value, secret included, into
+/// the logs of whatever started the server.
+#[derive(Clone, Copy, Debug)]
+pub struct SpecParser;
+
+impl clap::builder::TypedValueParser for SpecParser {
+    type Value = WebhookSpec;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<WebhookSpec, clap::Error> {
+        let refuse = |m: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{m}\n"))
+                .with_cmd(cmd)
+        };
+        value
+            .to_str()
+            .ok_or_else(|| refuse("--webhook: not UTF-8".into()))?
+            .parse()
+            .map_err(|e: InvalidWebhook| refuse(e.to_string()))
+    }
+}
+
+/// `localhost`, 127.0.0.0/8 or `::1`: a receiver on this machine (a
+/// relay or sidecar), where plain HTTP crosses no network.
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -201,9 +291,15 @@ mod tests {
         assert_eq!((s.attempts, s.backoff_ms), (10, 500));
         assert!(!format!("{s:?}").contains("0123456789abcdef"));
         for bad in [
-            "name=crm,url=http://h/,secret=short",
+            "name=crm,url=https://h/,secret=short",
             "name=Crm,url=http://h/,secret=0123456789abcdef",
-            "name=crm,url=https://h/,secret=0123456789abcdef",
+            "name=crm,url=http://10.0.0.5/h,secret=0123456789abcdef",
+            "name=crm,url=http://orders.internal/h,secret=0123456789abcdef",
+            "name=crm,url=ftp://h/,secret=0123456789abcdef",
+            "name=crm,url=https://h/,secret=0123456789abcdef,insecure-http=true",
+            "name=crm,url=http://10.0.0.5/h,secret=0123456789abcdef,insecure-http=yes",
+            "name=crm,url=http://127.0.0.1/h,secret=0123456789abcdef,ca=/etc/hostname",
+            "name=crm,url=https://h/,secret=0123456789abcdef,ca=",
             "name=crm,url=nope,secret=0123456789abcdef",
             "name=crm,url=http://h/,secret=0123456789abcdef,kinds=sold_out",
             "name=crm,url=http://h/,secret=0123456789abcdef,attempts=0",
@@ -212,6 +308,49 @@ mod tests {
         ] {
             assert!(bad.parse::<WebhookSpec>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback_unless_the_hook_allows_it() {
+        let ok = |s: &str| {
+            s.parse::<WebhookSpec>()
+                .map_err(|e| e.to_string())
+                .map(|h| h.insecure_http)
+        };
+        for url in [
+            "https://orders.example/h",
+            "http://127.0.0.1:8080/h",
+            "http://127.9.9.9/h",
+            "http://localhost/h",
+            "http://[::1]:81/h",
+        ] {
+            assert_eq!(
+                ok(&format!("name=a,url={url},secret=0123456789abcdef")),
+                Ok(false),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            ok("name=a,url=http://10.0.0.5/h,secret=0123456789abcdef,insecure-http=true"),
+            Ok(true)
+        );
+        let refused = ok("name=orders,url=http://10.0.0.5/h,secret=0123456789abcdef").unwrap_err();
+        assert!(
+            refused.contains("hook `orders`") && refused.contains("insecure-http=true"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_ca_file_is_read_when_parsed_and_its_errors_name_the_hook() {
+        let e = "name=billing,url=https://h/,secret=0123456789abcdef,ca=/nonexistent/ca.pem"
+            .parse::<WebhookSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("hook `billing`") && e.contains("/nonexistent/ca.pem"),
+            "{e}"
+        );
     }
 
     #[test]

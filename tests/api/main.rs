@@ -38,4 +38,5 @@ mod tickets;
 mod transport;
 mod web;
 mod webhooks;
+mod webhooks_tls;
 mod wire;

@@ -25,24 +25,24 @@ use waitroom::store::{ClaimOutcome, SharedStore};
 use crate::common::{IDLE, RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
 
 const ADMIN: &str = "admin-token-for-webhook-tests-0123";
-const SECRET: &str = "whsec-0123456789abcdef";
-const BOUND: Duration = Duration::from_secs(20);
+pub(super) const SECRET: &str = "whsec-0123456789abcdef";
+pub(super) const BOUND: Duration = Duration::from_secs(20);
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]
-struct Got {
-    key: String,
-    signature: String,
+pub(super) struct Got {
+    pub(super) key: String,
+    pub(super) signature: String,
     attempt: u32,
-    body: Vec<u8>,
+    pub(super) body: Vec<u8>,
     ok: bool,
 }
 
 /// A webhook endpoint: fails the first `fail_first` requests (and every
 /// request while `down`), records them all.
 #[derive(Clone, Default)]
-struct Receiver {
-    got: Arc<Mutex<Vec<Got>>>,
+pub(super) struct Receiver {
+    pub(super) got: Arc<Mutex<Vec<Got>>>,
     fail_first: Arc<AtomicUsize>,
     down: Arc<AtomicBool>,
     /// Requests still to be answered only after [`SLOW`] (a hung receiver).
@@ -52,7 +52,11 @@ struct Receiver {
 /// How long a slow receiver takes: well past the hooks' `timeout-ms`.
 const SLOW: Duration = Duration::from_secs(3);
 
-async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+pub(super) async fn receive(
+    State(r): State<Receiver>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
     let header = |n: &str| {
         headers
             .get(n)
@@ -99,7 +103,7 @@ impl Receiver {
         (url, r)
     }
 
-    fn got(&self) -> Vec<Got> {
+    pub(super) fn got(&self) -> Vec<Got> {
         self.got.lock().unwrap().clone()
     }
 
@@ -115,7 +119,7 @@ impl Receiver {
 
 /// The receiver's side of the signature: `t=<unix>,v1=<hex>` over
 /// `<unix>.<body>` with the shared secret.
-fn verifies(signature: &str, body: &[u8], secret: &str) -> bool {
+pub(super) fn verifies(signature: &str, body: &[u8], secret: &str) -> bool {
     let Some((t, v1)) = signature
         .strip_prefix("t=")
         .and_then(|s| s.split_once(",v1="))
@@ -131,11 +135,11 @@ fn verifies(signature: &str, body: &[u8], secret: &str) -> bool {
     mac.verify_slice(&given).is_ok()
 }
 
-fn hook(name: &str, url: &str, extra: &str) -> String {
+pub(super) fn hook(name: &str, url: &str, extra: &str) -> String {
     format!("name={name},url={url},secret={SECRET},backoff-ms=50,timeout-ms=2000{extra}")
 }
 
-fn cfg(hooks: &[String], claim_ms: u64) -> Config {
+pub(super) fn cfg(hooks: &[String], claim_ms: u64) -> Config {
     let mut a = vec!["--admin-token", ADMIN];
     a.extend_from_slice(IDLE);
     let mut c = config(&a);
@@ -146,7 +150,7 @@ fn cfg(hooks: &[String], claim_ms: u64) -> Config {
 
 /// The idempotency keys of every entry of the queue's log, as the hook
 /// sends them (`<queue>:<id>`).
-async fn log_keys(app: &TestApp) -> HashSet<String> {
+pub(super) async fn log_keys(app: &TestApp) -> HashSet<String> {
     let r = app
         .client
         .get(app.admin_url("/api/admin/queues/default/audit?limit=1000"))
@@ -166,7 +170,7 @@ async fn log_keys(app: &TestApp) -> HashSet<String> {
 /// Users `prefix0..n` join and leave: n `left` entries, after an
 /// `admitted` for the queue's very first joiner (the fast track; the
 /// budget of [`IDLE`] then keeps everyone else waiting).
-async fn actions(app: &TestApp, prefix: &str, n: usize) {
+pub(super) async fn actions(app: &TestApp, prefix: &str, n: usize) {
     for i in 0..n {
         let (code, body) = app.enter("default", &format!("{prefix}{i}")).await;
         assert_eq!(code, 201);
@@ -177,7 +181,7 @@ async fn actions(app: &TestApp, prefix: &str, n: usize) {
     }
 }
 
-async fn every_entry_delivered(
+pub(super) async fn every_entry_delivered(
     app: &TestApp,
     receiver: &Receiver,
     expected: usize,
