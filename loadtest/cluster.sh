@@ -36,6 +36,8 @@
 #   admission of a crowd lasts once resumed), BATCH (CROWD over ADMIT_SECS
 #   passes: 100 at CROWD=15000), INTERVAL_MS (1000), SETTLE_SECS (20),
 #   STEADY_SECS (20), KILL_AFTER (10 s after the resume; 0: no kill),
+#   KILL_HELD (unset; set: the kill comes while admission is still held,
+#   and admission resumes KILL_AFTER s later),
 #   BURST (5000), ROUNDS (3),
 #   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset), SKIP_WAIT_COST
 #   (unset), SKIP_CROWDS (unset).
@@ -221,7 +223,9 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
   done
   admin() { curl -fsS -X POST -H "Authorization: Bearer $ADMIN_TOKEN" "http://${INST_ADMIN[0]}/api/admin/queues/$1/$2" >/dev/null; }
   # metric ADMIN NAME: one unlabelled gauge or counter of an instance.
-  metric() { curl -fsS --max-time 5 "http://$1/metrics" 2>/dev/null | awk -v n="$2" '$1 == n { print $2; exit }'; }
+  # (awk reads to the end: an early exit would fail curl's write, and
+  # with pipefail the script.)
+  metric() { { curl -fsS --max-time 5 "http://$1/metrics" 2>/dev/null || true; } | awk -v n="$2" '$1 == n && !v { v = $2 } END { print v }'; }
   # Held while the crowds open, so every instance holds its whole crowd.
   for q in "${QUEUES[@]}"; do admin "$q" pause; done
   CROWD_PIDS=()
@@ -237,6 +241,7 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
       --settle-secs "$SETTLE_SECS" --steady-secs "$STEADY_SECS" --open-timeout-secs "$OPEN_SECS" \
       --duration-secs "$CROWD_DURATION" --out "$RESULTS_DIR/cluster-crowd-$i.json" >"$TMP/crowd-$i.log" 2>&1 &
     CROWD_PIDS+=($!)
+    PIDS+=($!)
   done
   log "b. 3 crowds of $CROWD streams (limit ${CROWD_DURATION}s), admission held until their steady windows end"
   # Every crowd prints one of these lines once its steady window is over.
@@ -247,11 +252,23 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
   done
   OPEN_AT_RESUME=()
   for i in 0 1 2; do OPEN_AT_RESUME+=("$(metric "${INST_ADMIN[$i]}" waitroom_streams_open)"); done
-  for q in "${QUEUES[@]}"; do admin "$q" resume; done
-  log "b. admission resumed at $BATCH per ${INTERVAL_MS} ms per queue; streams open: ${OPEN_AT_RESUME[*]}"
+  RESUMED=0
+  resume() {
+    for q in "${QUEUES[@]}"; do admin "$q" resume; done
+    RESUMED=1
+    log "b. admission resumed at $BATCH per ${INTERVAL_MS} ms per queue"
+  }
+  log "b. streams open on the 3 instances: ${OPEN_AT_RESUME[*]}"
   PEAK=(0 0) SHED=(0 0)
   if ((KILL_AFTER > 0)); then
-    sleep "$KILL_AFTER"
+    # Held: the kill comes first, while every stream still waits (the
+    # worst case for the survivors); otherwise KILL_AFTER s into admission.
+    KILLED_AT=$SECONDS
+    if [[ -z "${KILL_HELD:-}" ]]; then
+      resume
+      sleep "$KILL_AFTER"
+      KILLED_AT=$SECONDS
+    fi
     kill -KILL "${INST_PID[2]}"
     log "b. instance 3 killed (its streams reopen on instances 1 and 2)"
     # The survivors' load while the moved streams come back: sampled every
@@ -260,6 +277,7 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
       alive=0
       for pid in "${CROWD_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
       ((alive)) || break
+      ((RESUMED || SECONDS - KILLED_AT < KILL_AFTER)) || resume
       for k in 0 1; do
         o=$(metric "${INST_ADMIN[$k]}" waitroom_streams_open)
         o=${o%.*}
@@ -268,11 +286,15 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
       sleep 2
     done
     for k in 0 1; do s=$(metric "${INST_ADMIN[$k]}" waitroom_streams_shed_total); s=${s%.*}; SHED[k]=${s:-0}; done
-    log "b. survivors: most streams open ${PEAK[*]}, shed ${SHED[*]} (--max-streams $(curl -fsS -H "Authorization: Bearer $ADMIN_TOKEN" "http://${INST_ADMIN[0]}/api/admin/queues" | jq -r '.maxStreams // .max_streams // "?"' 2>/dev/null))"
+    log "b. survivors: most streams open ${PEAK[*]}, shed ${SHED[*]} (--max-streams $(curl -fsS -H "Authorization: Bearer $ADMIN_TOKEN" "http://${INST_ADMIN[0]}/api/admin/queues" | jq -r '.maxStreams // "?"' 2>/dev/null))"
+  else
+    resume
   fi
   for pid in "${CROWD_PIDS[@]}"; do wait "$pid" || true; done
   if ((KILL_AFTER > 0)); then
-    echo "| survivors (instances 1 and 2) after the kill | streams open at the resume ${OPEN_AT_RESUME[*]}; most open after the kill ${PEAK[0]} and ${PEAK[1]}; shed at the cap ${SHED[0]} and ${SHED[1]} | |" >>"$TABLE"
+    when="${KILL_AFTER} s into admission"
+    [[ -n "${KILL_HELD:-}" ]] && when="while admission was held (resumed ${KILL_AFTER} s later)"
+    echo "| survivors (instances 1 and 2) after the kill, $when | streams open on the 3 instances before ${OPEN_AT_RESUME[*]}; most open after the kill ${PEAK[0]} and ${PEAK[1]}; shed at the cap ${SHED[0]} and ${SHED[1]} | |" >>"$TABLE"
   fi
 
   RATE=$(awk -v b="$BATCH" -v i="$INTERVAL_MS" 'BEGIN { printf "%g", b * 1000 / i }')
@@ -304,7 +326,7 @@ fi
   echo "|---|---|---|"
   cat "$TABLE"
   echo
-  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`loadtest/cluster.sh\` (CROWD=$CROWD BATCH=$BATCH INTERVAL_MS=$INTERVAL_MS SETTLE_SECS=$SETTLE_SECS STEADY_SECS=$STEADY_SECS ADMIT_SECS=$ADMIT_SECS KILL_AFTER=$KILL_AFTER BURST=$BURST ROUNDS=$ROUNDS): a Redis Cluster of 3 masters + 3 replicas $(redis-server --version | awk '{print $3}' | tr -d 'v='), no persistence; 3 waitroom instances; $(nproc) shared cores, loopback; load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`loadtest/cluster.sh\` (CROWD=$CROWD BATCH=$BATCH INTERVAL_MS=$INTERVAL_MS SETTLE_SECS=$SETTLE_SECS STEADY_SECS=$STEADY_SECS ADMIT_SECS=$ADMIT_SECS KILL_AFTER=$KILL_AFTER${KILL_HELD:+ KILL_HELD=$KILL_HELD} BURST=$BURST ROUNDS=$ROUNDS): a Redis Cluster of 3 masters + 3 replicas $(redis-server --version | awk '{print $3}' | tr -d 'v='), no persistence; 3 waitroom instances; $(nproc) shared cores, loopback; load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
 } >"$RESULTS_DIR/cluster.md"
 cat "$RESULTS_DIR/cluster.md"
 exit $STATUS
