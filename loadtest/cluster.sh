@@ -23,9 +23,11 @@
 #      and 2 (spread by buyer), and every buyer must still get exactly one
 #      `ready` (lost = 0, duplicated = 0). Two survivors cannot hold 3 x
 #      CROWD streams when that is over their --max-streams (the open-file
-#      limit less a twentieth): the overflow is shed with a `retry:` of
-#      20-40 s and comes back as admission drains; the table reports how
-#      many were shed and the most streams a survivor held.
+#      limit less a twentieth): over the cap a new stream is shed, or
+#      evicts one of a heavier address (the crowds come from a few
+#      loopback addresses each), with a `retry:` of 20-40 s, and comes back
+#      as admission drains; the table reports how many were shed and
+#      evicted and the most streams a survivor held.
 # Writes $RESULTS_DIR/cluster.md (table), cluster.svg (chart of crowd 1)
 # and the raw JSON reports; exits non-zero when a check fails.
 #
@@ -37,7 +39,8 @@
 #   passes: 100 at CROWD=15000), INTERVAL_MS (1000), SETTLE_SECS (20),
 #   STEADY_SECS (20), KILL_AFTER (10 s after the resume; 0: no kill),
 #   KILL_HELD (unset; set: the kill comes while admission is still held,
-#   and admission resumes KILL_AFTER s later),
+#   and admission resumes KILL_AFTER s later), SERVER_FLAGS (extra flags
+#   for the 3 instances, e.g. "--max-streams 700" to reach the cap small),
 #   BURST (5000), ROUNDS (3),
 #   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset), SKIP_WAIT_COST
 #   (unset), SKIP_CROWDS (unset).
@@ -217,7 +220,7 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
   INST_PID=() INST_ADDR=() INST_ADMIN=()
   for i in 0 1 2; do
     start "inst$i" "$PREFIX" --queues "$QLIST" \
-      --admission-batch "$BATCH" --admission-interval-ms "$INTERVAL_MS" --token-ttl-secs 600
+      --admission-batch "$BATCH" --admission-interval-ms "$INTERVAL_MS" --token-ttl-secs 600 ${SERVER_FLAGS:-}
     INST_PID+=("$S_PID") INST_ADDR+=("$S_ADDR") INST_ADMIN+=("$S_ADMIN")
     log "b. instance $((i + 1)) pid $S_PID on $S_ADDR"
   done
@@ -259,7 +262,7 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
     log "b. admission resumed at $BATCH per ${INTERVAL_MS} ms per queue"
   }
   log "b. streams open on the 3 instances: ${OPEN_AT_RESUME[*]}"
-  PEAK=(0 0) SHED=(0 0)
+  PEAK=(0 0) SHED=(0 0) EVICTED=(0 0)
   if ((KILL_AFTER > 0)); then
     # Held: the kill comes first, while every stream still waits (the
     # worst case for the survivors); otherwise KILL_AFTER s into admission.
@@ -285,8 +288,11 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
       done
       sleep 2
     done
-    for k in 0 1; do s=$(metric "${INST_ADMIN[$k]}" waitroom_streams_shed_total); s=${s%.*}; SHED[k]=${s:-0}; done
-    log "b. survivors: most streams open ${PEAK[*]}, shed ${SHED[*]} (--max-streams $(curl -fsS -H "Authorization: Bearer $ADMIN_TOKEN" "http://${INST_ADMIN[0]}/api/admin/queues" | jq -r '.maxStreams // "?"' 2>/dev/null))"
+    for k in 0 1; do
+      s=$(metric "${INST_ADMIN[$k]}" waitroom_streams_shed_total); s=${s%.*}; SHED[k]=${s:-0}
+      s=$(metric "${INST_ADMIN[$k]}" waitroom_streams_evicted_total); s=${s%.*}; EVICTED[k]=${s:-0}
+    done
+    log "b. survivors: most streams open ${PEAK[*]}, shed ${SHED[*]}, evicted ${EVICTED[*]} (--max-streams $(curl -fsS -H "Authorization: Bearer $ADMIN_TOKEN" "http://${INST_ADMIN[0]}/api/admin/queues" | jq -r '.maxStreams // "?"' 2>/dev/null))"
   else
     resume
   fi
@@ -294,7 +300,7 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
   if ((KILL_AFTER > 0)); then
     when="${KILL_AFTER} s into admission"
     [[ -n "${KILL_HELD:-}" ]] && when="while admission was held (resumed ${KILL_AFTER} s later)"
-    echo "| survivors (instances 1 and 2) after the kill, $when | streams open on the 3 instances before ${OPEN_AT_RESUME[*]}; most open after the kill ${PEAK[0]} and ${PEAK[1]}; shed at the cap ${SHED[0]} and ${SHED[1]} | |" >>"$TABLE"
+    echo "| survivors (instances 1 and 2) after the kill, $when | streams open on the 3 instances before ${OPEN_AT_RESUME[*]}; most open after the kill ${PEAK[0]} and ${PEAK[1]}; at the cap shed ${SHED[0]} and ${SHED[1]}, evicted ${EVICTED[0]} and ${EVICTED[1]} | |" >>"$TABLE"
   fi
 
   RATE=$(awk -v b="$BATCH" -v i="$INTERVAL_MS" 'BEGIN { printf "%g", b * 1000 / i }')
@@ -307,16 +313,16 @@ if [[ -z "${SKIP_CROWDS:-}" ]]; then
       { t[NR] = $1; a[NR] = $2 }
       END { m = 0; for (x = 1; x <= NR; x++) { s = 0; for (y = x; y <= NR; y++) { s += a[y];
         o = s - r * (t[y] - t[x] + i / 1000); if (o > m) m = o } } printf "%.0f", m }')
-    read -r p99 rss calls lost dup rate_s opened shed never <<<"$(jq -r '[.rank_update_lag_ms.p99 // "n/a", .rss.per_stream_kib // "n/a",
+    read -r p99 rss calls lost dup rate_s opened shed evicted never <<<"$(jq -r '[.rank_update_lag_ms.p99 // "n/a", .rss.per_stream_kib // "n/a",
       .steady.redis_calls_per_user_s // "n/a", .readiness.lost, .readiness.duplicated,
-      .admission.admissions_per_s // "n/a", .events.streams_opened, .events.streams_shed // 0,
+      .admission.admissions_per_s // "n/a", .events.streams_opened, .events.streams_shed // 0, .events.streams_evicted // 0,
       .events.users_never_streamed // "n/a"]
       | map(if type == "number" then (. * 100 | round / 100) else . end | tostring) | join(" ")' "$f")"
     verdict=met
     if [[ "$lost" != 0 || "$dup" != 0 ]] || ((over > BATCH)); then verdict="**not met**"; STATUS=1; fi
     killed=""
     ((i == 2 && KILL_AFTER > 0)) && killed=" (instance killed mid-run)"
-    echo "| crowd $((i + 1))$killed: queue ${QUEUES[$i]} on master :${QMASTERS[$i]}, $CROWD buyers ($opened streams opened, $shed shed, $never never streamed) | rank-update p99 ${p99} ms; RSS ${rss} KiB/stream; ${calls} Redis commands per waiting user per s on its master; admission ${rate_s}/s vs ${RATE}/s configured, most over-admitted ${over} (≤ ${BATCH}); lost ready ${lost}, duplicated ${dup} | ${verdict} |" >>"$TABLE"
+    echo "| crowd $((i + 1))$killed: queue ${QUEUES[$i]} on master :${QMASTERS[$i]}, $CROWD buyers ($opened streams opened, $shed shed and $evicted evicted at a cap, $never never streamed) | rank-update p99 ${p99} ms; RSS ${rss} KiB/stream; ${calls} Redis commands per waiting user per s on its master; admission ${rate_s}/s vs ${RATE}/s configured, most over-admitted ${over} (≤ ${BATCH}); lost ready ${lost}, duplicated ${dup} | ${verdict} |" >>"$TABLE"
   done
   "$GEN" chart --report "$RESULTS_DIR/cluster-crowd-0.json" --out "$RESULTS_DIR/cluster.svg" || true
 fi
@@ -326,7 +332,7 @@ fi
   echo "|---|---|---|"
   cat "$TABLE"
   echo
-  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`loadtest/cluster.sh\` (CROWD=$CROWD BATCH=$BATCH INTERVAL_MS=$INTERVAL_MS SETTLE_SECS=$SETTLE_SECS STEADY_SECS=$STEADY_SECS ADMIT_SECS=$ADMIT_SECS KILL_AFTER=$KILL_AFTER${KILL_HELD:+ KILL_HELD=$KILL_HELD} BURST=$BURST ROUNDS=$ROUNDS): a Redis Cluster of 3 masters + 3 replicas $(redis-server --version | awk '{print $3}' | tr -d 'v='), no persistence; 3 waitroom instances; $(nproc) shared cores, loopback; load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`loadtest/cluster.sh\` (CROWD=$CROWD BATCH=$BATCH INTERVAL_MS=$INTERVAL_MS SETTLE_SECS=$SETTLE_SECS STEADY_SECS=$STEADY_SECS ADMIT_SECS=$ADMIT_SECS KILL_AFTER=$KILL_AFTER${KILL_HELD:+ KILL_HELD=$KILL_HELD}${SERVER_FLAGS:+ SERVER_FLAGS=\"$SERVER_FLAGS\"} BURST=$BURST ROUNDS=$ROUNDS): a Redis Cluster of 3 masters + 3 replicas $(redis-server --version | awk '{print $3}' | tr -d 'v='), no persistence; 3 waitroom instances; $(nproc) shared cores, loopback; load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
 } >"$RESULTS_DIR/cluster.md"
 cat "$RESULTS_DIR/cluster.md"
 exit $STATUS

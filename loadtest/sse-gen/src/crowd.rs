@@ -148,6 +148,10 @@ pub struct UserResult {
     /// Streams the server shed at its cap (a `retry:` frame alone).
     #[serde(default)]
     pub shed: u32,
+    /// Streams the server closed with a `retry:` frame after events: at
+    /// its cap, evicted for a newcomer from a lighter address.
+    #[serde(default)]
+    pub evicted: u32,
 }
 
 fn ms_since(t: Instant) -> f32 {
@@ -369,6 +373,9 @@ enum Retry {
     Failed(String),
     /// The server shed it at its cap and said when to come back.
     Shed(u64),
+    /// The server ended it with a `retry:` after events (an eviction at its
+    /// cap) and said when to come back.
+    Evicted(u64),
 }
 
 async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Result<()> {
@@ -426,6 +433,8 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
             let _open = OpenGuard::new(&ctx.progress);
             let mut parser = SseParser::default();
             let mut first_in_stream = true;
+            // A `retry:` after the stream's first event: it is closing us.
+            let mut late_retry = false;
             let mut body = crate::http::BodyState::default();
             loop {
                 let mut stop = Stop::None;
@@ -435,6 +444,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                     let track = &mut track;
                     let permit = &mut permit;
                     let first_in_stream = &mut first_in_stream;
+                    let late_retry = &mut late_retry;
                     let stop = &mut stop;
                     let want_order = ctx.product.is_some() && !ordered;
                     let fut = conn.read_events(&head, &mut body, &mut parser, |item| match item {
@@ -444,6 +454,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                         }
                         SseItem::Retry(ms) => {
                             res.retry_ms = Some(ms);
+                            *late_retry = !*first_in_stream;
                             true
                         }
                         SseItem::Event { event, id, data } => {
@@ -542,6 +553,7 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                     Stop::None => match (first_in_stream, res.retry_ms) {
                         // A `retry:` frame alone: shed at the instance's cap.
                         (true, Some(ms)) => break 'stream Retry::Shed(ms),
+                        (false, Some(ms)) if late_retry => break 'stream Retry::Evicted(ms),
                         _ => break 'stream Retry::Failed("stream ended without gone".into()),
                     },
                 }
@@ -559,6 +571,14 @@ async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Resul
                 let wait = Duration::from_millis(ms);
                 if Instant::now() + wait >= ctx.deadline {
                     anyhow::bail!("shed at the stream cap with no time left");
+                }
+                wait
+            }
+            Retry::Evicted(ms) => {
+                res.evicted += 1;
+                let wait = Duration::from_millis(ms);
+                if Instant::now() + wait >= ctx.deadline {
+                    anyhow::bail!("evicted at the stream cap with no time left");
                 }
                 wait
             }

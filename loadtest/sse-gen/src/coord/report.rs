@@ -75,7 +75,7 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         mut no_admitted_at,
     ) = (0, 0, 0, 0, 0, 0);
     let mut lost = Vec::new();
-    let (mut shed, mut retries, mut never_streamed) = (0u64, 0u64, 0u64);
+    let (mut shed, mut evicted, mut retries, mut never_streamed) = (0u64, 0u64, 0u64, 0u64);
     let mut late = 0;
     let mut never_admitted_waiting = 0;
     let mut orders: BTreeMap<String, u64> = BTreeMap::new();
@@ -100,6 +100,7 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         polls += r.polls as u64;
         streams += r.streams as u64;
         shed += r.shed as u64;
+        evicted += r.evicted as u64;
         retries += r.retries as u64;
         if r.streams == 0 {
             never_streamed += 1;
@@ -145,7 +146,7 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
                     // told apart: never streamed, gave up, or still waiting.
                     lost.push(json!({
                         "user": r.user, "enter_status": r.enter_status, "streams": r.streams,
-                        "retries": r.retries, "shed": r.shed, "last_event": r.last_event,
+                        "retries": r.retries, "shed": r.shed, "evicted": r.evicted, "last_event": r.last_event,
                         "error": r.error,
                     }));
                 }
@@ -337,7 +338,7 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         "first_admitting_pass": first_admitting,
         "events": {
             "waiting": waiting_ev, "ready": ready_ev, "gone": gone, "keepalives": keepalives,
-            "polls": polls, "streams_opened": streams, "streams_shed": shed, "retries": retries,
+            "polls": polls, "streams_opened": streams, "streams_shed": shed, "streams_evicted": evicted, "retries": retries,
             "users_never_streamed": never_streamed,
         },
         "readiness": {
