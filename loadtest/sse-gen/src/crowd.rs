@@ -139,6 +139,19 @@ pub struct UserResult {
     pub order_error: Option<String>,
     pub left_status: Option<u16>,
     pub error: Option<String>,
+    /// The name of the last event received (`waiting`, `ready`, `gone`).
+    #[serde(default)]
+    pub last_event: Option<String>,
+    /// Tries after the first (enters and streams), whatever ended them.
+    #[serde(default)]
+    pub retries: u32,
+    /// Streams the server shed at its cap (a `retry:` frame alone).
+    #[serde(default)]
+    pub shed: u32,
+    /// Streams the server closed with a `retry:` frame after events: at
+    /// its cap, evicted for a newcomer from a lighter address.
+    #[serde(default)]
+    pub evicted: u32,
 }
 
 fn ms_since(t: Instant) -> f32 {
@@ -184,28 +197,62 @@ async fn enter(
 }
 
 impl Ctx {
-    /// The instance for a stream's `attempt`-th reconnection: `addr`,
-    /// then the fallbacks in turn.
-    fn addr_for(&self, attempt: u32) -> SocketAddr {
+    /// The instance for buyer `idx`'s `attempt`-th try: `addr` first, then
+    /// `addr` and the fallbacks in turn, starting at a place that depends
+    /// on `idx`, so the streams of an instance that died spread evenly over
+    /// the others instead of all landing on the first fallback.
+    fn addr_for(&self, idx: usize, attempt: u32) -> SocketAddr {
         let n = self.fallback.len() + 1;
-        match attempt as usize % n {
+        if attempt == 0 {
+            return self.addr;
+        }
+        match (idx + attempt as usize) % n {
             0 => self.addr,
             i => self.fallback[i - 1],
         }
     }
 
-    /// Connects for the `attempts`-th reconnection; an instance that
-    /// refuses (it died) is skipped for the next one, each try counted.
-    async fn reconnect(&self, ip: std::net::Ipv4Addr, attempts: &mut u32) -> std::io::Result<Conn> {
+    /// Connects for buyer `idx`'s next try (`attempt` moves on); an
+    /// instance that refuses (it died) is skipped, each instance tried at
+    /// most once per call.
+    async fn reconnect(
+        &self,
+        ip: std::net::Ipv4Addr,
+        idx: usize,
+        attempt: &mut u32,
+    ) -> std::io::Result<Conn> {
+        let mut left = self.fallback.len();
         loop {
-            match Conn::connect(ip, self.addr_for(*attempts), self.read_chunk).await {
-                Err(_) if *attempts < self.max_reconnects + self.fallback.len() as u32 => {
-                    *attempts += 1;
-                }
+            *attempt += 1;
+            match Conn::connect(ip, self.addr_for(idx, *attempt), self.read_chunk).await {
+                Err(_) if left > 0 => left -= 1,
                 other => return other,
             }
         }
     }
+
+    /// How long to wait before try number `failures` (1, 2, …): the
+    /// `retry:` the server asked for on the last stream when it set one (as
+    /// EventSource does), else a doubling backoff from 0.5 s up to 20 s;
+    /// ±50 % jitter either way so a crowd cut off at once does not come
+    /// back at once. `None`: give up (past `--max-reconnects` failures in a
+    /// row, or the wait would end after the deadline).
+    fn backoff(&self, failures: u32, server_retry: Option<u64>) -> Option<Duration> {
+        if failures > self.max_reconnects {
+            return None;
+        }
+        let base = server_retry
+            .unwrap_or_else(|| (500u64 << failures.saturating_sub(1).min(6)).min(20_000))
+            .max(100);
+        let wait = Duration::from_millis(rand::random_range(base / 2..=base + base / 2));
+        (Instant::now() + wait < self.deadline).then_some(wait)
+    }
+}
+
+/// Whether a failed HTTP status is worth another try: the server was busy
+/// or its store was (5xx), or it rate-limited; any other 4xx is final.
+fn retryable(status: u16) -> bool {
+    status == 0 || status == 429 || status >= 500
 }
 
 /// Splits an SSE id `<pass>` / `<pass>.<n>`: `(pass, exact)`.
@@ -282,176 +329,283 @@ enum Stop {
     Gone,
 }
 
+/// Enters (on `addr`, or on the next instance after a failure), retrying
+/// what the server may answer differently later; returns the connection
+/// and the ticket. Entering again is safe: the same user keeps their place.
+async fn enter_with_retries(
+    ctx: &Ctx,
+    idx: usize,
+    res: &mut UserResult,
+    attempt: &mut u32,
+) -> anyhow::Result<(Conn, String)> {
+    let ip = ctx.ips.pick(idx);
+    let mut failures = 0;
+    loop {
+        res.enter_status = 0;
+        let tried = async {
+            let mut conn = Conn::connect(ip, ctx.addr_for(idx, *attempt), ctx.read_chunk).await?;
+            let status = enter(ctx, &mut conn, res).await?;
+            let ticket = json_str(&status, "ticket")
+                .ok_or_else(|| anyhow::anyhow!("no ticket in enter answer"))?;
+            Ok::<_, anyhow::Error>((conn, ticket))
+        }
+        .await;
+        match tried {
+            Ok(x) => return Ok(x),
+            Err(e) if retryable(res.enter_status) => {
+                failures += 1;
+                let Some(wait) = ctx.backoff(failures, None) else {
+                    return Err(e);
+                };
+                res.error = Some(format!("enter failed ({e}); retried"));
+                res.retries += 1;
+                *attempt += 1;
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How one stream ended, when it did not end the buyer.
+enum Retry {
+    /// It failed before or after opening: counts against the bound.
+    Failed(String),
+    /// The server shed it at its cap and said when to come back.
+    Shed(u64),
+    /// The server ended it with a `retry:` after events (an eviction at its
+    /// cap) and said when to come back.
+    Evicted(u64),
+}
+
 async fn sse_buyer(ctx: &Ctx, idx: usize, res: &mut UserResult) -> anyhow::Result<()> {
     let ip = ctx.ips.pick(idx);
     let mut permit = Some(ctx.connect.acquire().await?);
-    let mut conn = Conn::connect(ip, ctx.addr, ctx.read_chunk).await?;
-    let status = enter(ctx, &mut conn, res).await?;
-    let ticket =
-        json_str(&status, "ticket").ok_or_else(|| anyhow::anyhow!("no ticket in enter answer"))?;
+    let mut attempt = 0u32;
+    let (mut conn, ticket) = enter_with_retries(ctx, idx, res, &mut attempt).await?;
     let path = format!("/api/queues/{}/events", ctx.queue);
     let mut track = StateTrack {
         p: &ctx.progress,
         waiting: false,
     };
     let mut ordered = false;
-    let mut attempts = 0u32;
     let mut order_deadline: Option<Instant> = None;
+    // Failed tries in a row with no event received in between.
+    let mut failures = 0u32;
     'streams: loop {
-        let sent = Instant::now();
-        ctx.progress.http.fetch_add(1, Relaxed);
-        conn.send(
-            "GET",
-            &path,
-            &[("X-Queue-Ticket", &ticket), ("Accept", "text/event-stream")],
-            None,
-        )
-        .await?;
-        let head = conn.head().await?;
-        if head.status == 204 {
-            res.gone = Some("no_content_204".into());
-            return Ok(());
-        }
-        if head.status != 200 || !head.event_stream {
-            let r = conn.response_body_after(&head).await.unwrap_or_default();
-            anyhow::bail!(
-                "events answered {}: {}",
-                head.status,
-                String::from_utf8_lossy(&r)
-            );
-        }
-        res.streams += 1;
-        let _open = OpenGuard::new(&ctx.progress);
-        let mut parser = SseParser::default();
-        let mut first_in_stream = true;
-        let mut body = crate::http::BodyState::default();
-        loop {
-            let mut stop = Stop::None;
-            let read = {
-                let progress = &ctx.progress;
-                let res = &mut *res;
-                let track = &mut track;
-                let permit = &mut permit;
-                let first_in_stream = &mut first_in_stream;
-                let stop = &mut stop;
-                let want_order = ctx.product.is_some() && !ordered;
-                let fut = conn.read_events(&head, &mut body, &mut parser, |item| match item {
-                    SseItem::Comment => {
-                        res.keepalives += 1;
-                        true
-                    }
-                    SseItem::Retry(ms) => {
-                        res.retry_ms = Some(ms);
-                        true
-                    }
-                    SseItem::Event { event, id, data } => {
-                        let now = now_ms();
-                        progress.events.fetch_add(1, Relaxed);
-                        if res.first_event_ms.is_none() {
-                            res.first_event_ms = Some(ms_since(sent));
+        let retry = 'stream: {
+            let sent = Instant::now();
+            ctx.progress.http.fetch_add(1, Relaxed);
+            let head = match conn
+                .send(
+                    "GET",
+                    &path,
+                    &[("X-Queue-Ticket", &ticket), ("Accept", "text/event-stream")],
+                    None,
+                )
+                .await
+            {
+                Ok(()) => conn.head().await,
+                Err(e) => Err(e),
+            };
+            let head = match head {
+                Ok(h) => h,
+                Err(e) => break 'stream Retry::Failed(format!("opening the stream: {e}")),
+            };
+            if head.status == 204 {
+                res.gone = Some("no_content_204".into());
+                return Ok(());
+            }
+            if head.status != 200 || !head.event_stream {
+                let r = conn.response_body_after(&head).await.unwrap_or_default();
+                let msg = format!(
+                    "events answered {}: {}",
+                    head.status,
+                    String::from_utf8_lossy(&r)
+                );
+                if retryable(head.status) {
+                    break 'stream Retry::Failed(msg);
+                }
+                anyhow::bail!(msg);
+            }
+            res.streams += 1;
+            res.retry_ms = None;
+            let _open = OpenGuard::new(&ctx.progress);
+            let mut parser = SseParser::default();
+            let mut first_in_stream = true;
+            // A `retry:` after the stream's first event: it is closing us.
+            let mut late_retry = false;
+            let mut body = crate::http::BodyState::default();
+            loop {
+                let mut stop = Stop::None;
+                let read = {
+                    let progress = &ctx.progress;
+                    let res = &mut *res;
+                    let track = &mut track;
+                    let permit = &mut permit;
+                    let first_in_stream = &mut first_in_stream;
+                    let late_retry = &mut late_retry;
+                    let stop = &mut stop;
+                    let want_order = ctx.product.is_some() && !ordered;
+                    let fut = conn.read_events(&head, &mut body, &mut parser, |item| match item {
+                        SseItem::Comment => {
+                            res.keepalives += 1;
+                            true
                         }
-                        permit.take();
-                        let first = std::mem::replace(first_in_stream, false);
-                        match event {
-                            "waiting" => {
-                                res.waiting_events += 1;
-                                track.waiting();
-                                if !first && let Some((pass, true)) = parse_id(id) {
-                                    res.rank_updates.push((pass, now));
-                                }
-                                true
+                        SseItem::Retry(ms) => {
+                            res.retry_ms = Some(ms);
+                            *late_retry = !*first_in_stream;
+                            true
+                        }
+                        SseItem::Event { event, id, data } => {
+                            let now = now_ms();
+                            progress.events.fetch_add(1, Relaxed);
+                            if res.first_event_ms.is_none() {
+                                res.first_event_ms = Some(ms_since(sent));
                             }
-                            "ready" => {
-                                res.ready_events += 1;
-                                track.not_waiting();
-                                let v: serde_json::Value =
-                                    serde_json::from_str(data).unwrap_or_default();
-                                let token = json_str(&v, "entryToken").unwrap_or_default();
-                                if res.ready.is_empty() {
-                                    progress.ready.fetch_add(1, Relaxed);
-                                }
-                                res.ready.push(ReadyRec {
-                                    recv: now,
-                                    admitted_at: v.get("admittedAt").and_then(|x| x.as_u64()),
-                                    id: id.to_owned(),
-                                    token: token.clone(),
-                                });
-                                if want_order {
-                                    *stop = Stop::Ready(token);
-                                    false
-                                } else if ctx.product.is_none() {
-                                    // Without orders a buyer is done at `ready`.
-                                    *stop = Stop::Gone;
-                                    false
-                                } else {
-                                    // A `ready` after the order: counted (a duplicate).
+                            permit.take();
+                            let first = std::mem::replace(first_in_stream, false);
+                            if res.last_event.as_deref() != Some(event) {
+                                res.last_event = Some(event.to_owned());
+                            }
+                            match event {
+                                "waiting" => {
+                                    res.waiting_events += 1;
+                                    track.waiting();
+                                    if !first && let Some((pass, true)) = parse_id(id) {
+                                        res.rank_updates.push((pass, now));
+                                    }
                                     true
                                 }
+                                "ready" => {
+                                    res.ready_events += 1;
+                                    track.not_waiting();
+                                    let v: serde_json::Value =
+                                        serde_json::from_str(data).unwrap_or_default();
+                                    let token = json_str(&v, "entryToken").unwrap_or_default();
+                                    if res.ready.is_empty() {
+                                        progress.ready.fetch_add(1, Relaxed);
+                                    }
+                                    res.ready.push(ReadyRec {
+                                        recv: now,
+                                        admitted_at: v.get("admittedAt").and_then(|x| x.as_u64()),
+                                        id: id.to_owned(),
+                                        token: token.clone(),
+                                    });
+                                    if want_order {
+                                        *stop = Stop::Ready(token);
+                                        false
+                                    } else if ctx.product.is_none() {
+                                        // Without orders a buyer is done at `ready`.
+                                        *stop = Stop::Gone;
+                                        false
+                                    } else {
+                                        // A `ready` after the order: counted (a duplicate).
+                                        true
+                                    }
+                                }
+                                "gone" => {
+                                    track.not_waiting();
+                                    let v: serde_json::Value =
+                                        serde_json::from_str(data).unwrap_or_default();
+                                    res.gone =
+                                        Some(json_str(&v, "reason").unwrap_or_else(|| "?".into()));
+                                    *stop = Stop::Gone;
+                                    false
+                                }
+                                _ => true,
                             }
-                            "gone" => {
-                                track.not_waiting();
-                                let v: serde_json::Value =
-                                    serde_json::from_str(data).unwrap_or_default();
-                                res.gone =
-                                    Some(json_str(&v, "reason").unwrap_or_else(|| "?".into()));
-                                *stop = Stop::Gone;
-                                false
-                            }
-                            _ => true,
                         }
+                    });
+                    match order_deadline {
+                        Some(d) => match tokio::time::timeout_at(d, fut).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                res.error = Some("no gone event within 20 s of the order".into());
+                                return Ok(());
+                            }
+                        },
+                        None => fut.await,
                     }
-                });
-                match order_deadline {
-                    Some(d) => match tokio::time::timeout_at(d, fut).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            res.error = Some("no gone event within 20 s of the order".into());
-                            return Ok(());
-                        }
-                    },
-                    None => fut.await,
+                };
+                if !first_in_stream {
+                    // The stream delivered: the failures so far are over.
+                    failures = 0;
                 }
-            };
-            match read {
-                Ok(_) => {}
-                Err(e) => {
-                    if res.ready.is_empty() && attempts < ctx.max_reconnects {
-                        attempts += 1;
-                        res.error = Some(format!("stream broke ({e}); reconnected"));
-                        drop(_open);
-                        tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
-                            .await;
-                        conn = ctx.reconnect(ip, &mut attempts).await?;
-                        continue 'streams;
+                match read {
+                    Ok(_) => {}
+                    Err(e) if res.ready.is_empty() => {
+                        break 'stream Retry::Failed(format!("stream broke ({e})"));
                     }
-                    return Err(e.into());
+                    Err(e) => return Err(e.into()),
+                }
+                match stop {
+                    Stop::Gone => return Ok(()),
+                    Stop::Ready(token) => {
+                        ordered = true;
+                        conn.shrink();
+                        parser.shrink();
+                        place_order(ctx, None, ip, res, &token, &ticket).await;
+                        order_deadline = Some(Instant::now() + Duration::from_secs(20));
+                        // keep reading the stream until `gone`
+                    }
+                    Stop::None if !res.ready.is_empty() => return Ok(()),
+                    Stop::None => match (first_in_stream, res.retry_ms) {
+                        // A `retry:` frame alone: shed at the instance's cap.
+                        (true, Some(ms)) => break 'stream Retry::Shed(ms),
+                        (false, Some(ms)) if late_retry => break 'stream Retry::Evicted(ms),
+                        _ => break 'stream Retry::Failed("stream ended without gone".into()),
+                    },
                 }
             }
-            match stop {
-                Stop::Gone => return Ok(()),
-                Stop::Ready(token) => {
-                    ordered = true;
-                    conn.shrink();
-                    parser.shrink();
-                    place_order(ctx, None, ip, res, &token, &ticket).await;
-                    order_deadline = Some(Instant::now() + Duration::from_secs(20));
-                    // keep reading the stream until `gone`
+        };
+        // Every way here is a stream that ended before `ready` or `gone`:
+        // come back as EventSource would, on the next instance when one
+        // refuses, until the bound or the deadline.
+        drop(permit.take());
+        let wait = match retry {
+            Retry::Shed(ms) => {
+                // A shed answer never was a stream: counted apart.
+                res.streams -= 1;
+                res.shed += 1;
+                let wait = Duration::from_millis(ms);
+                if Instant::now() + wait >= ctx.deadline {
+                    anyhow::bail!("shed at the stream cap with no time left");
                 }
-                Stop::None => {
-                    // The body ended without `gone`.
-                    if res.ready.is_empty() && attempts < ctx.max_reconnects {
-                        attempts += 1;
-                        res.error = Some("stream ended without gone; reconnected".into());
-                        drop(_open);
-                        tokio::time::sleep(Duration::from_millis(rand::random_range(500..2_000)))
-                            .await;
-                        conn = ctx.reconnect(ip, &mut attempts).await?;
-                        continue 'streams;
-                    }
-                    if res.ready.is_empty() {
-                        anyhow::bail!("stream ended without ready or gone");
-                    }
-                    return Ok(());
+                wait
+            }
+            Retry::Evicted(ms) => {
+                res.evicted += 1;
+                let wait = Duration::from_millis(ms);
+                if Instant::now() + wait >= ctx.deadline {
+                    anyhow::bail!("evicted at the stream cap with no time left");
+                }
+                wait
+            }
+            Retry::Failed(msg) => {
+                failures += 1;
+                let Some(wait) = ctx.backoff(failures, res.retry_ms) else {
+                    anyhow::bail!("{msg}; gave up after {} tries in a row", failures);
+                };
+                res.error = Some(format!("{msg}; reconnected"));
+                wait
+            }
+        };
+        res.retries += 1;
+        tokio::time::sleep(wait).await;
+        loop {
+            match ctx.reconnect(ip, idx, &mut attempt).await {
+                Ok(c) => {
+                    conn = c;
+                    continue 'streams;
+                }
+                Err(e) => {
+                    failures += 1;
+                    let Some(wait) = ctx.backoff(failures, None) else {
+                        anyhow::bail!("reconnect: {e}; gave up after {} tries in a row", failures);
+                    };
+                    res.retries += 1;
+                    tokio::time::sleep(wait).await;
                 }
             }
         }
@@ -715,4 +869,77 @@ pub async fn unplug(ctx: Arc<Ctx>, tickets: Vec<String>) -> usize {
         }
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(fallbacks: usize, max_reconnects: u32, deadline_in: Duration) -> Ctx {
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        Ctx {
+            mode: Mode::Sse,
+            addr: addr(1000),
+            fallback: (1..=fallbacks as u16).map(|i| addr(1000 + i)).collect(),
+            queue: "q".into(),
+            ips: SourceIps::parse("127.0.0.1").unwrap(),
+            read_chunk: 512,
+            product: None,
+            leave_on_409: false,
+            max_reconnects,
+            deadline: Instant::now() + deadline_in,
+            connect: Semaphore::new(1),
+            progress: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn first_try_is_the_home_instance_and_retries_spread_over_all() {
+        let c = ctx(2, 3, Duration::from_secs(60));
+        for idx in 0..30 {
+            assert_eq!(c.addr_for(idx, 0).port(), 1000);
+        }
+        // The first reconnection of a crowd whose instance died lands on
+        // every other instance about equally, not all on the first one.
+        let mut hits = [0usize; 3];
+        for idx in 0..300 {
+            hits[(c.addr_for(idx, 1).port() - 1000) as usize] += 1;
+        }
+        assert_eq!(hits, [100, 100, 100]);
+        // Three tries in a row from one buyer visit all three instances.
+        let mut seen: Vec<u16> = (1..=3).map(|a| c.addr_for(7, a).port()).collect();
+        seen.sort();
+        assert_eq!(seen, [1000, 1001, 1002]);
+    }
+
+    #[test]
+    fn without_fallbacks_every_try_is_the_home_instance() {
+        let c = ctx(0, 3, Duration::from_secs(60));
+        assert!((0..10).all(|a| c.addr_for(5, a).port() == 1000));
+    }
+
+    #[test]
+    fn backoff_doubles_honours_the_server_and_stops_at_the_bound_or_deadline() {
+        let c = ctx(2, 4, Duration::from_secs(3600));
+        for f in 1..=4u32 {
+            let base = 500u64 << (f - 1);
+            let w = c.backoff(f, None).unwrap().as_millis() as u64;
+            assert!((base / 2..=base + base / 2).contains(&w), "try {f}: {w} ms");
+        }
+        let w = c.backoff(1, Some(30_000)).unwrap().as_millis() as u64;
+        assert!((15_000..=45_000).contains(&w), "{w} ms");
+        assert!(c.backoff(5, None).is_none(), "past --max-reconnects");
+        let soon = ctx(2, 4, Duration::from_millis(100));
+        assert!(soon.backoff(1, Some(10_000)).is_none(), "past the deadline");
+    }
+
+    #[test]
+    fn only_busy_unavailable_and_rate_limited_answers_are_retried() {
+        for s in [0, 429, 500, 502, 503] {
+            assert!(retryable(s), "{s}");
+        }
+        for s in [400, 401, 403, 404, 409] {
+            assert!(!retryable(s), "{s}");
+        }
+    }
 }

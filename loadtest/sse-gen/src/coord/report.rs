@@ -75,6 +75,7 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         mut no_admitted_at,
     ) = (0, 0, 0, 0, 0, 0);
     let mut lost = Vec::new();
+    let (mut shed, mut evicted, mut retries, mut never_streamed) = (0u64, 0u64, 0u64, 0u64);
     let mut late = 0;
     let mut never_admitted_waiting = 0;
     let mut orders: BTreeMap<String, u64> = BTreeMap::new();
@@ -98,6 +99,12 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         keepalives += r.keepalives as u64;
         polls += r.polls as u64;
         streams += r.streams as u64;
+        shed += r.shed as u64;
+        evicted += r.evicted as u64;
+        retries += r.retries as u64;
+        if r.streams == 0 {
+            never_streamed += 1;
+        }
         if let Some(g) = &r.gone {
             *gone.entry(g.clone()).or_default() += 1;
         }
@@ -135,7 +142,13 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         } else if let Some((_, at, _)) = adm {
             if (*at as f64) < end_ms - 2000.0 {
                 if lost.len() < 10_000 {
-                    lost.push(r.user.clone());
+                    // What the buyer last knew, so a lost `ready` can be
+                    // told apart: never streamed, gave up, or still waiting.
+                    lost.push(json!({
+                        "user": r.user, "enter_status": r.enter_status, "streams": r.streams,
+                        "retries": r.retries, "shed": r.shed, "evicted": r.evicted, "last_event": r.last_event,
+                        "error": r.error,
+                    }));
                 }
             } else {
                 late += 1;
@@ -325,7 +338,8 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         "first_admitting_pass": first_admitting,
         "events": {
             "waiting": waiting_ev, "ready": ready_ev, "gone": gone, "keepalives": keepalives,
-            "polls": polls, "streams_opened": streams,
+            "polls": polls, "streams_opened": streams, "streams_shed": shed, "streams_evicted": evicted, "retries": retries,
+            "users_never_streamed": never_streamed,
         },
         "readiness": {
             "expected": expected_ready, "admitted_by_passes": admitted_in.len(), "fast_tracked": fast,
