@@ -15,7 +15,8 @@
 #   - descriptors back to their baseline (nothing above it) after the crowd
 #     left; the baseline is read after one buyer per instance went the
 #     whole way (join, order, stream), before the crowd;
-#   - Redis back to its constant keys (bucket, pass, sequence, secret);
+#   - Redis back to its constant keys (bucket, pass, sequence, secret, and
+#     the queue's audit log, a stream trimmed to AUDIT_MAX_LEN entries);
 #   - admission = the configured rate (+-10 %) in every sample after the
 #     first minute, each sample measured from pass to pass on Redis' clock.
 #
@@ -40,7 +41,9 @@
 #   TOKEN_TTL_SECS (60), PATIENCE_SECS (120, mean; ~(JOIN_RATE - rate) *
 #   PATIENCE waiting at steady state, reached after ~3 x PATIENCE: keep
 #   that inside the first third of DURATION), POLL_SHARE (0.2), DROP_SHARE (0.3),
-#   ORDER_SHARE (0.6), DRAIN_SECS (240), SAMPLE_SECS (10),
+#   ORDER_SHARE (0.6), DRAIN_SECS (240), SAMPLE_SECS (10), AUDIT_MAX_LEN
+#   (5000: the audit log, ~50 entries a second here, fills within the
+#   warm-up and then stays at its bound; 0 turns it off),
 #   RESULTS_DIR (loadtest/results), SKIP_BUILD (unset).
 set -euo pipefail
 
@@ -59,6 +62,7 @@ BATCH=${BATCH:-10}
 INTERVAL_MS=${INTERVAL_MS:-500}
 TOKEN_TTL_SECS=${TOKEN_TTL_SECS:-60}
 PATIENCE_SECS=${PATIENCE_SECS:-120}
+AUDIT_MAX_LEN=${AUDIT_MAX_LEN:-5000}
 POLL_SHARE=${POLL_SHARE:-0.2}
 DROP_SHARE=${DROP_SHARE:-0.3}
 ORDER_SHARE=${ORDER_SHARE:-0.6}
@@ -99,7 +103,7 @@ for i in 1 2; do
   admin=127.0.0.1:$(free_port)
   "$SERVER_BIN" --addr "$addr" --admin-addr "$admin" --redis-url "$REDIS_URL" --key-prefix "$PREFIX" \
     --orders-db "$TMP/orders-$i.db" --admin-token "$ADMIN_TOKEN" --ticket-secret "$TICKET_SECRET" \
-    --identity header --drain-secs 1 \
+    --identity header --drain-secs 1 --audit-max-len "$AUDIT_MAX_LEN" \
     --admission-batch "$BATCH" --admission-interval-ms "$INTERVAL_MS" --token-ttl-secs "$TOKEN_TTL_SECS" \
     "${ADDRESS_LIMIT_FLAGS[@]}" >"$TMP/server-$i.log" 2>&1 &
   pid=$!

@@ -19,7 +19,7 @@ const RATE_TOLERANCE: f64 = 0.10;
 /// and the shared ticket secret.
 pub fn allowed_keys(baseline: &BTreeSet<String>, prefix: &str, queue: &str) -> BTreeSet<String> {
     let mut allowed = baseline.clone();
-    for k in ["bucket", "pass", "seq"] {
+    for k in ["bucket", "pass", "seq", "audit"] {
         allowed.insert(format!("{prefix}:{{{queue}}}:{k}"));
     }
     allowed.insert(format!("{prefix}:ticket-secret"));
