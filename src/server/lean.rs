@@ -118,31 +118,69 @@ async fn answer(mut socket: TcpStream, respond: Respond) {
     }
     drop(head);
     let mut scratch = [0u8; 8];
-    loop {
-        tokio::select! {
-            frame = session.next_frame() => {
-                let Some(frame) = frame else { break };
-                match tokio::time::timeout(WRITE_TIMEOUT, socket.write_all(&frame)).await {
-                    Ok(Ok(())) => {}
-                    _ => break,
+    // One readiness wait for the stream's life, not one per frame: a pass
+    // writes a frame to every stream at once, and each new wait takes (and
+    // each dropped one retakes) the socket's waiter lock.
+    {
+        let closed = socket.readable();
+        tokio::pin!(closed);
+        loop {
+            tokio::select! {
+                frame = session.next_frame() => {
+                    let Some(frame) = frame else { break };
+                    if !write_frame(&socket, &frame).await {
+                        break;
+                    }
                 }
-            }
-            // The client sends nothing on a stream: readable means it
-            // closed (or misbehaves); either way the stream is over.
-            readable = socket.readable() => {
-                if readable.is_err() {
-                    break;
-                }
-                match socket.try_read(&mut scratch) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(_) => break,
+                // The client sends nothing on a stream: readable means it
+                // closed (or misbehaves); either way the stream is over.
+                readable = &mut closed => {
+                    if readable.is_err() {
+                        break;
+                    }
+                    match socket.try_read(&mut scratch) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => break,
+                    }
+                    closed.set(socket.readable());
                 }
             }
         }
     }
     let _ = socket.shutdown().await;
+}
+
+/// Writes `frame` whole; `false` if the client is gone or took longer than
+/// [`WRITE_TIMEOUT`]. A frame is a few hundred bytes and an idle stream's
+/// send buffer is empty, so the first try almost always takes it all; the
+/// wait for room, with its deadline, is boxed, so every idle stream's task
+/// does not keep space for it beside its readiness wait.
+async fn write_frame(socket: &TcpStream, frame: &[u8]) -> bool {
+    let sent = match socket.try_write(frame) {
+        Ok(n) if n == frame.len() => return true,
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(_) => return false,
+    };
+    Box::pin(write_rest(socket, &frame[sent..])).await
+}
+
+/// The rest of a frame the socket did not take at once.
+async fn write_rest(socket: &TcpStream, mut rest: &[u8]) -> bool {
+    let wait = async {
+        while !rest.is_empty() {
+            socket.writable().await?;
+            match socket.try_write(rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    matches!(tokio::time::timeout(WRITE_TIMEOUT, wait).await, Ok(Ok(())))
 }
 
 /// Runs `request` through the router: the bytes to write first, and the
