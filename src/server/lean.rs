@@ -330,6 +330,51 @@ mod tests {
         assert!(size <= 640, "the stream's future holds {size} bytes");
     }
 
+    /// A client that stops reading: the frame the socket cannot take at
+    /// once is finished when the client reads again, byte for byte, and a
+    /// client that leaves instead ends the write with `false`.
+    #[tokio::test]
+    async fn a_frame_larger_than_the_socket_takes_waits_for_the_reader() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        // Far more than loopback's send and receive buffers hold.
+        let frame: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let writer = {
+            let frame = frame.clone();
+            tokio::spawn(async move { write_frame(&server, &frame).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!writer.is_finished(), "the socket cannot have taken it all");
+        let mut got = vec![0u8; frame.len()];
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut got));
+        read.await.expect("the whole frame arrives").unwrap();
+        assert!(writer.await.unwrap(), "finished once the client read");
+        assert!(got == frame, "every byte, in order");
+
+        let (client, accepted) = tokio::join!(
+            TcpStream::connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        let (mut client, (server, _)) = (client.unwrap(), accepted.unwrap());
+        let writer = {
+            let frame = frame.clone();
+            tokio::spawn(async move { write_frame(&server, &frame).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut some = [0u8; 1024];
+        client.read_exact(&mut some).await.unwrap();
+        drop(client);
+        let ended = tokio::time::timeout(Duration::from_secs(10), writer).await;
+        assert!(
+            !ended.expect("the write ends").unwrap(),
+            "the client left mid-frame"
+        );
+    }
+
     #[test]
     fn heads_carry_the_answer_and_close_framing() {
         let response = Response::builder()
