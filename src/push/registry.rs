@@ -255,10 +255,15 @@ impl QueueWatchers {
             .collect();
         removed.sort_unstable();
         let left = std::mem::take(&mut self.left);
-        for w in self.by_user.values_mut() {
-            if !w.is_waiting() {
-                continue;
-            }
+        // Front of the line first: those about to be admitted watch their
+        // place most closely, and the streams woken first write first.
+        let mut waiting: Vec<&mut Watcher> = self
+            .by_user
+            .values_mut()
+            .filter(|w| w.is_waiting())
+            .collect();
+        waiting.sort_unstable_by_key(|w| w.rank);
+        for w in waiting {
             // Leaves are not tied to a pass: whatever a re-read saw of them
             // was already taken into the stored rank (`apply_snapshot`).
             w.rank = w.rank.saturating_sub(leaves_ahead(&left, w.seq));

@@ -165,16 +165,30 @@ pub fn shed_frame(retry: Duration) -> Bytes {
 
 /// The SSE text of one update.
 pub fn encode(render: &dyn Render, update: &Update, retry: Option<Duration>) -> Bytes {
-    // One allocation: a `waiting` frame with its whole status is ~280 bytes.
-    let mut text = String::with_capacity(320);
-    if let Some(retry) = retry {
-        let _ = writeln!(text, "retry: {}", retry.as_millis());
+    thread_local! {
+        /// Where frames are written before they are copied out: a pass
+        /// encodes a frame for every stream at once, and one exact-sized
+        /// copy is one allocation where a growable `String` turned into
+        /// `Bytes` is two (the text, and the shared header `Bytes` puts
+        /// beside a buffer with room to spare).
+        static SCRATCH: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(512));
     }
-    let name = render.name(&update.view);
-    let _ = write!(text, "event: {name}\nid: {}\ndata: ", update.id);
-    render.data(&update.view, &mut text);
-    text.push_str("\n\n");
-    Bytes::from(text)
+    SCRATCH.with_borrow_mut(|text| {
+        text.clear();
+        if let Some(retry) = retry {
+            let _ = writeln!(text, "retry: {}", retry.as_millis());
+        }
+        let name = render.name(&update.view);
+        let _ = write!(text, "event: {name}\nid: {}\ndata: ", update.id);
+        render.data(&update.view, text);
+        text.push_str("\n\n");
+        let frame = Bytes::copy_from_slice(text.as_bytes());
+        // A rare huge frame does not keep its room on the thread.
+        if text.capacity() > 4096 {
+            *text = String::with_capacity(512);
+        }
+        frame
+    })
 }
 
 #[cfg(test)]

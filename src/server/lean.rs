@@ -118,31 +118,69 @@ async fn answer(mut socket: TcpStream, respond: Respond) {
     }
     drop(head);
     let mut scratch = [0u8; 8];
-    loop {
-        tokio::select! {
-            frame = session.next_frame() => {
-                let Some(frame) = frame else { break };
-                match tokio::time::timeout(WRITE_TIMEOUT, socket.write_all(&frame)).await {
-                    Ok(Ok(())) => {}
-                    _ => break,
+    // One readiness wait for the stream's life, not one per frame: a pass
+    // writes a frame to every stream at once, and each new wait takes (and
+    // each dropped one retakes) the socket's waiter lock.
+    {
+        let closed = socket.readable();
+        tokio::pin!(closed);
+        loop {
+            tokio::select! {
+                frame = session.next_frame() => {
+                    let Some(frame) = frame else { break };
+                    if !write_frame(&socket, &frame).await {
+                        break;
+                    }
                 }
-            }
-            // The client sends nothing on a stream: readable means it
-            // closed (or misbehaves); either way the stream is over.
-            readable = socket.readable() => {
-                if readable.is_err() {
-                    break;
-                }
-                match socket.try_read(&mut scratch) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(_) => break,
+                // The client sends nothing on a stream: readable means it
+                // closed (or misbehaves); either way the stream is over.
+                readable = &mut closed => {
+                    if readable.is_err() {
+                        break;
+                    }
+                    match socket.try_read(&mut scratch) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => break,
+                    }
+                    closed.set(socket.readable());
                 }
             }
         }
     }
     let _ = socket.shutdown().await;
+}
+
+/// Writes `frame` whole; `false` if the client is gone or took longer than
+/// [`WRITE_TIMEOUT`]. A frame is a few hundred bytes and an idle stream's
+/// send buffer is empty, so the first try almost always takes it all; the
+/// wait for room, with its deadline, is boxed, so every idle stream's task
+/// does not keep space for it beside its readiness wait.
+async fn write_frame(socket: &TcpStream, frame: &[u8]) -> bool {
+    let sent = match socket.try_write(frame) {
+        Ok(n) if n == frame.len() => return true,
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(_) => return false,
+    };
+    Box::pin(write_rest(socket, &frame[sent..])).await
+}
+
+/// The rest of a frame the socket did not take at once.
+async fn write_rest(socket: &TcpStream, mut rest: &[u8]) -> bool {
+    let wait = async {
+        while !rest.is_empty() {
+            socket.writable().await?;
+            match socket.try_write(rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    matches!(tokio::time::timeout(WRITE_TIMEOUT, wait).await, Ok(Ok(())))
 }
 
 /// Runs `request` through the router: the bytes to write first, and the
@@ -290,6 +328,51 @@ mod tests {
         // request (~240 bytes) or the session twice for the stream's life
         // would break this.
         assert!(size <= 640, "the stream's future holds {size} bytes");
+    }
+
+    /// A client that stops reading: the frame the socket cannot take at
+    /// once is finished when the client reads again, byte for byte, and a
+    /// client that leaves instead ends the write with `false`.
+    #[tokio::test]
+    async fn a_frame_larger_than_the_socket_takes_waits_for_the_reader() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        // Far more than loopback's send and receive buffers hold.
+        let frame: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let writer = {
+            let frame = frame.clone();
+            tokio::spawn(async move { write_frame(&server, &frame).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!writer.is_finished(), "the socket cannot have taken it all");
+        let mut got = vec![0u8; frame.len()];
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut got));
+        read.await.expect("the whole frame arrives").unwrap();
+        assert!(writer.await.unwrap(), "finished once the client read");
+        assert!(got == frame, "every byte, in order");
+
+        let (client, accepted) = tokio::join!(
+            TcpStream::connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        let (mut client, (server, _)) = (client.unwrap(), accepted.unwrap());
+        let writer = {
+            let frame = frame.clone();
+            tokio::spawn(async move { write_frame(&server, &frame).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut some = [0u8; 1024];
+        client.read_exact(&mut some).await.unwrap();
+        drop(client);
+        let ended = tokio::time::timeout(Duration::from_secs(10), writer).await;
+        assert!(
+            !ended.expect("the write ends").unwrap(),
+            "the client left mid-frame"
+        );
     }
 
     #[test]

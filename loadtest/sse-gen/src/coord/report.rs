@@ -239,6 +239,40 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
     let first_broadcast = first_admitting
         .and_then(|p| by_pass.get(&p).cloned())
         .map(|mut v| json!({ "pass": first_admitting, "summary": summarize(&mut v) }));
+    // The same pass measured on every stream it concerned: for each buyer
+    // still waiting after it, the first frame of that pass or a later one
+    // (a rank update or a `ready`), less the pass's time. The figure above
+    // keeps only the streams that got the pass's own frame, and a stream
+    // whose writer ran after the next pass skips to that one's frame, so
+    // under load it leaves out exactly the slowest streams.
+    let first_every_stream = first_admitting.and_then(|p| {
+        let at = *pass_at.get(&p)? as f64;
+        let mut lags = Vec::new();
+        let mut without = 0u64;
+        for r in results.iter().filter(|r| ours(&r.user)) {
+            if admitted_in
+                .get(r.user.as_str())
+                .is_some_and(|(ap, _, _)| *ap <= p)
+            {
+                continue;
+            }
+            let rank = r
+                .rank_updates
+                .iter()
+                .filter(|(q, _)| *q >= p)
+                .map(|(_, t)| *t);
+            let ready = r
+                .ready
+                .iter()
+                .filter(|x| x.id.split('.').next().and_then(|q| q.parse::<u64>().ok()) >= Some(p))
+                .map(|x| x.recv);
+            match rank.chain(ready).min_by(f64::total_cmp) {
+                Some(t) => lags.push(t - at),
+                None => without += 1,
+            }
+        }
+        Some(json!({ "pass": p, "summary": summarize(&mut lags), "streams_without_news": without }))
+    });
     // Redis calls per waiting user per second in 30 s buckets from every
     // stream open to the release: the refresh schedule fills in over the
     // first couple of minutes.
@@ -334,6 +368,7 @@ pub(super) fn build_report(c: ReportCtx<'_>, results: &[UserResult], log: &Chann
         "rank_update_unmatched": rank_unmatched,
         "rank_update_broadcast": broadcast,
         "rank_update_first_admission": first_broadcast,
+        "first_admission_every_stream": first_every_stream,
         "redis_trend_after_open": redis_trend,
         "first_admitting_pass": first_admitting,
         "events": {
