@@ -2545,6 +2545,7 @@ mod lottery {
     }
 
     async fn instances_drawing_together_draw_once(store: SharedStore) {
+        let mut events = subscribed(&store).await;
         store
             .schedule_lottery(&q(), now_ms() + 100, &new_seed())
             .await
@@ -2577,6 +2578,36 @@ mod lottery {
         .into_iter()
         .collect();
         assert_eq!(seen.len(), 50, "every entry placed once");
+        // One `Drawn` event for the eight tries (pre-queue streams on every
+        // instance move on it); the leave after it bounds the wait.
+        let leaver = u("r0");
+        let entry = entry_of(&store, &leaver).await;
+        assert!(store.leave(&q(), &leaver, entry).await.unwrap());
+        let mut got = Vec::new();
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(3), events.next())
+                .await
+                .expect("an event within 3 s")
+                .expect("stream open");
+            if let StoreEvent::Queue { queue, event } = ev {
+                assert_eq!(queue, q());
+                let done = matches!(&event, QueueEvent::Left { user, .. } if *user == leaver);
+                got.push(event);
+                if done {
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            got.iter().filter(|e| **e == QueueEvent::Drawn).count(),
+            1,
+            "{got:?}"
+        );
+        assert_eq!(
+            got[0],
+            QueueEvent::Drawn,
+            "published with the draw: {got:?}"
+        );
     }
 
     conformance!(

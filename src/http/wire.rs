@@ -279,6 +279,7 @@ impl crate::push::Render for StreamWire {
             View::Waiting { .. } => "waiting",
             View::Ready { .. } => "ready",
             View::Gone(_) => "gone",
+            View::PreQueue(_) => "prequeue",
         }
     }
 
@@ -305,6 +306,7 @@ impl crate::push::Render for StreamWire {
                 };
                 out.push_str(&serde_json::to_string(&event).expect("plain data serializes"));
             }
+            View::PreQueue(status) => out.push_str(status),
             View::Gone(reason) => {
                 let event = GoneEvent {
                     status: Status::NotEntered,

@@ -57,6 +57,10 @@ pub enum View {
         admitted_at: Option<u64>,
     },
     Gone(GoneReason),
+    /// In a lottery's pre-queue, before the draw: the HTTP edge's status
+    /// JSON, rendered once at connect (the page counts down by itself).
+    /// The stream stays open and moves to `Waiting` when the draw is heard.
+    PreQueue(std::sync::Arc<str>),
 }
 
 /// An SSE id: `<pass>` or `<pass>.<n>`, so ids only grow. Ordered as the

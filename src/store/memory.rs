@@ -710,7 +710,11 @@ impl Store for MemoryStore {
         order: &[UserId],
         list: &str,
     ) -> StoreResult<DrawOutcome> {
-        Ok(self.lottery_draw(queue, version, order, list))
+        let outcome = self.lottery_draw(queue, version, order, list);
+        if matches!(outcome, DrawOutcome::Drawn { .. }) {
+            self.publish(queue, QueueEvent::Drawn);
+        }
+        Ok(outcome)
     }
 
     async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {

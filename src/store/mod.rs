@@ -92,6 +92,9 @@ pub enum QueueEvent {
     /// The queue's stock ran out: every waiting stream ends `sold_out`
     /// (published once, by the report that found it gone).
     SoldOut,
+    /// A lottery's draw placed its pre-queue in line: pre-queue streams
+    /// re-read their standing and show their drawn place.
+    Drawn,
 }
 
 /// What a subscription yields.

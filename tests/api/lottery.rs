@@ -14,7 +14,9 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
+use crate::common::{
+    RedisProcess, SseStream, TestApp, config, eventually, redis_url, unique_prefix,
+};
 
 const ADMIN: &str = "admin-token-for-lottery-tests-0123";
 const WAIT: Duration = Duration::from_secs(20);
@@ -296,6 +298,77 @@ async fn two_instances_draw_once_and_the_order_verifies() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("DOES NOT MATCH THE COMMITMENT"));
     let _ = std::fs::remove_dir_all(&dir);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Pre-queue streams stay open: each gets its `prequeue` event at once,
+/// keep-alives meanwhile, and at the draw its `waiting` event with its
+/// drawn place, on the same connection, on whichever of two instances it
+/// is connected to (the draw runs on one; the other hears it published).
+/// The safety re-read of a pre-queue stream comes 20-40 s after connect,
+/// so a `waiting` within a few seconds of `opensAt` is the draw event's.
+#[tokio::test]
+async fn pre_queue_streams_stay_open_and_move_to_the_line_at_the_draw() {
+    let prefix = unique_prefix("lottery-sse");
+    let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    let mut shared = args();
+    shared.extend(["--ticket-secret", "lottery-streams-secret-0123456789"]);
+    shared.extend(["--keep-alive-secs", "1"]);
+    let cfg = || waitroom::config::Config {
+        key_prefix: prefix.clone(),
+        ..config(&shared)
+    };
+    let a = TestApp::spawn_with(cfg(), store.clone()).await;
+    let b = TestApp::spawn_with(cfg(), store).await;
+    let opens_at = now_ms() + 4_000;
+    let (code, body) = schedule(&a, json!({"opensAt": opens_at})).await;
+    assert_eq!(code, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let joined = join_many(&b, "streamer", 8).await;
+    let mut streams = Vec::new();
+    for (i, body) in joined.iter().enumerate() {
+        assert_eq!(body["status"], "PRE_QUEUE", "{body}");
+        let app = if i % 2 == 0 { &a } else { &b };
+        let ticket = body["ticket"].as_str().unwrap().to_owned();
+        let mut stream = SseStream::open(app, "default", &ticket, None).await;
+        assert_eq!(stream.status, 200);
+        let first = stream.next(WAIT).await.expect("a first event");
+        assert_eq!(first.event, "prequeue", "{first:?}");
+        assert_eq!(first.data["status"], "PRE_QUEUE");
+        assert_eq!(first.data["lottery"], body["lottery"]);
+        streams.push((stream, ticket, i % 2 == 0));
+    }
+    // Each stream, on its own connection, to its `waiting` event.
+    let mut ranks = Vec::new();
+    for (stream, ticket, on_a) in &mut streams {
+        let seen = stream.until("waiting", WAIT).await;
+        let at = now_ms();
+        assert!(at >= opens_at, "a place before opensAt: {seen:?}");
+        assert!(
+            at < opens_at + 5_000,
+            "the draw event moved the stream, not a late re-read ({} ms after opensAt)",
+            at - opens_at
+        );
+        assert!(
+            seen[..seen.len() - 1].iter().all(|e| e.event == "prequeue"),
+            "{seen:?}"
+        );
+        let rank = seen.last().unwrap().data["rank"].as_u64().unwrap();
+        let app = if *on_a { &a } else { &b };
+        let (code, p) = app.position("default", ticket).await;
+        assert_eq!((code, p["status"].as_str()), (200, Some("WAITING")), "{p}");
+        assert_eq!(
+            p["rank"].as_u64(),
+            Some(rank),
+            "the stream shows the drawn place"
+        );
+        ranks.push(rank);
+    }
+    ranks.sort_unstable();
+    assert_eq!(ranks, (0..8).collect::<Vec<u64>>());
+    // Both instances held pre-queue streams, and they are still open.
+    assert!(a.state.hub().open_streams() >= 4 && b.state.hub().open_streams() >= 4);
     a.stop().await;
     b.stop().await;
 }
