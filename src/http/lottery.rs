@@ -257,16 +257,29 @@ pub(super) struct PreQueued {
 
 /// Puts `user` in `queue`'s pre-queue if its draw is still ahead; `None`
 /// when an ordinary join applies (no lottery, drawn, or already in line).
+/// A new entry counts against `address`'s limits in the store, as a new
+/// place in line does (`429` with the same body when over them). Tried only
+/// when this instance knows of a lottery, or `scheduled` (the store's join
+/// step said so).
 pub(super) async fn pre_join(
     state: &AppState,
     queue: &QueueName,
     user: &UserId,
+    address: super::client::ClientKey,
+    scheduled: bool,
 ) -> Result<Option<PreQueued>, ApiError> {
-    if !state.lotteries().has(queue) {
+    if !scheduled && !state.lotteries().has(queue) {
         return Ok(None);
     }
-    let PreJoin::Pre { entry, created } = state.store().pre_join(queue, user, &new_nonce()).await?
-    else {
+    let limits = state.limits().join_limits(address);
+    let joined = state
+        .store()
+        .pre_join_limited(queue, user, &new_nonce(), limits.address.as_ref())
+        .await?;
+    let PreJoin::Pre { entry, created } = (match joined {
+        Ok(joined) => joined,
+        Err(limited) => return Err(state.limits().refused(queue, user, address, limited)),
+    }) else {
         return Ok(None);
     };
     let Some(lottery) = state.store().lottery(queue).await? else {

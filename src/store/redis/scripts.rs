@@ -93,7 +93,7 @@ impl Scripts {
             lottery_schedule: Script::new(include_str!("lua/lottery_schedule.lua")),
             lottery_read: Script::new(include_str!("lua/lottery_read.lua")),
             lottery_leave: Script::new(include_str!("lua/lottery_leave.lua")),
-            lottery_join: with_common(include_str!("lua/lottery_join.lua")),
+            lottery_join: with_rates(include_str!("lua/lottery_join.lua")),
             lottery_draw: with_common(include_str!("lua/lottery_draw.lua")),
         }
     }
