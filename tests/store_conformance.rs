@@ -2707,8 +2707,9 @@ mod lottery {
 
     async fn instances_drawing_together_draw_once(store: SharedStore) {
         let mut events = subscribed(&store).await;
+        let opens_at = now_ms() + 100;
         store
-            .schedule_lottery(&q(), now_ms() + 100, &new_seed())
+            .schedule_lottery(&q(), opens_at, &new_seed())
             .await
             .unwrap()
             .unwrap();
@@ -2764,8 +2765,10 @@ mod lottery {
             1,
             "{got:?}"
         );
+        // The schedule published its time first (pre-queue streams show it).
+        assert_eq!(got[0], QueueEvent::Rescheduled { opens_at }, "{got:?}");
         assert_eq!(
-            got[0],
+            got[1],
             QueueEvent::Drawn,
             "published with the draw: {got:?}"
         );

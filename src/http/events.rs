@@ -92,7 +92,10 @@ pub async fn open_stream(
         let (queue, user) = (&member.queue, &member.user);
         match super::lottery::pre_ticket(state, queue, user, member.entry, &snapshot).await? {
             Some(PreTicket::Waiting(status)) => {
-                view = Some(View::PreQueue(super::lottery::pre_queue_data(&status)));
+                view = Some(View::PreQueue {
+                    opens_at: status.lottery.as_ref().map_or(0, |l| l.opens_at),
+                    status: super::lottery::pre_queue_data(&status),
+                });
             }
             Some(PreTicket::Placed(entry)) if snapshot.entry == Some(entry) => {}
             _ => return Err(super::extract::ticket_ended()),

@@ -59,7 +59,7 @@ impl Watcher {
     }
 
     pub fn is_pre_queue(&self) -> bool {
-        self.tx.with(|u| matches!(u.view, View::PreQueue(_)))
+        self.tx.with(|u| matches!(u.view, View::PreQueue { .. }))
     }
 
     /// Shows `view` as of `pass` if it differs from what is shown.
@@ -226,6 +226,21 @@ impl QueueWatchers {
                 for w in self.by_user.values_mut() {
                     if w.is_waiting() {
                         w.show(w.id.pass, View::Gone(GoneReason::SoldOut));
+                    }
+                }
+            }
+            QueueEvent::Rescheduled { opens_at } => {
+                for w in self.by_user.values_mut() {
+                    let status = w.tx.with(|u| match &u.view {
+                        View::PreQueue { status, .. } => Some(status.clone()),
+                        _ => None,
+                    });
+                    if let Some(status) = status {
+                        let view = View::PreQueue {
+                            status,
+                            opens_at: *opens_at,
+                        };
+                        w.show(w.id.pass, view);
                     }
                 }
             }

@@ -191,7 +191,7 @@ mod tests {
                 View::Waiting { .. } => "waiting",
                 View::Ready { .. } => "ready",
                 View::Gone(_) => "gone",
-                View::PreQueue(_) => "prequeue",
+                View::PreQueue { .. } => "prequeue",
             }
         }
 
@@ -200,7 +200,7 @@ mod tests {
                 View::Waiting { rank, .. } => write!(out, "{{\"rank\":{rank}}}"),
                 View::Ready { .. } => write!(out, "{{}}"),
                 View::Gone(reason) => write!(out, "{{\"reason\":\"{}\"}}", reason.as_str()),
-                View::PreQueue(status) => write!(out, "{status}"),
+                View::PreQueue { status, .. } => write!(out, "{status}"),
             };
         }
     }

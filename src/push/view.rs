@@ -58,9 +58,13 @@ pub enum View {
     },
     Gone(GoneReason),
     /// In a lottery's pre-queue, before the draw: the HTTP edge's status
-    /// JSON, rendered once at connect (the page counts down by itself).
-    /// The stream stays open and moves to `Waiting` when the draw is heard.
-    PreQueue(std::sync::Arc<str>),
+    /// JSON as rendered at connect, and the opening time it is to show
+    /// (moved by a `Rescheduled` event; the edge writes it in). The stream
+    /// stays open and moves to `Waiting` when the draw is heard.
+    PreQueue {
+        status: std::sync::Arc<str>,
+        opens_at: u64,
+    },
 }
 
 /// An SSE id: `<pass>` or `<pass>.<n>`, so ids only grow. Ordered as the

@@ -117,6 +117,12 @@ pub enum QueueEvent {
     /// A lottery's draw placed its pre-queue in line: pre-queue streams
     /// re-read their standing and show their drawn place.
     Drawn,
+    /// A lottery was scheduled or its opening moved: pre-queue streams
+    /// show the new time.
+    Rescheduled {
+        #[serde(rename = "opensAt")]
+        opens_at: u64,
+    },
 }
 
 /// What a subscription yields.

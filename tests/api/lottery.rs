@@ -302,7 +302,8 @@ async fn two_instances_draw_once_and_the_order_verifies() {
 }
 
 /// Pre-queue streams stay open: each gets its `prequeue` event at once,
-/// keep-alives meanwhile, and at the draw its `waiting` event with its
+/// again when the opening moves, keep-alives meanwhile, and at the draw
+/// its `waiting` event with its
 /// drawn place, on the same connection, on whichever of two instances it
 /// is connected to (the draw runs on one; the other hears it published).
 /// The safety re-read of a pre-queue stream comes 20-40 s after connect,
@@ -336,6 +337,17 @@ async fn pre_queue_streams_stay_open_and_move_to_the_line_at_the_draw() {
         assert_eq!(first.data["status"], "PRE_QUEUE");
         assert_eq!(first.data["lottery"], body["lottery"]);
         streams.push((stream, ticket, i % 2 == 0));
+    }
+    // The opening moves (on A): every stream, on either instance, shows it.
+    let opens_at = opens_at + 1_500;
+    let (code, body) = schedule(&a, json!({"opensAt": opens_at})).await;
+    assert_eq!(code, 200, "{body}");
+    for (stream, _, _) in &mut streams {
+        let moved = stream.next(WAIT).await.expect("the move");
+        assert_eq!(moved.event, "prequeue", "{moved:?}");
+        assert_eq!(moved.data["lottery"]["opensAt"], opens_at, "{moved:?}");
+        let left = moved.data["lottery"]["secondsToOpen"].as_u64().unwrap();
+        assert!((3..=6).contains(&left), "{moved:?}");
     }
     // Each stream, on its own connection, to its `waiting` event.
     let mut ranks = Vec::new();

@@ -10,7 +10,7 @@ use crate::queue::lottery::{SEED_BYTES, commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
 use crate::store::{
     AddressLimits, DrawOutcome, LimitKind, Limited, LotteryRefusal, LotteryState, PLACES_RETRY_MS,
-    PreEntry, PreJoin,
+    PreEntry, PreJoin, QueueEvent,
 };
 
 /// One queue's lottery.
@@ -56,7 +56,7 @@ impl MemoryStore {
         seed: &str,
     ) -> Result<LotteryState, LotteryRefusal> {
         let bytes: [u8; SEED_BYTES] = parse_seed(seed).unwrap_or([0; SEED_BYTES]);
-        self.with_queue(queue, |q, _| match &mut q.lottery {
+        let scheduled = self.with_queue(queue, |q, _| match &mut q.lottery {
             Some(l) if l.drawn => Err(LotteryRefusal::Drawn),
             Some(l) => {
                 l.opens_at = opens_at;
@@ -77,7 +77,14 @@ impl MemoryStore {
                 q.lottery = Some(l);
                 Ok(state)
             }
-        })
+        });
+        // Published as the Lua script does, so pre-queue streams show the
+        // new time. (Two moves racing may be heard in either order here;
+        // both times are close, and a re-read shows the stored one.)
+        if scheduled.is_ok() {
+            self.publish(queue, QueueEvent::Rescheduled { opens_at });
+        }
+        scheduled
     }
 
     pub(super) fn lottery_clear(&self, queue: &QueueName) -> Result<bool, LotteryRefusal> {

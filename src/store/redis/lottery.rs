@@ -64,13 +64,15 @@ impl RedisStore {
         opens_at: Option<u64>,
         seed: &str,
     ) -> StoreResult<Vec<String>> {
-        let [lot, pre, _] = self.keys(queue).lottery();
+        let keys = self.keys(queue);
+        let [lot, pre, _] = keys.lottery();
         let committed = parse_seed(seed).map(|s| commitment(&s)).unwrap_or_default();
         let mut inv = self.scripts.lottery_schedule.prepare_invoke();
         inv.key(lot).key(pre);
         inv.arg(opens_at.map(|t| t.to_string()).unwrap_or_default())
             .arg(seed)
-            .arg(committed);
+            .arg(committed)
+            .arg(&keys.channel);
         let mut conn = self.conn.clone();
         bounded(inv.invoke_async(&mut conn)).await
     }
