@@ -766,3 +766,62 @@ async fn pre_queue_joins_obey_address_limits_redis() {
     )
     .await;
 }
+
+/// The join challenge guards the pre-queue as it guards the line: with
+/// `--join-challenge always`, a pre-queue join without a solution is `428`,
+/// with a replayed one `403`, each with where to get one and nothing added;
+/// with a fresh solution it is a pre-queue join.
+#[tokio::test]
+async fn pre_queue_joins_need_the_join_challenge() {
+    let mut a = args();
+    a.extend([
+        "--join-challenge",
+        "always",
+        "--join-challenge-difficulty",
+        "1000",
+    ]);
+    let app = TestApp::memory(&a).await;
+    let (code, body) = schedule(&app, json!({"opensAt": now_ms() + 60_000})).await;
+    assert_eq!(code, 200, "{body}");
+    let join = |user: &'static str, altcha: Option<String>| {
+        let app = &app;
+        async move {
+            let mut r = app
+                .client
+                .post(app.url("/api/queues/default/entries"))
+                .header("x-user-id", user);
+            if let Some(a) = altcha {
+                r = r.header("x-altcha", a);
+            }
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let solution = || async {
+        let (code, body) = get(&app, "/api/queues/default/challenge").await;
+        assert_eq!(code, 200, "{body}");
+        let challenge: waitroom::challenge::IssuedChallenge = serde_json::from_str(&body).unwrap();
+        waitroom::challenge::solve(&challenge).expect("solvable")
+    };
+    let (code, body) = join("nobody", None).await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (428, Some("challenge_required"))
+    );
+    assert_eq!(body["challengeUrl"], "/api/queues/default/challenge");
+    assert_eq!(lottery(&app).await.1["entries"], 0, "nothing added");
+    let fresh = solution().await;
+    let (code, body) = join("alice", Some(fresh.clone())).await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (201, Some("PRE_QUEUE")),
+        "{body}"
+    );
+    let (code, body) = join("mallory", Some(fresh)).await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("challenge_replayed"))
+    );
+    assert_eq!(lottery(&app).await.1["entries"], 1, "nothing added");
+    app.stop().await;
+}
