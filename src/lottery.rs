@@ -6,8 +6,11 @@
 //! lets exactly one draw through, and any instance can die without
 //! stopping the opening. The loop also keeps this instance's list of
 //! queues with a draw still ahead, so a join can go to the pre-queue
-//! without a store read (the pre-queue join itself checks the store, so a
-//! stale list never puts anyone in a pre-queue already drawn).
+//! without a store read. The list only saves a call: the pre-queue join
+//! checks the store, so a stale list never puts anyone in a pre-queue
+//! already drawn, and the store's join step sends a join to the pre-queue
+//! while a draw is ahead, so a lottery this list has not seen yet gets its
+//! joins all the same.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};

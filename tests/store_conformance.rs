@@ -2341,7 +2341,9 @@ mod lottery {
 
     use super::*;
     use waitroom::queue::lottery::{draw_order, fingerprint, new_seed, published_list};
-    use waitroom::store::{DrawOutcome, LotteryRefusal, PreJoin};
+    use waitroom::store::{
+        AddressLimits, DrawOutcome, JoinLimits, LimitKind, LotteryRefusal, PreJoin, Rate,
+    };
 
     fn now_ms() -> u64 {
         SystemTime::now()
@@ -2513,6 +2515,15 @@ mod lottery {
 
     async fn leaving_the_pre_queue_takes_the_entry_out_of_the_draw(store: SharedStore) {
         let seed = new_seed();
+        // In line before the lottery was scheduled.
+        let p = Policy {
+            max_active: Some(0),
+            ..slow(1)
+        };
+        store
+            .enter(&q(), &u("c"), &p, &EntryToken::generate())
+            .await
+            .unwrap();
         store
             .schedule_lottery(&q(), now_ms() + 100, &seed)
             .await
@@ -2529,24 +2540,176 @@ mod lottery {
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].0, u("b"));
         assert!(store.pre_entry(&q(), &u("a")).await.unwrap().is_none());
-        // A user already in line is not put in the pre-queue.
+        // A user already in line is not put in the pre-queue, and their
+        // repeat join keeps their place.
+        assert_eq!(
+            store.pre_join(&q(), &u("c"), "00").await.unwrap(),
+            PreJoin::Open
+        );
+        let again = store
+            .enter(&q(), &u("c"), &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert!(
+            !again.pre_queue && rank(&again.snapshot) == Some(0),
+            "{again:?}"
+        );
+    }
+
+    /// The join step itself sends a join without a place to the pre-queue
+    /// while a lottery waits to be drawn (whatever an instance believes),
+    /// changing nothing; alone or in a group; after the draw, joins queue
+    /// behind the drawn.
+    async fn a_join_before_the_draw_is_sent_to_the_pre_queue(store: SharedStore) {
         let p = Policy {
             max_active: Some(0),
             ..slow(1)
         };
         store
-            .enter(&q(), &u("c"), &p, &EntryToken::generate())
+            .schedule_lottery(&q(), now_ms() + 300, &new_seed())
+            .await
+            .unwrap()
+            .unwrap();
+        let out = store
+            .enter(&q(), &u("x"), &p, &EntryToken::generate())
             .await
             .unwrap();
-        assert_eq!(
-            store.pre_join(&q(), &u("c"), "00").await.unwrap(),
-            PreJoin::Open
+        assert!(out.pre_queue && !out.created, "{out:?}");
+        assert_eq!(out.snapshot.entry, None);
+        let group = futures::future::join_all((0..20).map(|i| {
+            let store = store.clone();
+            let p = p.clone();
+            async move {
+                store
+                    .enter(&q(), &u(&format!("g{i}")), &p, &EntryToken::generate())
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        assert!(group.iter().all(|o| o.pre_queue), "{group:?}");
+        assert_eq!(store.stats(&q()).await.unwrap().waiting, 0, "nothing added");
+        assert_eq!(store.lottery(&q()).await.unwrap().unwrap().entries, 0);
+        pre(&store, &u("x")).await;
+        // In the pre-queue already: still the pre-queue's.
+        let out = store
+            .enter(&q(), &u("x"), &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert!(out.pre_queue, "{out:?}");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let drawn = waitroom::lottery::draw_if_due(&store, &q()).await.unwrap();
+        assert!(
+            matches!(drawn, Some(DrawOutcome::Drawn { placed: 1 })),
+            "{drawn:?}"
+        );
+        let out = store
+            .enter(&q(), &u("late"), &p, &EntryToken::generate())
+            .await
+            .unwrap();
+        assert!(!out.pre_queue && out.created, "{out:?}");
+        assert_eq!(rank(&out.snapshot), Some(1), "behind the drawn");
+    }
+
+    /// A new pre-queue entry counts against the address like a new place:
+    /// over its places or its join rate it is refused and nothing changes;
+    /// a repeat pre-join is not counted; a left entry frees its slot; drawn
+    /// entries keep counting as the places they became.
+    async fn pre_queue_entries_count_against_the_address(store: SharedStore) {
+        let places = AddressLimits {
+            key: "198.51.100.7".into(),
+            joins: None,
+            places: Some(2),
+        };
+        store
+            .schedule_lottery(&q(), now_ms() + 300, &new_seed())
+            .await
+            .unwrap()
+            .unwrap();
+        let join = |user: &'static str, address: AddressLimits| {
+            let store = store.clone();
+            async move {
+                store
+                    .pre_join_limited(&q(), &u(user), "ab", Some(&address))
+                    .await
+                    .unwrap()
+            }
+        };
+        let Ok(PreJoin::Pre { entry: first, .. }) = join("a1", places.clone()).await else {
+            panic!("a first entry is never refused");
+        };
+        assert!(matches!(
+            join("a2", places.clone()).await,
+            Ok(PreJoin::Pre { created: true, .. })
+        ));
+        let refused = join("a3", places.clone()).await;
+        assert!(
+            matches!(&refused, Err(l) if l.kind == LimitKind::AddressPlaces),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            join("a1", places.clone()).await,
+            Ok(PreJoin::Pre { created: false, .. })
+        ));
+        assert_eq!(store.lottery(&q()).await.unwrap().unwrap().entries, 2);
+        assert!(
+            store
+                .pre_leave(&q(), &u("a1"), first.pre_entry)
+                .await
+                .unwrap()
+        );
+        assert!(matches!(
+            join("a3", places.clone()).await,
+            Ok(PreJoin::Pre { created: true, .. })
+        ));
+        let rate = AddressLimits {
+            key: "198.51.100.8".into(),
+            joins: Some(Rate {
+                period_ms: 60_000,
+                burst: 1,
+            }),
+            places: None,
+        };
+        assert!(matches!(
+            join("b1", rate.clone()).await,
+            Ok(PreJoin::Pre { created: true, .. })
+        ));
+        let refused = join("b2", rate.clone()).await;
+        assert!(
+            matches!(&refused, Err(l) if l.kind == LimitKind::AddressJoins && l.retry_after_ms > 0),
+            "{refused:?}"
+        );
+        assert_eq!(store.lottery(&q()).await.unwrap().unwrap().entries, 3);
+        // Drawn: a2 and a3 are in line, and still the address's two places.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let drawn = waitroom::lottery::draw_if_due(&store, &q()).await.unwrap();
+        assert!(
+            matches!(drawn, Some(DrawOutcome::Drawn { placed: 3 })),
+            "{drawn:?}"
+        );
+        let limits = JoinLimits {
+            buyer: None,
+            address: Some(places),
+        };
+        let p = Policy {
+            max_active: Some(0),
+            ..slow(1)
+        };
+        let out = store
+            .enter_limited(&q(), &u("a4"), &p, &EntryToken::generate(), &limits)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&out, Err(l) if l.kind == LimitKind::AddressPlaces),
+            "{out:?}"
         );
     }
 
     async fn instances_drawing_together_draw_once(store: SharedStore) {
+        let mut events = subscribed(&store).await;
+        let opens_at = now_ms() + 100;
         store
-            .schedule_lottery(&q(), now_ms() + 100, &new_seed())
+            .schedule_lottery(&q(), opens_at, &new_seed())
             .await
             .unwrap()
             .unwrap();
@@ -2577,6 +2740,38 @@ mod lottery {
         .into_iter()
         .collect();
         assert_eq!(seen.len(), 50, "every entry placed once");
+        // One `Drawn` event for the eight tries (pre-queue streams on every
+        // instance move on it); the leave after it bounds the wait.
+        let leaver = u("r0");
+        let entry = entry_of(&store, &leaver).await;
+        assert!(store.leave(&q(), &leaver, entry).await.unwrap());
+        let mut got = Vec::new();
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(3), events.next())
+                .await
+                .expect("an event within 3 s")
+                .expect("stream open");
+            if let StoreEvent::Queue { queue, event } = ev {
+                assert_eq!(queue, q());
+                let done = matches!(&event, QueueEvent::Left { user, .. } if *user == leaver);
+                got.push(event);
+                if done {
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            got.iter().filter(|e| **e == QueueEvent::Drawn).count(),
+            1,
+            "{got:?}"
+        );
+        // The schedule published its time first (pre-queue streams show it).
+        assert_eq!(got[0], QueueEvent::Rescheduled { opens_at }, "{got:?}");
+        assert_eq!(
+            got[1],
+            QueueEvent::Drawn,
+            "published with the draw: {got:?}"
+        );
     }
 
     conformance!(
@@ -2584,5 +2779,7 @@ mod lottery {
         the_draw_places_the_whole_pre_queue_in_drawn_order_once,
         leaving_the_pre_queue_takes_the_entry_out_of_the_draw,
         instances_drawing_together_draw_once,
+        a_join_before_the_draw_is_sent_to_the_pre_queue,
+        pre_queue_entries_count_against_the_address,
     );
 }

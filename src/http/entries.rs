@@ -101,30 +101,51 @@ async fn enter(
     state
         .limits()
         .before_join(&queue, &user, (!repeat).then_some(address))?;
-    // A scheduled opening whose draw is ahead: the pre-queue instead.
-    if let Some(pre) = super::lottery::pre_join(&state, &queue, &user).await? {
-        let answer = Answer {
-            entry: pre.entry.pre_entry,
-            status: pre.status,
-            created: pre.created,
-        };
-        return Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie));
-    }
-    let outcome = match state
-        .store()
-        .enter_limited(
-            &queue,
-            &user,
-            &state.policy(&queue),
-            &EntryToken::generate(),
-            &state.limits().join_limits(address),
-        )
-        .await?
-    {
-        Ok(outcome) => outcome,
-        Err(limited) => {
-            return Err(state.limits().refused(&queue, &user, address, limited));
+    // A scheduled opening whose draw is ahead: the pre-queue instead. The
+    // instance's view of the lottery (looked up every 250 ms) saves a call;
+    // the join step in the store decides all the same, so a join right
+    // after another instance scheduled one lands in the pre-queue too.
+    let mut scheduled = false;
+    let outcome = loop {
+        if let Some(pre) =
+            super::lottery::pre_join(&state, &queue, &user, address, scheduled).await?
+        {
+            let answer = Answer {
+                entry: pre.entry.pre_entry,
+                status: pre.status,
+                created: pre.created,
+            };
+            return Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie));
         }
+        let outcome = match state
+            .store()
+            .enter_limited(
+                &queue,
+                &user,
+                &state.policy(&queue),
+                &EntryToken::generate(),
+                &state.limits().join_limits(address),
+            )
+            .await?
+        {
+            Ok(outcome) => outcome,
+            Err(limited) => {
+                return Err(state.limits().refused(&queue, &user, address, limited));
+            }
+        };
+        // Told "pre-queue" once, the pre-join is tried whatever the cache
+        // says; told it again after (the draw ran in between, and then the
+        // pre-join said "open", which the join step would not repeat), the
+        // answer is a store that contradicts itself.
+        if !outcome.pre_queue {
+            break outcome;
+        }
+        if scheduled {
+            return Err(ApiError::Internal(
+                "the store sent a join to a pre-queue that refused it".into(),
+            ));
+        }
+        scheduled = true;
     };
     count_enter(&queue, outcome.created);
     let entry = outcome

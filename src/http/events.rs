@@ -38,7 +38,7 @@ use super::lottery::PreTicket;
 use super::openapi::{StreamEvent, TicketParams};
 use super::wire;
 use crate::app::AppState;
-use crate::push::{EventId, StreamSession, shed_frame, view_of};
+use crate::push::{EventId, StreamSession, View, shed_frame, view_of};
 
 /// The route of the event stream (the lean writer matches it too; the
 /// handler's annotation names the same path, checked by a test).
@@ -55,9 +55,6 @@ pub enum Opening {
     Shed(Bytes),
     /// Neither waiting nor holding a token: `204`, so EventSource stops.
     NotEntered,
-    /// In a lottery's pre-queue: send this `prequeue` frame and close; its
-    /// `retry:` brings the EventSource back around the draw.
-    PreQueue(Bytes),
     /// A live stream (boxed: a session is far larger than a shed frame).
     Stream(Box<StreamSession>),
 }
@@ -89,18 +86,22 @@ pub async fn open_stream(
         .and_then(EventId::parse);
     let before = state.hub().events_seen(&member.queue);
     let snapshot = member.read_budgeted(state, client.key()).await?;
+    let mut view = None;
     if member.check_entry(&snapshot).is_err() {
         // A ticket of a lottery's pre-queue: still there, or placed.
         let (queue, user) = (&member.queue, &member.user);
         match super::lottery::pre_ticket(state, queue, user, member.entry, &snapshot).await? {
             Some(PreTicket::Waiting(status)) => {
-                return Ok(Opening::PreQueue(super::lottery::pre_queue_frame(&status)));
+                view = Some(View::PreQueue {
+                    opens_at: status.lottery.as_ref().map_or(0, |l| l.opens_at),
+                    status: super::lottery::pre_queue_data(&status),
+                });
             }
             Some(PreTicket::Placed(entry)) if snapshot.entry == Some(entry) => {}
             _ => return Err(super::extract::ticket_ended()),
         }
     }
-    let Some(view) = view_of(&snapshot, state.forecast(&member.queue)) else {
+    let Some(view) = view.or_else(|| view_of(&snapshot, state.forecast(&member.queue))) else {
         return Ok(Opening::NotEntered);
     };
     let sub = state
@@ -139,7 +140,7 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
     responses(
         (status = 200, description = "The stream: `waiting`, `ready` and `gone` events (see `StreamEvent`). \
             An instance at its stream cap answers a `retry:` frame alone and closes. \
-            In a lottery's pre-queue: one `prequeue` event (a `PRE_QUEUE` status) with a `retry:` that brings the client back around the draw, then the stream closes.",
+            In a lottery's pre-queue: a `prequeue` event (a `PRE_QUEUE` status) at once, keep-alives while it waits, then at the draw the buyer's `waiting` event on the same stream.",
             content_type = "text/event-stream", body = StreamEvent),
         (status = 204, description = "Neither waiting nor holding a token: nothing to stream (EventSource stops)."),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
@@ -159,7 +160,7 @@ async fn events(
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
     let body = match open_stream(&state, &member, &client, last_event_id).await? {
         Opening::NotEntered => return Ok(StatusCode::NO_CONTENT.into_response()),
-        Opening::Shed(frame) | Opening::PreQueue(frame) => Body::from(frame),
+        Opening::Shed(frame) => Body::from(frame),
         Opening::Stream(session) => match lean {
             Some(Extension(lean)) => {
                 lean.hand_over(*session);

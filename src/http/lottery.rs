@@ -257,16 +257,29 @@ pub(super) struct PreQueued {
 
 /// Puts `user` in `queue`'s pre-queue if its draw is still ahead; `None`
 /// when an ordinary join applies (no lottery, drawn, or already in line).
+/// A new entry counts against `address`'s limits in the store, as a new
+/// place in line does (`429` with the same body when over them). Tried only
+/// when this instance knows of a lottery, or `scheduled` (the store's join
+/// step said so).
 pub(super) async fn pre_join(
     state: &AppState,
     queue: &QueueName,
     user: &UserId,
+    address: super::client::ClientKey,
+    scheduled: bool,
 ) -> Result<Option<PreQueued>, ApiError> {
-    if !state.lotteries().has(queue) {
+    if !scheduled && !state.lotteries().has(queue) {
         return Ok(None);
     }
-    let PreJoin::Pre { entry, created } = state.store().pre_join(queue, user, &new_nonce()).await?
-    else {
+    let limits = state.limits().join_limits(address);
+    let joined = state
+        .store()
+        .pre_join_limited(queue, user, &new_nonce(), limits.address.as_ref())
+        .await?;
+    let PreJoin::Pre { entry, created } = (match joined {
+        Ok(joined) => joined,
+        Err(limited) => return Err(state.limits().refused(queue, user, address, limited)),
+    }) else {
         return Ok(None);
     };
     let Some(lottery) = state.store().lottery(queue).await? else {
@@ -349,23 +362,10 @@ pub(super) async fn leave(
     })
 }
 
-/// The whole answer of an event stream opened from the pre-queue: one
-/// `prequeue` event, and a `retry:` that brings the EventSource back in
-/// about five seconds, or just after `opensAt` when that is sooner, spread
-/// over a few seconds so a crowd does not come back in one instant.
-/// (Closing rather than holding the stream keeps the pre-queue out of the
-/// hub, which knows only places in line; the reconnect after the draw
-/// opens an ordinary stream on the same ticket.)
-pub(super) fn pre_queue_frame(status: &QueueStatus) -> bytes::Bytes {
-    let to_open = status
-        .lottery
-        .as_ref()
-        .map_or(0, |l| l.opens_at.saturating_sub(now_ms()));
-    let retry = if to_open > 6_000 {
-        rand::random_range(4_000..6_000)
-    } else {
-        to_open + rand::random_range(300..3_000)
-    };
-    let data = serde_json::to_string(status).unwrap_or_else(|_| "{}".into());
-    bytes::Bytes::from(format!("retry: {retry}\nevent: prequeue\ndata: {data}\n\n"))
+/// The data of a `prequeue` stream event: the `PRE_QUEUE` status, as a
+/// poll answers it (rendered once: the page counts down by itself).
+pub(super) fn pre_queue_data(status: &QueueStatus) -> std::sync::Arc<str> {
+    serde_json::to_string(status)
+        .unwrap_or_else(|_| "{}".into())
+        .into()
 }

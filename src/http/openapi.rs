@@ -146,6 +146,11 @@ impl PartialSchema for StreamEvent {
                 GoneEvent::name().as_ref(),
                 "The place ended; the stream closes after it.",
             ))
+            .item(event(
+                "prequeue",
+                QueueStatus::name().as_ref(),
+                "In a lottery's pre-queue (a `PRE_QUEUE` status): at connect and whenever                  `opensAt` moves; at the draw the same stream goes on with `waiting`.",
+            ))
             .into()
     }
 }

@@ -279,6 +279,7 @@ impl crate::push::Render for StreamWire {
             View::Waiting { .. } => "waiting",
             View::Ready { .. } => "ready",
             View::Gone(_) => "gone",
+            View::PreQueue { .. } => "prequeue",
         }
     }
 
@@ -305,6 +306,7 @@ impl crate::push::Render for StreamWire {
                 };
                 out.push_str(&serde_json::to_string(&event).expect("plain data serializes"));
             }
+            View::PreQueue { status, opens_at } => pre_queue_data(status, *opens_at, out),
             View::Gone(reason) => {
                 let event = GoneEvent {
                     status: Status::NotEntered,
@@ -314,6 +316,26 @@ impl crate::push::Render for StreamWire {
             }
         }
     }
+}
+
+/// A `prequeue` event's data: the status rendered at connect, with the
+/// opening time it is to show now (an operator may have moved it since) and
+/// the seconds left to it. Rare (a connect, a move), so parsed and written
+/// again rather than kept in parts.
+fn pre_queue_data(status: &str, opens_at: u64, out: &mut String) {
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(status) else {
+        out.push_str(status);
+        return;
+    };
+    if let Some(lottery) = value.get_mut("lottery").and_then(|l| l.as_object_mut()) {
+        let now = super::extract::now_ms();
+        lottery.insert("opensAt".into(), opens_at.into());
+        lottery.insert(
+            "secondsToOpen".into(),
+            opens_at.saturating_sub(now).div_ceil(1000).into(),
+        );
+    }
+    out.push_str(&serde_json::to_string(&value).unwrap_or_else(|_| status.to_owned()));
 }
 
 /// A `waiting` event's data, byte for byte what serde writes for

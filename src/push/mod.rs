@@ -274,6 +274,7 @@ impl Hub {
         };
         let next_refresh = match &view {
             View::Ready { expires_at, .. } => *expires_at + Duration::from_millis(250),
+            View::PreQueue { .. } => Instant::now() + registry::pre_queue_refresh(),
             _ => Instant::now() + refresh_period(rank),
         };
         let watcher = Watcher {

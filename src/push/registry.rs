@@ -58,6 +58,10 @@ impl Watcher {
         self.tx.with(|u| matches!(u.view, View::Waiting { .. }))
     }
 
+    pub fn is_pre_queue(&self) -> bool {
+        self.tx.with(|u| matches!(u.view, View::PreQueue { .. }))
+    }
+
     /// Shows `view` as of `pass` if it differs from what is shown.
     pub fn show(&mut self, pass: u64, view: View) {
         let id = &mut self.id;
@@ -132,6 +136,9 @@ pub(super) struct QueueWatchers {
     /// yet taken off the stored ranks.
     left: indexset::BTreeSet<u64>,
     fold_at: usize,
+    /// A lottery draw of this queue was heard: a pre-queue stream whose
+    /// buyer is not in line after it has left the pre-queue.
+    drawn: bool,
 }
 
 impl Default for QueueWatchers {
@@ -140,8 +147,17 @@ impl Default for QueueWatchers {
             by_user: HashMap::new(),
             left: indexset::BTreeSet::new(),
             fold_at: FOLD_AT,
+            drawn: false,
         }
     }
+}
+
+/// How long until a pre-queue stream is re-read without a draw event: only
+/// a safety net for an event lost in an interruption (the resync re-reads
+/// every stream anyway), so rare, and jittered so a large pre-queue does
+/// not come due in one wave.
+pub fn pre_queue_refresh() -> Duration {
+    Duration::from_millis(rand::random_range(20_000..40_000))
 }
 
 /// Pending leavers ahead of arrival sequence `seq`.
@@ -210,6 +226,33 @@ impl QueueWatchers {
                 for w in self.by_user.values_mut() {
                     if w.is_waiting() {
                         w.show(w.id.pass, View::Gone(GoneReason::SoldOut));
+                    }
+                }
+            }
+            QueueEvent::Rescheduled { opens_at } => {
+                for w in self.by_user.values_mut() {
+                    let status = w.tx.with(|u| match &u.view {
+                        View::PreQueue { status, .. } => Some(status.clone()),
+                        _ => None,
+                    });
+                    if let Some(status) = status {
+                        let view = View::PreQueue {
+                            status,
+                            opens_at: *opens_at,
+                        };
+                        w.show(w.id.pass, view);
+                    }
+                }
+            }
+            QueueEvent::Drawn => {
+                // The event says only that the line holds the draw: each
+                // pre-queue stream reads its own place at the next refresh
+                // tick (one batched read, within a fifth of a second).
+                self.drawn = true;
+                let now = Instant::now();
+                for w in self.by_user.values_mut() {
+                    if w.is_pre_queue() {
+                        w.next_refresh = now;
                     }
                 }
             }
@@ -334,6 +377,11 @@ impl QueueWatchers {
                     };
                     w.show(snapshot.pass, view);
                 }
+            }
+            // Not drawn yet: still in the pre-queue (the line knows nothing
+            // of it). After the draw, one not in line has left it.
+            Standing::NotEntered if w.is_pre_queue() && !self.drawn => {
+                w.next_refresh = Instant::now() + pre_queue_refresh();
             }
             Standing::NotEntered => {
                 let reason = match w.view() {

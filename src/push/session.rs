@@ -205,6 +205,7 @@ mod tests {
                 View::Waiting { .. } => "waiting",
                 View::Ready { .. } => "ready",
                 View::Gone(_) => "gone",
+                View::PreQueue { .. } => "prequeue",
             }
         }
 
@@ -213,6 +214,7 @@ mod tests {
                 View::Waiting { rank, .. } => write!(out, "{{\"rank\":{rank}}}"),
                 View::Ready { .. } => write!(out, "{{}}"),
                 View::Gone(reason) => write!(out, "{{\"reason\":\"{}\"}}", reason.as_str()),
+                View::PreQueue { status, .. } => write!(out, "{status}"),
             };
         }
     }

@@ -57,6 +57,14 @@ pub enum View {
         admitted_at: Option<u64>,
     },
     Gone(GoneReason),
+    /// In a lottery's pre-queue, before the draw: the HTTP edge's status
+    /// JSON as rendered at connect, and the opening time it is to show
+    /// (moved by a `Rescheduled` event; the edge writes it in). The stream
+    /// stays open and moves to `Waiting` when the draw is heard.
+    PreQueue {
+        status: std::sync::Arc<str>,
+        opens_at: u64,
+    },
 }
 
 /// An SSE id: `<pass>` or `<pass>.<n>`, so ids only grow. Ordered as the

@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+
+use crate::store::AddressLimits;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
@@ -161,11 +163,18 @@ impl Store for MemoryStore {
                 return Ok(EnterOutcome {
                     created: false,
                     snapshot: q.snapshot_of(Some(id), now),
+                    pre_queue: false,
                 });
+            }
+            // Without a place while a lottery waits to be drawn: the
+            // pre-queue (decided under the lock, like the Lua join).
+            if q.lottery.as_ref().is_some_and(lottery::Lottery::pending) {
+                return Ok(EnterOutcome::pre_queue(q.waiting() as u64));
             }
             if let Some(address) = &limits.address {
                 if let Some(max) = address.places
-                    && q.places_held(&address.key, max) >= max as usize
+                    && q.places_held(&address.key, max) + lottery::pre_places_held(q, &address.key)
+                        >= max as usize
                 {
                     return limited(LimitKind::AddressPlaces, PLACES_RETRY_MS);
                 }
@@ -206,6 +215,7 @@ impl Store for MemoryStore {
             Ok(EnterOutcome {
                 created: true,
                 snapshot,
+                pre_queue: false,
             })
         }))
     }
@@ -677,13 +687,14 @@ impl Store for MemoryStore {
         Ok(self.lottery_state(queue))
     }
 
-    async fn pre_join(
+    async fn pre_join_limited(
         &self,
         queue: &QueueName,
         user: &UserId,
         nonce: &str,
-    ) -> StoreResult<PreJoin> {
-        Ok(self.lottery_pre_join(queue, user, nonce))
+        address: Option<&AddressLimits>,
+    ) -> StoreResult<Result<PreJoin, Limited>> {
+        Ok(self.lottery_pre_join(queue, user, nonce, address))
     }
 
     async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
@@ -710,7 +721,11 @@ impl Store for MemoryStore {
         order: &[UserId],
         list: &str,
     ) -> StoreResult<DrawOutcome> {
-        Ok(self.lottery_draw(queue, version, order, list))
+        let outcome = self.lottery_draw(queue, version, order, list);
+        if matches!(outcome, DrawOutcome::Drawn { .. }) {
+            self.publish(queue, QueueEvent::Drawn);
+        }
+        Ok(outcome)
     }
 
     async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {

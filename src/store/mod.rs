@@ -40,6 +40,28 @@ pub struct EnterOutcome {
     pub created: bool,
     /// The user's standing after the call (READY at once on the fast track).
     pub snapshot: Snapshot,
+    /// Nothing changed: the user has no place and a lottery of the queue
+    /// waits to be drawn, so the join belongs in its pre-queue
+    /// ([`Store::pre_join_limited`]). Decided in the join's own step.
+    pub pre_queue: bool,
+}
+
+impl EnterOutcome {
+    /// The answer for a join that belongs in the pre-queue.
+    pub fn pre_queue(total_waiting: u64) -> Self {
+        Self {
+            created: false,
+            snapshot: Snapshot {
+                standing: crate::queue::Standing::NotEntered,
+                total_waiting,
+                entered_at_ms: None,
+                pass: 0,
+                entry: None,
+                sold_out: false,
+            },
+            pre_queue: true,
+        }
+    }
 }
 
 /// One user admitted by a pass.
@@ -92,6 +114,15 @@ pub enum QueueEvent {
     /// The queue's stock ran out: every waiting stream ends `sold_out`
     /// (published once, by the report that found it gone).
     SoldOut,
+    /// A lottery's draw placed its pre-queue in line: pre-queue streams
+    /// re-read their standing and show their drawn place.
+    Drawn,
+    /// A lottery was scheduled or its opening moved: pre-queue streams
+    /// show the new time.
+    Rescheduled {
+        #[serde(rename = "opensAt")]
+        opens_at: u64,
+    },
 }
 
 /// What a subscription yields.
@@ -684,8 +715,32 @@ pub trait Store: Send + Sync + 'static {
     /// the queue's entry counter), or answers the entry they have there.
     /// One atomic step with the lottery's state: once drawn, or for a user
     /// with a place in line or a token, answers [`PreJoin::Open`].
-    async fn pre_join(&self, queue: &QueueName, user: &UserId, nonce: &str)
-    -> StoreResult<PreJoin>;
+    async fn pre_join(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+    ) -> StoreResult<PreJoin> {
+        self.pre_join_limited(queue, user, nonce, None)
+            .await?
+            .map_err(|l| StoreError::Protocol(format!("a join without limits was limited: {l:?}")))
+    }
+
+    /// [`Store::pre_join`], checked against the client `address`'s limits
+    /// in the same atomic step, exactly as [`Store::enter_limited`] checks a
+    /// new place: a new pre-queue entry is refused with
+    /// [`LimitKind::AddressPlaces`] when the address holds `places` live
+    /// places (pre-queue entries count, and keep counting through the draw
+    /// as the places it gives), else with [`LimitKind::AddressJoins`] when
+    /// its join rate is spent; a created entry counts against both. A
+    /// repeat pre-queue join never counts. A refusal changes nothing.
+    async fn pre_join_limited(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+        address: Option<&AddressLimits>,
+    ) -> StoreResult<Result<PreJoin, Limited>>;
 
     /// `user`'s lottery entry (kept after the draw, with their entry in line).
     async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>>;

@@ -14,7 +14,9 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
+use crate::common::{
+    RedisProcess, SseStream, TestApp, config, eventually, redis_url, unique_prefix,
+};
 
 const ADMIN: &str = "admin-token-for-lottery-tests-0123";
 const WAIT: Duration = Duration::from_secs(20);
@@ -193,9 +195,8 @@ async fn two_instances_draw_once_and_the_order_verifies() {
     let opens_at = now_ms() + 4_000;
     let (code, scheduled) = schedule(&a, json!({"opensAt": opens_at})).await;
     assert_eq!(code, 200, "{scheduled}");
-    // The other instance learns of the new lottery on its next look
-    // (every 250 ms); a join before that would join the line as usual.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // At once on the other instance, before its next look (every 250 ms):
+    // the store's join step sends these joins to the pre-queue.
 
     let joined = join_many(&b, "buyer", 200).await;
     for body in &joined {
@@ -296,6 +297,88 @@ async fn two_instances_draw_once_and_the_order_verifies() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("DOES NOT MATCH THE COMMITMENT"));
     let _ = std::fs::remove_dir_all(&dir);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Pre-queue streams stay open: each gets its `prequeue` event at once,
+/// again when the opening moves, keep-alives meanwhile, and at the draw
+/// its `waiting` event with its
+/// drawn place, on the same connection, on whichever of two instances it
+/// is connected to (the draw runs on one; the other hears it published).
+/// The safety re-read of a pre-queue stream comes 20-40 s after connect,
+/// so a `waiting` within a few seconds of `opensAt` is the draw event's.
+#[tokio::test]
+async fn pre_queue_streams_stay_open_and_move_to_the_line_at_the_draw() {
+    let prefix = unique_prefix("lottery-sse");
+    let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    let mut shared = args();
+    shared.extend(["--ticket-secret", "lottery-streams-secret-0123456789"]);
+    shared.extend(["--keep-alive-secs", "1"]);
+    let cfg = || waitroom::config::Config {
+        key_prefix: prefix.clone(),
+        ..config(&shared)
+    };
+    let a = TestApp::spawn_with(cfg(), store.clone()).await;
+    let b = TestApp::spawn_with(cfg(), store).await;
+    let opens_at = now_ms() + 4_000;
+    let (code, body) = schedule(&a, json!({"opensAt": opens_at})).await;
+    assert_eq!(code, 200, "{body}");
+    let joined = join_many(&b, "streamer", 8).await;
+    let mut streams = Vec::new();
+    for (i, body) in joined.iter().enumerate() {
+        assert_eq!(body["status"], "PRE_QUEUE", "{body}");
+        let app = if i % 2 == 0 { &a } else { &b };
+        let ticket = body["ticket"].as_str().unwrap().to_owned();
+        let mut stream = SseStream::open(app, "default", &ticket, None).await;
+        assert_eq!(stream.status, 200);
+        let first = stream.next(WAIT).await.expect("a first event");
+        assert_eq!(first.event, "prequeue", "{first:?}");
+        assert_eq!(first.data["status"], "PRE_QUEUE");
+        assert_eq!(first.data["lottery"], body["lottery"]);
+        streams.push((stream, ticket, i % 2 == 0));
+    }
+    // The opening moves (on A): every stream, on either instance, shows it.
+    let opens_at = opens_at + 1_500;
+    let (code, body) = schedule(&a, json!({"opensAt": opens_at})).await;
+    assert_eq!(code, 200, "{body}");
+    for (stream, _, _) in &mut streams {
+        let moved = stream.next(WAIT).await.expect("the move");
+        assert_eq!(moved.event, "prequeue", "{moved:?}");
+        assert_eq!(moved.data["lottery"]["opensAt"], opens_at, "{moved:?}");
+        let left = moved.data["lottery"]["secondsToOpen"].as_u64().unwrap();
+        assert!((3..=6).contains(&left), "{moved:?}");
+    }
+    // Each stream, on its own connection, to its `waiting` event.
+    let mut ranks = Vec::new();
+    for (stream, ticket, on_a) in &mut streams {
+        let seen = stream.until("waiting", WAIT).await;
+        let at = now_ms();
+        assert!(at >= opens_at, "a place before opensAt: {seen:?}");
+        assert!(
+            at < opens_at + 5_000,
+            "the draw event moved the stream, not a late re-read ({} ms after opensAt)",
+            at - opens_at
+        );
+        assert!(
+            seen[..seen.len() - 1].iter().all(|e| e.event == "prequeue"),
+            "{seen:?}"
+        );
+        let rank = seen.last().unwrap().data["rank"].as_u64().unwrap();
+        let app = if *on_a { &a } else { &b };
+        let (code, p) = app.position("default", ticket).await;
+        assert_eq!((code, p["status"].as_str()), (200, Some("WAITING")), "{p}");
+        assert_eq!(
+            p["rank"].as_u64(),
+            Some(rank),
+            "the stream shows the drawn place"
+        );
+        ranks.push(rank);
+    }
+    ranks.sort_unstable();
+    assert_eq!(ranks, (0..8).collect::<Vec<u64>>());
+    // Both instances held pre-queue streams, and they are still open.
+    assert!(a.state.hub().open_streams() >= 4 && b.state.hub().open_streams() >= 4);
     a.stop().await;
     b.stop().await;
 }
@@ -489,4 +572,256 @@ async fn draw_of_many_entries_measured() {
         pre_joins.as_secs_f64() * 1e3,
         (list.len() + order.iter().map(|u| u.as_str().len()).sum::<usize>()) as f64 / 1e6,
     );
+}
+
+/// No race between scheduling and joining: a join on instance B right
+/// after A scheduled the lottery, before B has looked at it, is a
+/// pre-queue join (the store's join step decides, not B's cache); so is a
+/// group of joins arriving together. Nobody is in line.
+#[tokio::test]
+async fn a_join_right_after_scheduling_on_another_instance_is_pre_queued() {
+    let prefix = unique_prefix("lottery-race");
+    let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    let mut shared = args();
+    shared.extend(["--ticket-secret", "lottery-race-secret-0123456789abc"]);
+    let cfg = || waitroom::config::Config {
+        key_prefix: prefix.clone(),
+        ..config(&shared)
+    };
+    let a = TestApp::spawn_with(cfg(), store.clone()).await;
+    let b = TestApp::spawn_with(cfg(), store).await;
+    let default = waitroom::queue::QueueName::parse("default").unwrap();
+    // B has looked: no lottery (so its own view sends joins to the line).
+    eventually(WAIT, "B's first look", || async {
+        (!b.state.lotteries().has(&default)).then_some(())
+    })
+    .await;
+    let (code, body) = schedule(&a, json!({"opensAt": now_ms() + 60_000})).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, first) = b.enter("default", "at-once").await;
+    assert_eq!(
+        (code, first["status"].as_str()),
+        (201, Some("PRE_QUEUE")),
+        "{first}"
+    );
+    assert!(first["position"].is_null() && first["lottery"]["fingerprint"].is_string());
+    let joined = join_many(&b, "burst", 50).await;
+    assert!(joined.iter().all(|j| j["status"] == "PRE_QUEUE"));
+    let stats = b.state.store().stats(&default).await.unwrap();
+    assert_eq!(stats.waiting, 0, "nobody in line ahead of the pre-queue");
+    assert_eq!(lottery(&a).await.1["entries"], 51);
+    // Its ticket polls as a pre-queue ticket on either instance.
+    let ticket = first["ticket"].as_str().unwrap();
+    for app in [&a, &b] {
+        let (code, p) = app.position("default", ticket).await;
+        assert_eq!(
+            (code, p["status"].as_str()),
+            (200, Some("PRE_QUEUE")),
+            "{p}"
+        );
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A client whose connections come from `source` (127.0.0.x).
+fn client_from(source: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(source.parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// A join of `user` from `client`, with its ticket when it has one.
+async fn join_from(
+    app: &TestApp,
+    client: &reqwest::Client,
+    user: &str,
+    ticket: Option<&str>,
+) -> (u16, Value) {
+    let mut r = client
+        .post(app.url("/api/queues/default/entries"))
+        .header("x-user-id", user);
+    if let Some(ticket) = ticket {
+        r = r.header("x-queue-ticket", ticket);
+    }
+    let r = r.send().await.unwrap();
+    let code = r.status().as_u16();
+    let retry = r.headers().get("retry-after").is_some();
+    let mut body: Value = r.json().await.unwrap_or(Value::Null);
+    if code == 429 {
+        assert!(retry, "Retry-After on a 429: {body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(body.get("ticket").is_none() && body.get("entryToken").is_none());
+        // Only the error code is compared with an ordinary join's refusal.
+        body = body["error"].clone();
+    }
+    (code, body)
+}
+
+/// One address may hold `--places-per-address` entries in the pre-queue and
+/// create `--joins-per-address-per-minute`, as in line: over either, the
+/// same `429` as an ordinary join, and nothing is added; a repeat join and
+/// another address are not touched; a place given up frees its slot. After
+/// the draw the drawn places still count against the address.
+async fn pre_queue_joins_obey_address_limits(places: TestApp, joins: TestApp) {
+    let opens_at = now_ms() + 4_000;
+    for app in [&places, &joins] {
+        let (code, body) = schedule(app, json!({"opensAt": opens_at})).await;
+        assert_eq!(code, 200, "{body}");
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let scalper = client_from("127.0.0.1");
+    let mut tickets = Vec::new();
+    for i in 0..3 {
+        let (code, body) = join_from(&places, &scalper, &format!("s{i}"), None).await;
+        assert_eq!(
+            (code, body["status"].as_str()),
+            (201, Some("PRE_QUEUE")),
+            "{body}"
+        );
+        tickets.push(body["ticket"].as_str().unwrap().to_owned());
+    }
+    // Leaving the pre-queue frees a slot (as in line).
+    assert_eq!(places.leave("default", &tickets[0]).await, 204);
+    let (code, body) = join_from(&places, &scalper, "s3", None).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, error) = join_from(&places, &scalper, "s4", None).await;
+    let refused_at = tokio::time::Instant::now();
+    assert_eq!(
+        (code, error.as_str()),
+        (429, Some("address_places_limited"))
+    );
+    assert_eq!(lottery(&places).await.1["entries"], 3, "nothing added");
+    // A repeat join with its ticket is answered, and counts for nothing.
+    let (code, body) = join_from(&places, &scalper, "s1", Some(&tickets[1])).await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (200, Some("PRE_QUEUE")),
+        "{body}"
+    );
+    // Another address is not touched.
+    let (code, _) = join_from(&places, &client_from("127.0.0.2"), "other", None).await;
+    assert_eq!(code, 201);
+    assert_eq!(lottery(&places).await.1["entries"], 4);
+
+    for i in 0..2 {
+        let (code, body) = join_from(&joins, &scalper, &format!("j{i}"), None).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let (code, error) = join_from(&joins, &scalper, "j2", None).await;
+    assert_eq!((code, error.as_str()), (429, Some("address_rate_limited")));
+    assert_eq!(lottery(&joins).await.1["entries"], 2, "nothing added");
+
+    // Drawn, the address's three places are in line and still count.
+    eventually(WAIT, "the draw", || async {
+        (lottery(&places).await.1["state"] == "drawn").then_some(())
+    })
+    .await;
+    // Past the instance's memory of the refusal (10 s), so the store decides.
+    tokio::time::sleep_until(refused_at + Duration::from_millis(10_500)).await;
+    let (code, error) = join_from(&places, &scalper, "s5", None).await;
+    assert_eq!(
+        (code, error.as_str()),
+        (429, Some("address_places_limited"))
+    );
+    let default = waitroom::queue::QueueName::parse("default").unwrap();
+    let stats = places.state.store().stats(&default).await.unwrap();
+    assert_eq!(stats.waiting, 4);
+    places.stop().await;
+    joins.stop().await;
+}
+
+#[tokio::test]
+async fn pre_queue_joins_obey_address_limits_memory() {
+    let with = |extra: [&'static str; 2]| {
+        let mut a = args();
+        a.extend(extra);
+        a
+    };
+    pre_queue_joins_obey_address_limits(
+        TestApp::memory(&with(["--places-per-address", "3"])).await,
+        TestApp::memory(&with(["--joins-per-address-per-minute", "2"])).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn pre_queue_joins_obey_address_limits_redis() {
+    let app = |extra: [&'static str; 2]| async move {
+        let prefix = unique_prefix("lottery-limits");
+        let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+        let mut a = args();
+        a.extend(extra);
+        let cfg = waitroom::config::Config {
+            key_prefix: prefix,
+            ..config(&a)
+        };
+        TestApp::spawn_with(cfg, store).await
+    };
+    pre_queue_joins_obey_address_limits(
+        app(["--places-per-address", "3"]).await,
+        app(["--joins-per-address-per-minute", "2"]).await,
+    )
+    .await;
+}
+
+/// The join challenge guards the pre-queue as it guards the line: with
+/// `--join-challenge always`, a pre-queue join without a solution is `428`,
+/// with a replayed one `403`, each with where to get one and nothing added;
+/// with a fresh solution it is a pre-queue join.
+#[tokio::test]
+async fn pre_queue_joins_need_the_join_challenge() {
+    let mut a = args();
+    a.extend([
+        "--join-challenge",
+        "always",
+        "--join-challenge-difficulty",
+        "1000",
+    ]);
+    let app = TestApp::memory(&a).await;
+    let (code, body) = schedule(&app, json!({"opensAt": now_ms() + 60_000})).await;
+    assert_eq!(code, 200, "{body}");
+    let join = |user: &'static str, altcha: Option<String>| {
+        let app = &app;
+        async move {
+            let mut r = app
+                .client
+                .post(app.url("/api/queues/default/entries"))
+                .header("x-user-id", user);
+            if let Some(a) = altcha {
+                r = r.header("x-altcha", a);
+            }
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let solution = || async {
+        let (code, body) = get(&app, "/api/queues/default/challenge").await;
+        assert_eq!(code, 200, "{body}");
+        let challenge: waitroom::challenge::IssuedChallenge = serde_json::from_str(&body).unwrap();
+        waitroom::challenge::solve(&challenge).expect("solvable")
+    };
+    let (code, body) = join("nobody", None).await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (428, Some("challenge_required"))
+    );
+    assert_eq!(body["challengeUrl"], "/api/queues/default/challenge");
+    assert_eq!(lottery(&app).await.1["entries"], 0, "nothing added");
+    let fresh = solution().await;
+    let (code, body) = join("alice", Some(fresh.clone())).await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (201, Some("PRE_QUEUE")),
+        "{body}"
+    );
+    let (code, body) = join("mallory", Some(fresh)).await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("challenge_replayed"))
+    );
+    assert_eq!(lottery(&app).await.1["entries"], 1, "nothing added");
+    app.stop().await;
 }

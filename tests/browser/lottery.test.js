@@ -1,8 +1,9 @@
 // A scheduled opening with a lottery: before `opensAt` the page shows the
 // pre-queue view (a countdown, the commitment and the buyer's own
 // fingerprint, which the buyer can recompute from the entry code shown);
-// at the draw it moves to the waiting view by itself, and the published
-// list holds that fingerprint. Screenshots of both views in screenshots/.
+// at the draw it moves to the waiting view by itself, on the one stream it
+// opened in the pre-queue (no reconnect), and the published list holds that
+// fingerprint. Screenshots of both views in screenshots/.
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -28,6 +29,17 @@ test('the pre-queue shows a countdown and the fingerprint, then the drawn place'
 
   const page = await browser.newPage();
   const consoleWatch = watchConsole(page);
+  // Counts every connection an EventSource makes, its own reconnects too.
+  await page.addInitScript(() => {
+    const Real = window.EventSource;
+    window.__streamOpens = 0;
+    window.EventSource = class extends Real {
+      constructor(...args) {
+        super(...args);
+        this.addEventListener('open', () => { window.__streamOpens += 1; });
+      }
+    };
+  });
   await page.goto(`${server.base}/`);
   await waitForState(page, 'prequeue', 10_000);
   const fingerprint = (await page.textContent('#prequeue-fingerprint')).trim();
@@ -42,6 +54,7 @@ test('the pre-queue shows a countdown and the fingerprint, then the drawn place'
 
   // The draw: the page moves to the waiting view on its own.
   await waitForState(page, 'waiting', 30_000);
+  assert.equal(await page.evaluate(() => window.__streamOpens), 1, 'countdown to waiting on the same stream');
   const position = await readPosition(page);
   assert.ok(position >= 1 && position <= 3, `drawn at ${position} of 3`);
   await screenshot(page, 'lottery-drawn');

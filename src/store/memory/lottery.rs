@@ -5,9 +5,13 @@
 use std::collections::HashMap;
 
 use super::MemoryStore;
+use super::queue::QueueData;
 use crate::queue::lottery::{SEED_BYTES, commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
-use crate::store::{DrawOutcome, LotteryRefusal, LotteryState, PreEntry, PreJoin};
+use crate::store::{
+    AddressLimits, DrawOutcome, LimitKind, Limited, LotteryRefusal, LotteryState, PLACES_RETRY_MS,
+    PreEntry, PreJoin, QueueEvent,
+};
 
 /// One queue's lottery.
 pub(super) struct Lottery {
@@ -19,9 +23,19 @@ pub(super) struct Lottery {
     /// Pre-queue entries, kept after the draw with their entries in line.
     entries: HashMap<UserId, PreEntry>,
     list: Option<String>,
+    /// The pre-queue entries each limited address created, counted as its
+    /// places (the line's own places are in `QueueData`): while in the
+    /// pre-queue, and after the draw while the place it gave lasts.
+    places: HashMap<String, Vec<UserId>>,
 }
 
 impl Lottery {
+    /// Scheduled and not drawn yet: joins without a place go to the
+    /// pre-queue.
+    pub(super) fn pending(&self) -> bool {
+        !self.drawn
+    }
+
     fn state(&self) -> LotteryState {
         LotteryState {
             opens_at: self.opens_at,
@@ -42,7 +56,7 @@ impl MemoryStore {
         seed: &str,
     ) -> Result<LotteryState, LotteryRefusal> {
         let bytes: [u8; SEED_BYTES] = parse_seed(seed).unwrap_or([0; SEED_BYTES]);
-        self.with_queue(queue, |q, _| match &mut q.lottery {
+        let scheduled = self.with_queue(queue, |q, _| match &mut q.lottery {
             Some(l) if l.drawn => Err(LotteryRefusal::Drawn),
             Some(l) => {
                 l.opens_at = opens_at;
@@ -57,12 +71,20 @@ impl MemoryStore {
                     version: 0,
                     entries: HashMap::new(),
                     list: None,
+                    places: HashMap::new(),
                 };
                 let state = l.state();
                 q.lottery = Some(l);
                 Ok(state)
             }
-        })
+        });
+        // Published as the Lua script does, so pre-queue streams show the
+        // new time. (Two moves racing may be heard in either order here;
+        // both times are close, and a re-read shows the stored one.)
+        if scheduled.is_ok() {
+            self.publish(queue, QueueEvent::Rescheduled { opens_at });
+        }
+        scheduled
     }
 
     pub(super) fn lottery_clear(&self, queue: &QueueName) -> Result<bool, LotteryRefusal> {
@@ -86,21 +108,41 @@ impl MemoryStore {
         queue: &QueueName,
         user: &UserId,
         nonce: &str,
-    ) -> PreJoin {
-        self.with_queue(queue, |q, _| {
+        address: Option<&AddressLimits>,
+    ) -> Result<PreJoin, Limited> {
+        self.with_queue(queue, |q, now| {
             let open = q.lottery.as_ref().is_none_or(|l| l.drawn);
             if open || q.buyers.find(user.as_str()).is_some() {
-                return PreJoin::Open;
+                return Ok(PreJoin::Open);
             }
             if let Some(entry) = q.lottery.as_ref().and_then(|l| l.entries.get(user)) {
-                return PreJoin::Pre {
+                return Ok(PreJoin::Pre {
                     entry: entry.clone(),
                     created: false,
-                };
+                });
+            }
+            if let Some(address) = address {
+                if let Some(max) = address.places
+                    && q.places_held(&address.key, max) + pre_places_held(q, &address.key)
+                        >= max as usize
+                {
+                    return Err(Limited {
+                        kind: LimitKind::AddressPlaces,
+                        retry_after_ms: PLACES_RETRY_MS,
+                    });
+                }
+                if let Some(rate) = address.joins
+                    && let Err(wait) = q.address_joins.spend(address.key.clone(), rate, now)
+                {
+                    return Err(Limited {
+                        kind: LimitKind::AddressJoins,
+                        retry_after_ms: wait,
+                    });
+                }
             }
             let pre_entry = q.next_entry();
             let Some(l) = q.lottery.as_mut() else {
-                return PreJoin::Open;
+                return Ok(PreJoin::Open);
             };
             let entry = PreEntry {
                 pre_entry,
@@ -109,10 +151,18 @@ impl MemoryStore {
             };
             l.entries.insert(user.clone(), entry.clone());
             l.version += 1;
-            PreJoin::Pre {
+            if let Some(address) = address
+                && address.places.is_some()
+            {
+                l.places
+                    .entry(address.key.clone())
+                    .or_default()
+                    .push(user.clone());
+            }
+            Ok(PreJoin::Pre {
                 entry,
                 created: true,
-            }
+            })
         })
     }
 
@@ -202,4 +252,33 @@ impl MemoryStore {
             q.lottery.as_ref().and_then(|l| l.list.clone())
         })
     }
+}
+
+/// Live places `address` holds through the lottery of `q`: entries still in
+/// the pre-queue, and drawn ones whose place in line (or token) lasts.
+/// Ended ones are forgotten.
+pub(super) fn pre_places_held(q: &mut QueueData, address: &str) -> usize {
+    let Some(l) = q.lottery.as_mut() else {
+        return 0;
+    };
+    let Some(mut users) = l.places.remove(address) else {
+        return 0;
+    };
+    let buyers = &q.buyers;
+    users.retain(|user| match l.entries.get(user) {
+        None => false,
+        Some(PreEntry { entry: None, .. }) => true,
+        Some(PreEntry {
+            entry: Some(placed),
+            ..
+        }) => buyers
+            .find(user.as_str())
+            .and_then(|id| buyers.get(id))
+            .is_some_and(|b| b.entry == *placed),
+    });
+    let n = users.len();
+    if n > 0 {
+        l.places.insert(address.to_owned(), users);
+    }
+    n
 }

@@ -261,7 +261,7 @@ impl Runner {
         let per_join = if shared.address_limited() { 4 } else { 2 };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.get_hash())
-            .arg(names.queue.len() + per_join * calls.len() + 2);
+            .arg(names.queue.len() + per_join * calls.len() + 4);
         for key in &names.queue {
             cmd.arg(key.as_str());
         }
@@ -289,6 +289,8 @@ impl Runner {
         }
         cmd.arg(names.stock.as_str())
             .arg(names.audit.as_str())
+            .arg(names.lottery[0].as_str())
+            .arg(names.lottery[1].as_str())
             .arg(keys.token_prefix.as_str())
             .arg(keys.channel.as_str());
         shared.push_args(crate::store::first_entry_id(), &mut cmd);
@@ -332,6 +334,8 @@ struct GroupKeys {
     address: String,
     stock: String,
     audit: String,
+    /// The lottery and its pre-queue (a join answers `prequeue` before a draw).
+    lottery: [String; 2],
 }
 
 impl GroupKeys {
@@ -344,6 +348,10 @@ impl GroupKeys {
             address,
             stock: keys.stock(),
             audit: keys.audit(),
+            lottery: {
+                let [lot, pre, _] = keys.lottery();
+                [lot, pre]
+            },
         }
     }
 }

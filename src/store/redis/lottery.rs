@@ -9,6 +9,7 @@
 use super::{QueueKeys, RedisStore, bounded};
 use crate::queue::lottery::{commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
+use crate::store::{AddressLimits, Limited};
 use crate::store::{
     DrawOutcome, LotteryRefusal, LotteryState, PreEntry, PreJoin, StoreError, StoreResult,
 };
@@ -63,13 +64,15 @@ impl RedisStore {
         opens_at: Option<u64>,
         seed: &str,
     ) -> StoreResult<Vec<String>> {
-        let [lot, pre, _] = self.keys(queue).lottery();
+        let keys = self.keys(queue);
+        let [lot, pre, _] = keys.lottery();
         let committed = parse_seed(seed).map(|s| commitment(&s)).unwrap_or_default();
         let mut inv = self.scripts.lottery_schedule.prepare_invoke();
         inv.key(lot).key(pre);
         inv.arg(opens_at.map(|t| t.to_string()).unwrap_or_default())
             .arg(seed)
-            .arg(committed);
+            .arg(committed)
+            .arg(&keys.channel);
         let mut conn = self.conn.clone();
         bounded(inv.invoke_async(&mut conn)).await
     }
@@ -178,18 +181,28 @@ impl RedisStore {
         queue: &QueueName,
         user: &UserId,
         nonce: &str,
-    ) -> StoreResult<PreJoin> {
-        let [lot, pre, _] = self.keys(queue).lottery();
+        address: Option<&AddressLimits>,
+    ) -> StoreResult<Result<PreJoin, Limited>> {
+        let keys = self.keys(queue);
+        let [lot, pre, _] = keys.lottery();
+        // Placeholder keys, which the script does not touch, for an
+        // address without limits.
+        let [joins, places] = keys.address(address.map_or("-", |a| a.key.as_str()));
+        let (join_period, join_burst) = super::rate_args(address.and_then(|a| a.joins));
+        let max_places = address.and_then(|a| a.places).unwrap_or(0);
         let reply: redis::Value = self
             .run_for(
                 &self.scripts.lottery_join,
                 queue,
                 &[user],
-                vec![lot, pre],
+                vec![lot, pre, joins, places],
                 |inv| {
                     inv.arg(user.as_str())
                         .arg(nonce)
-                        .arg(crate::store::first_entry_id());
+                        .arg(crate::store::first_entry_id())
+                        .arg(join_period)
+                        .arg(join_burst)
+                        .arg(max_places);
                 },
             )
             .await?;
@@ -198,17 +211,22 @@ impl RedisStore {
             redis::from_redis_value::<Row>(reply.clone())
             && kind == "pre"
         {
-            return Ok(PreJoin::Pre {
+            return Ok(Ok(PreJoin::Pre {
                 entry: PreEntry {
                     pre_entry: pre_entry.max(0) as u64,
                     nonce,
                     entry: (entry >= 0).then_some(entry as u64),
                 },
                 created: created == 1,
-            });
+            }));
+        }
+        if let Ok(row) = redis::from_redis_value::<super::Row>(reply.clone())
+            && let Some(limited) = super::refusal(&row)?
+        {
+            return Ok(Err(limited));
         }
         match redis::from_redis_value::<Vec<String>>(reply.clone()) {
-            Ok(v) if v == ["open"] => Ok(PreJoin::Open),
+            Ok(v) if v == ["open"] => Ok(Ok(PreJoin::Open)),
             _ => Err(protocol("lottery_join.lua", &reply)),
         }
     }

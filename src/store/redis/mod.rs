@@ -43,9 +43,10 @@ use futures::stream::BoxStream;
 use redis::{AsyncCommands, RedisError};
 
 use super::{
-    AdaptiveRead, AdaptiveState, ClaimOutcome, DrawOutcome, EnterOutcome, JoinLimits, LimitKind,
-    Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS, Pass, PreEntry, PreJoin,
-    QueueEvent, QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
+    AdaptiveRead, AdaptiveState, AddressLimits, ClaimOutcome, DrawOutcome, EnterOutcome,
+    JoinLimits, LimitKind, Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS,
+    Pass, PreEntry, PreJoin, QueueEvent, QueueStats, Rate, StockState, Store, StoreError,
+    StoreEvent, StoreResult,
 };
 use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
@@ -602,12 +603,15 @@ impl Store for RedisStore {
                 // Placeholder keys, which the script does not touch, for
                 // an address without limits.
                 let [joins, places] = queue_keys.address(call.address.as_deref().unwrap_or("-"));
+                let [lot, pre, _] = queue_keys.lottery();
                 let keys = vec![
                     queue_keys.budget(user),
                     joins,
                     places,
                     queue_keys.stock(),
                     queue_keys.audit(),
+                    lot,
+                    pre,
                 ];
                 let reply: Vec<redis::Value> = self
                     .run_durable(&self.scripts.enter, queue, &[user], keys, |cmd| {
@@ -621,8 +625,15 @@ impl Store for RedisStore {
         if let Some(limited) = refusal(&row.0)? {
             return Ok(Err(limited));
         }
+        if row.0.0 == "prequeue" {
+            return Ok(Ok(EnterOutcome::pre_queue(row.0.7)));
+        }
         let (created, snapshot) = snapshot(row)?;
-        Ok(Ok(EnterOutcome { created, snapshot }))
+        Ok(Ok(EnterOutcome {
+            created,
+            snapshot,
+            pre_queue: false,
+        }))
     }
 
     async fn status_limited(
@@ -957,13 +968,14 @@ impl Store for RedisStore {
         Ok(self.lottery_read(queue, false).await?.map(|(l, _)| l))
     }
 
-    async fn pre_join(
+    async fn pre_join_limited(
         &self,
         queue: &QueueName,
         user: &UserId,
         nonce: &str,
-    ) -> StoreResult<PreJoin> {
-        self.lottery_pre_join(queue, user, nonce).await
+        address: Option<&AddressLimits>,
+    ) -> StoreResult<Result<PreJoin, Limited>> {
+        self.lottery_pre_join(queue, user, nonce, address).await
     }
 
     async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {

@@ -90,10 +90,13 @@ impl Scripts {
             renew_claim: with_common(include_str!("lua/renew_claim.lua")),
             spend: Script::new(&format!("{GCRA}\n{}", include_str!("lua/spend.lua"))),
             stock: with_common(include_str!("lua/stock.lua")),
-            lottery_schedule: Script::new(include_str!("lua/lottery_schedule.lua")),
+            lottery_schedule: Script::new(&format!(
+                "{prelude}{}",
+                include_str!("lua/lottery_schedule.lua")
+            )),
             lottery_read: Script::new(include_str!("lua/lottery_read.lua")),
             lottery_leave: Script::new(include_str!("lua/lottery_leave.lua")),
-            lottery_join: with_common(include_str!("lua/lottery_join.lua")),
+            lottery_join: with_rates(include_str!("lua/lottery_join.lua")),
             lottery_draw: with_common(include_str!("lua/lottery_draw.lua")),
         }
     }

@@ -51,6 +51,29 @@ local function publish(msg)
   redis.call(PUBLISH, K.channel, msg)
 end
 
+-- Whether `who`'s place, counted against an address at entry id `entry`,
+-- still lasts: they wait with that entry or hold a token issued to it, or
+-- (with `pre_key`, the lottery's pre-queue HASH) it is their pre-queue
+-- entry, not drawn yet or drawn to a place that lasts.
+local function place_live(pre_key, who, entry)
+  local function holds(id)
+    return tonumber(redis.call('ZSCORE', K.waiting, who)) == id
+      or tonumber(redis.call('HGET', K.tokprefix .. who, 'entry')) == id
+  end
+  if holds(entry) then
+    return true
+  end
+  local rec = pre_key and redis.call('HGET', pre_key, who)
+  if not rec then
+    return false
+  end
+  local p, e = rec:match('^(%d+):%x+:?(%d*)$')
+  if tonumber(p) ~= entry then
+    return false
+  end
+  return e == '' or holds(tonumber(e))
+end
+
 -- The store clock: Redis TIME, so every instance shares one clock.
 local function now_ms()
   local t = redis.call('TIME')

@@ -8,13 +8,15 @@
 -- KEYS[12] the client address's places: ZSET user -> entry id
 -- KEYS[13] the queue's stock HASH (see common.lua): no fast track past it
 -- KEYS[14] the queue's audit STREAM (common.lua): fast-track admissions
+-- KEYS[15] the lottery HASH, KEYS[16] the pre-queue HASH (see
+--          lottery_schedule.lua): a join answers 'prequeue' before a draw
 -- ARGV[3..4]  the user and the fast-track token
 -- ARGV[5..15] the join's 11 further arguments, as join.lua's join_config lists them
 -- Returns join()'s row: describe(), or limited(...) changing nothing.
 -- Atomic for the reasons join.lua gives.
 local now = now_ms()
 expire_active(now)
-local g = group(now, KEYS[13], KEYS[14])
+local g = group(now, KEYS[13], KEYS[14], KEYS[15], KEYS[16])
 local row = join(g, KEYS[9], KEYS[10], KEYS[11], KEYS[12], ARGV[3], ARGV[4], join_config(ARGV, 5))
 flush(g)
 return row

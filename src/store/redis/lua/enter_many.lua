@@ -13,8 +13,11 @@
 --               limits (address join period or places per address above
 --               zero: m = 4, else m = 2), the client address's join rate
 --               and places (as enter.lua's KEYS[9..12])
--- KEYS[#KEYS-1] the queue's stock HASH (see common.lua)
--- KEYS[#KEYS]   the queue's audit STREAM (common.lua): fast-track admissions
+-- KEYS[#KEYS-3] the queue's stock HASH (see common.lua)
+-- KEYS[#KEYS-2] the queue's audit STREAM (common.lua): fast-track admissions
+-- KEYS[#KEYS-1] the lottery HASH, KEYS[#KEYS] the pre-queue HASH (see
+--               lottery_schedule.lua): a join answers 'prequeue' before a
+--               draw; the lottery's state is read once per call
 -- Returns one join() row per join, in order: describe(), or limited(...)
 -- for a join refused by a limit (that join changed nothing; the others
 -- still count). The same user twice in a group takes one place: the second
@@ -27,7 +30,7 @@ local n = (#ARGV - 13) / 2
 local m = (c.join_period > 0 or c.max_places > 0) and 4 or 2
 local now = now_ms()
 expire_active(now)
-local g = group(now, KEYS[#KEYS - 1], KEYS[#KEYS])
+local g = group(now, KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS])
 local out = {}
 for i = 1, n do
   local k = 9 + m * (i - 1)

@@ -4,7 +4,9 @@
 --
 -- join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c):
 -- one join, with
---   g    = the call's shared state, from group(now, stock key, audit key):
+--   g    = the call's shared state, from group(now, stock key, audit key,
+--          lottery key, pre-queue key) (the lottery's keys: see
+--          lottery_schedule.lua; a call without them knows no lottery):
 --          the audit STREAM gets an 'admitted' entry per fast track; the store
 --          time; the queue's stock HASH (see common.lua: no fast track past
 --          it, and every row says whether the queue is sold out, read once
@@ -25,7 +27,12 @@
 --          join period ms (0: none), address join burst, places per
 --          address (0: none)
 -- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
--- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing.
+-- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing,
+-- or {'prequeue', 0, -1, -1, '', -1, -1, 0, 0} (no sold-out flag) for a user
+-- without a place while a lottery is scheduled and not drawn, changing
+-- nothing: the caller pre-joins them (lottery_join.lua). Deciding here, in
+-- the join's own step, leaves no window in which a join that an instance
+-- took for an open queue lands in line ahead of the pre-queue.
 -- A new entry (in line or on the fast track) takes the next entry id; so
 -- does a token issued by a version without entry ids, on its holder's next
 -- join, so they can be given a ticket for it (rolling upgrades).
@@ -46,8 +53,21 @@ local function join_config(a, i)
   }
 end
 
-local function group(now, stock, audit_key)
-  return {now = now, stock = stock, audit = audit_key, line = {}, seen = {}, added = {}}
+local function group(now, stock, audit_key, lot, pre)
+  return {
+    now = now, stock = stock, audit = audit_key, lot = lot, pre = pre,
+    line = {}, seen = {}, added = {},
+  }
+end
+
+-- True while a lottery of the queue is scheduled and not drawn: a join
+-- without a place then belongs in the pre-queue (lottery_join.lua), not in
+-- line. Read once per call: no join changes it.
+local function group_pre_queue(g)
+  if g.pre_queue == nil then
+    g.pre_queue = g.lot ~= nil and redis.call('HGET', g.lot, 'state') == 'scheduled'
+  end
+  return g.pre_queue
 end
 
 -- The line's length and the pass counter, read once per call: within a
@@ -131,18 +151,23 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     return group_stock(g, describe(user, tokkey, now, 0, total, pass))
   end
 
+  -- No place, and a lottery waits to be drawn: the caller puts the user in
+  -- its pre-queue (where the address's limits are checked), not in line.
+  if group_pre_queue(g) then
+    return {'prequeue', 0, -1, -1, '', -1, -1, 0, 0}
+  end
+
   -- A new place: the client address's limits first.
   if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
     flush(g) -- the liveness check below reads the line
     -- Forget places that ended (left, admitted and used, expired, dropped):
     -- a place lasts while its user waits or holds a token with its entry id.
     local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
+    -- (place_live, common.lua: with the pre-queue key, a lottery's entries
+    -- count too.)
     for i = 1, #held, 2 do
-      local who, entry = held[i], tonumber(held[i + 1])
-      local live = tonumber(redis.call('ZSCORE', K.waiting, who)) == entry
-        or tonumber(redis.call('HGET', K.tokprefix .. who, 'entry')) == entry
-      if not live then
-        redis.call('ZREM', places_key, who)
+      if not place_live(g.pre, held[i], tonumber(held[i + 1])) then
+        redis.call('ZREM', places_key, held[i])
       end
     end
     if redis.call('ZCARD', places_key) >= max_places then

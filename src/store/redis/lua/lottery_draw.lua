@@ -7,6 +7,8 @@
 -- ARGV[4] where a new entry counter starts (see next_entry)
 -- ARGV[5] the published list: the sorted fingerprints, one a line
 -- ARGV[6..] every pre-queue user, in drawn order
+-- Publishes {"kind":"drawn"} on the queue's channel once the line holds
+-- the draw, so every instance's pre-queue streams move to their places.
 -- Returns {'drawn', n} when this call placed n users; {'already'} when
 -- the draw had run; {'stale'} when there is no lottery, opensAt is still
 -- ahead on the store clock, or the pre-queue is not exactly the users
@@ -79,4 +81,5 @@ end
 flush()
 redis.call('HSET', lot, 'state', 'drawn', 'drawnAt', now)
 redis.call('SET', list, ARGV[5])
+publish(cjson.encode({kind = 'drawn'}))
 return {'drawn', n}

@@ -1,6 +1,7 @@
 -- lottery_schedule.lua: schedules a queue's opening with a lottery, moves
 -- its opening time, or clears it.
--- Not prefixed with common.lua: it touches only the lottery's own keys.
+-- Not prefixed with common.lua (it touches only the lottery's own keys),
+-- only with the prelude that names PUBLISH (see scripts.rs).
 -- KEYS[1] the lottery HASH: opensAt, seed (hex, secret until drawn),
 --         commitment (hex SHA-256 of the seed), state ('scheduled' or
 --         'drawn'), version (bumped by every pre-queue change), drawnAt
@@ -8,6 +9,10 @@
 -- ARGV[1] opensAt, ms since the epoch; '' clears the lottery
 -- ARGV[2] seed   ARGV[3] its commitment (Redis Lua has no SHA-256, so the
 --         caller computes it): used only when no lottery exists yet
+-- ARGV[4] the queue's pub/sub channel: a schedule or a move publishes
+--         {"kind":"rescheduled","opensAt":<ms>} there, in the same step, so
+--         every instance's pre-queue streams show the new time (in the
+--         order the moves happened)
 -- Returns {'drawn'} or {'not_empty'}, changing nothing; {'cleared', 0|1}
 -- for a clear; else {'ok', opensAt, seed, commitment, state, version,
 -- entries}.
@@ -35,5 +40,7 @@ else
   redis.call('HSET', lot, 'opensAt', ARGV[1], 'seed', ARGV[2], 'commitment', ARGV[3],
     'state', 'scheduled', 'version', 0)
 end
+-- ARGV[1] is the decimal the caller formatted from an integer.
+redis.call(PUBLISH, ARGV[4], string.format('{"kind":"rescheduled","opensAt":%s}', ARGV[1]))
 local f = redis.call('HMGET', lot, 'opensAt', 'seed', 'commitment', 'state', 'version')
 return {'ok', f[1], f[2], f[3], f[4], f[5], redis.call('HLEN', pre)}
