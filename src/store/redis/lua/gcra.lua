@@ -26,3 +26,37 @@ end
 local function limited(kind, wait)
   return {'limited', 0, -1, -1, kind, wait, -1, 0, 0}
 end
+
+-- address_limits(pre, places_key, joins_key, now, max_places, join_period,
+-- join_burst, before_scan, scan_arg): the client address's limits on a new place
+-- (in line or in a lottery's pre-queue), shared by join.lua and
+-- lottery_join.lua so both count an address alike. Places (ZSET user ->
+-- entry id) are counted after forgetting those that ended (place_live,
+-- common.lua; `pre` is the lottery's pre-queue key, so its entries count
+-- too); `before_scan(scan_arg)` (if given) runs before that scan reads
+-- the line (a function and its argument, so a join makes no closure). Then
+-- one join against the address's GCRA bucket. Returns limited(...) for
+-- the first limit hit, or nil (the join rate then counted).
+local function address_limits(pre, places_key, joins_key, now, max_places, join_period, join_burst, before_scan, scan_arg)
+  if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
+    if before_scan then
+      before_scan(scan_arg)
+    end
+    local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
+    for i = 1, #held, 2 do
+      if not place_live(pre, held[i], tonumber(held[i + 1])) then
+        redis.call('ZREM', places_key, held[i])
+      end
+    end
+    if redis.call('ZCARD', places_key) >= max_places then
+      return limited('address_places', 10000)
+    end
+  end
+  if join_period > 0 then
+    local wait = gcra(joins_key, now, join_period, join_burst)
+    if wait > 0 then
+      return limited('address_joins', wait)
+    end
+  end
+  return nil
+end

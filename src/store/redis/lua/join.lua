@@ -157,28 +157,12 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     return {'prequeue', 0, -1, -1, '', -1, -1, 0, 0}
   end
 
-  -- A new place: the client address's limits first.
-  if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
-    flush(g) -- the liveness check below reads the line
-    -- Forget places that ended (left, admitted and used, expired, dropped):
-    -- a place lasts while its user waits or holds a token with its entry id.
-    local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
-    -- (place_live, common.lua: with the pre-queue key, a lottery's entries
-    -- count too.)
-    for i = 1, #held, 2 do
-      if not place_live(g.pre, held[i], tonumber(held[i + 1])) then
-        redis.call('ZREM', places_key, held[i])
-      end
-    end
-    if redis.call('ZCARD', places_key) >= max_places then
-      return limited('address_places', 10000)
-    end
-  end
-  if join_period > 0 then
-    local wait = gcra(joins_key, now, join_period, join_burst)
-    if wait > 0 then
-      return limited('address_joins', wait)
-    end
+  -- A new place: the client address's limits first (gcra.lua). The
+  -- liveness scan reads the line, so the group's deferred writes go first.
+  local refused = address_limits(g.pre, places_key, joins_key, now, max_places,
+    join_period, join_burst, flush, g)
+  if refused then
+    return refused
   end
 
   local function counted(entry)

@@ -39,24 +39,9 @@ if rec then
   return {'pre', 0, tonumber(p), n, tonumber(e) or -1}
 end
 local now = now_ms()
-if max_places > 0 and redis.call('ZCARD', places_key) >= max_places then
-  -- Forget places that ended; see join.lua (place_live knows pre-queue
-  -- entries too).
-  local held = redis.call('ZRANGE', places_key, 0, -1, 'WITHSCORES')
-  for i = 1, #held, 2 do
-    if not place_live(pre, held[i], tonumber(held[i + 1])) then
-      redis.call('ZREM', places_key, held[i])
-    end
-  end
-  if redis.call('ZCARD', places_key) >= max_places then
-    return limited('address_places', 10000)
-  end
-end
-if join_period > 0 then
-  local wait = gcra(joins_key, now, join_period, join_burst)
-  if wait > 0 then
-    return limited('address_joins', wait)
-  end
+local refused = address_limits(pre, places_key, joins_key, now, max_places, join_period, join_burst, nil)
+if refused then
+  return refused
 end
 local entry = next_entry(ARGV[5])
 redis.call('HSET', pre, user, string.format('%d:%s', entry, nonce))
