@@ -36,7 +36,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{AnyPool, ConnectOptions, Executor, Row};
+use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Executor, Row};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 
@@ -66,6 +66,18 @@ const SQLITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// reconciler's sweep keeps every one of them younger than any idle
 /// timeout. One connection keeps an instance's descriptors constant.
 const SQLITE_FILE_CONNECTIONS: u32 = 1;
+
+/// The page cache of a SQLite file's connection, in KiB. SQLite's default
+/// is 2,000 KiB (`cache_size = -2000`), and the cache keeps every page it
+/// read or wrote until it reaches that cap: orders are only ever added, so
+/// an instance's memory grew for as long as the file was under ~2 MiB
+/// (about 16 minutes at the soak's 6 orders a second per instance, well
+/// after its warm-up) before it levelled off. A quarter of that fills
+/// within a few minutes of orders and costs nothing measurable: an order
+/// touches one leaf of each index and the table's last page, and a page
+/// not in this cache is a read from the kernel's file cache (see
+/// `cache_size_bench`).
+pub const SQLITE_CACHE_KIB: i64 = 512;
 
 /// How long a SQLite file's connection lives at most before it is
 /// replaced (sqlx's default).
@@ -243,12 +255,18 @@ impl OrderStore {
     /// memory. A PostgreSQL database must exist; every instance pointed at
     /// it shares its products and orders.
     pub async fn open(db: &str, queue: &str) -> Result<Self, sqlx::Error> {
-        Self::open_with(db, queue, SQLITE_FILE_CONNECTIONS).await
+        Self::open_with(db, queue, SQLITE_FILE_CONNECTIONS, SQLITE_CACHE_KIB).await
     }
 
-    /// [`OrderStore::open`] with `file_connections` to a SQLite file (the
-    /// benchmark of the pool size compares sizes in one run).
-    async fn open_with(db: &str, queue: &str, file_connections: u32) -> Result<Self, sqlx::Error> {
+    /// [`OrderStore::open`] with `file_connections` to a SQLite file, each
+    /// with a page cache of `cache_kib` (the benchmarks compare sizes in
+    /// one run).
+    async fn open_with(
+        db: &str,
+        queue: &str,
+        file_connections: u32,
+        cache_kib: i64,
+    ) -> Result<Self, sqlx::Error> {
         sqlx::any::install_default_drivers();
         let backend = Backend::of(db);
         let pool = match backend {
@@ -288,6 +306,13 @@ impl OrderStore {
                         Box::pin(async move {
                             if !in_memory {
                                 conn.execute("PRAGMA journal_mode = WAL").await?;
+                                // An in-memory database's pages are its
+                                // cache: no cap applies there.
+                                // A number: nothing to inject.
+                                conn.execute(AssertSqlSafe(format!(
+                                    "PRAGMA cache_size = -{cache_kib}"
+                                )))
+                                .await?;
                             }
                             conn.execute("PRAGMA foreign_keys = ON").await?;
                             conn.execute("PRAGMA busy_timeout = 10000").await?;
@@ -864,10 +889,19 @@ mod tests {
     /// A fresh SQLite file in its own temp dir, opened with `connections`,
     /// stocked for `stock` orders.
     async fn file_store(connections: u32, stock: i64) -> (std::path::PathBuf, OrderStore) {
+        file_store_cached(connections, SQLITE_CACHE_KIB, stock).await
+    }
+
+    /// [`file_store`] with a page cache of `cache_kib` per connection.
+    async fn file_store_cached(
+        connections: u32,
+        cache_kib: i64,
+        stock: i64,
+    ) -> (std::path::PathBuf, OrderStore) {
         let dir = std::env::temp_dir().join(format!("waitroom-orders-{:x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("orders.db");
-        let s = OrderStore::open_with(path.to_str().unwrap(), "default", connections)
+        let s = OrderStore::open_with(path.to_str().unwrap(), "default", connections, cache_kib)
             .await
             .unwrap();
         let p = s.product(DEMO_PRODUCT).await.unwrap().unwrap();
@@ -942,6 +976,76 @@ mod tests {
             rate(best[0]),
             rate(best[1]),
             best[1] / best[0]
+        );
+    }
+
+    /// SQLite's page cache is what it keeps of the file in the process'
+    /// memory; its default cap (2,000 KiB) was reached only ~16 minutes
+    /// into the soak, so the instance's memory grew that long.
+    #[tokio::test]
+    async fn a_file_database_caps_its_page_cache_on_every_connection() {
+        let (dir, s) = file_store(SQLITE_FILE_CONNECTIONS, 1000).await;
+        let cache_size = || async {
+            sqlx::query("PRAGMA cache_size")
+                .fetch_one(&s.pool)
+                .await
+                .unwrap()
+                .try_get::<i64, _>(0)
+                .unwrap()
+        };
+        assert_eq!(cache_size().await, -SQLITE_CACHE_KIB, "KiB, negative");
+        // A connection that replaces the first (the lifetime ran out) gets
+        // the same cap.
+        let first = s.pool.acquire().await.unwrap();
+        first.close().await.unwrap();
+        order_burst(&s, "cap", 8).await;
+        assert_eq!(cache_size().await, -SQLITE_CACHE_KIB);
+        s.pool.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Orders per second with SQLite's default page cache against
+    /// [`SQLITE_CACHE_KIB`], in the same run, on a file that already holds
+    /// `FILLED` orders (~8 MiB, larger than either cache):
+    /// `cargo test --lib orders::tests::cache_size_bench --
+    /// --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a benchmark: run by hand"]
+    async fn cache_size_bench() {
+        const ROUNDS: usize = 5;
+        const BUYERS: usize = 400;
+        const FILLED: i64 = 20_000;
+        let sizes = [2000, 1024, SQLITE_CACHE_KIB];
+        let mut best = [f64::MAX; 3];
+        for round in 0..ROUNDS {
+            for (i, cache_kib) in sizes.into_iter().enumerate() {
+                let (dir, s) = file_store_cached(1, cache_kib, 1_000_000).await;
+                sqlx::query(
+                    "INSERT INTO orders (id, user_id, product_id, quantity, created_at,
+                       token_sha256, claim_queue, claim_id, consume_confirmed)
+                     WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < $1)
+                     SELECT 'ord_' || hex(randomblob(16)), 'u' || hex(randomblob(8)),
+                       'demo-sneaker', 1, '2026-12-01T00:00:00Z', hex(randomblob(32)),
+                       'default', hex(randomblob(16)), 1 FROM n",
+                )
+                .bind(FILLED)
+                .execute(&s.pool)
+                .await
+                .unwrap();
+                let took = order_burst(&s, &format!("r{round}"), BUYERS).await;
+                best[i] = best[i].min(took.as_secs_f64());
+                s.pool.close().await;
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+        let rates: Vec<String> = sizes
+            .iter()
+            .zip(best)
+            .map(|(kib, secs)| format!("{kib} KiB {:.0}", BUYERS as f64 / secs))
+            .collect();
+        println!(
+            "orders/s (best of {ROUNDS} x {BUYERS} concurrent, {FILLED} orders before), page cache: {}",
+            rates.join(", ")
         );
     }
 }
