@@ -804,6 +804,9 @@ mod tests {
         let wide = Config::from_args(["--join-batch-window-us", "2000", "--join-batch-max", "8"]);
         let wide = wide.unwrap().join_batch().unwrap();
         assert_eq!((wide.window, wide.max), (Duration::from_millis(2), 8));
+        assert_eq!(on.depth, 2, "two groups of a queue in flight by default");
+        let deep = Config::from_args(["--join-batch-depth", "4"]).unwrap();
+        assert_eq!(deep.join_batch().unwrap().depth, 4);
     }
 
     #[test]
@@ -835,6 +838,8 @@ mod tests {
         assert!(parse(&["--join-batch-window-us", "2001"]).unwrap().is_err());
         assert!(parse(&["--join-batch-max", "0"]).unwrap().is_err());
         assert!(parse(&["--join-batch-max", "1001"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-depth", "0"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-depth", "65"]).unwrap().is_err());
         assert!(parse(&["--admission-batch", "0"]).unwrap().is_err());
         assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
         assert!(parse(&["--admission-interval-ms", "-1"]).is_err());
