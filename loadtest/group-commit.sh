@@ -13,7 +13,8 @@
 #          change) with its defaults, the A/B of a change in the same run
 # at each concurrency of CONCURRENCY, REPEATS times each (interleaved, so
 # load from elsewhere hits every variant alike; the median is reported),
-# then the window sweep at 64 connections (WINDOWS, microseconds).
+# then the window sweep at 64 connections (WINDOWS, microseconds) and the
+# depth sweep (DEPTHS, groups of one queue in flight) at DEPTH_CONCURRENCY.
 # Writes $RESULTS_DIR/group-commit.md (the table: joins/s, ratio to the
 # baseline, p50/p99, the CPU each process spent per join: Redis, server
 # and the generator, which shares the cores) and
@@ -23,7 +24,8 @@
 # every process started here is stopped on exit.
 #
 # env (defaults): BURST (10000), CONCURRENCY ("16 64 256"), REPEATS (3),
-#   WINDOWS ("0 250 1000 2000"), RUN_SECS (60), RESULTS_DIR
+#   WINDOWS ("0 250 1000 2000"), DEPTHS ("1 2 4"), DEPTH_CONCURRENCY
+#   ("16 64"), RUN_SECS (60), RESULTS_DIR
 #   (loadtest/results), SKIP_BUILD (unset), BASE_BIN (unset).
 set -euo pipefail
 
@@ -33,6 +35,8 @@ BURST=${BURST:-10000}
 CONCURRENCY=${CONCURRENCY:-16 64 256}
 REPEATS=${REPEATS:-3}
 WINDOWS=${WINDOWS:-0 250 1000 2000}
+DEPTHS=${DEPTHS:-1 2 4}
+DEPTH_CONCURRENCY=${DEPTH_CONCURRENCY:-16 64}
 RUN_SECS=${RUN_SECS:-60}
 RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
 SVG=$ROOT/docs/benchmarks/group-commit.svg
@@ -75,6 +79,7 @@ start() {
     off) flags=(--join-batch-max 1) ;;
     on) flags=() ;;
     w*) flags=(--join-batch-window-us "${variant#w}") ;;
+    d*) flags=(--join-batch-depth "${variant#d}") ;;
     esac
     # Everyone waits (no admission, no fast track) as on the baseline;
     # the per-address limits are off: the burst comes from ten addresses.
@@ -147,6 +152,15 @@ for w in $WINDOWS; do
   done
   RESULT[w$w]=$(median "$TMP/w$w-"*.json)
 done
+for conc in $DEPTH_CONCURRENCY; do
+  for d in $DEPTHS; do
+    for r in $(seq 1 "$REPEATS"); do
+      log "c=$conc depth $d run $r"
+      burst "d$d" "$conc" "$TMP/d$d-$conc-$r.json"
+    done
+    RESULT[d$d-$conc]=$(median "$TMP/d$d-$conc-"*.json)
+  done
+done
 stop_pid "$SERVER_PID"
 SERVER_PID=""
 
@@ -178,6 +192,21 @@ MD=$RESULTS_DIR/group-commit.md
     read -r rate p50 p99 rus sus gus <<<"${RESULT[w$w]}"
     printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
       "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus" "$gus"
+  done
+  echo
+  echo "Depth sweep (--join-batch-depth: groups of one queue in flight; baseline and grouping off as above):"
+  echo
+  echo "| connections | depth | joins/s | × baseline | × grouping off | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  for conc in $DEPTH_CONCURRENCY; do
+    read -r base _ _ rbase _ <<<"${RESULT[plain-$conc]:-1 0 0 1 0 0}"
+    read -r off _ <<<"${RESULT[off-$conc]:-1 0 0 1 0 0}"
+    for d in $DEPTHS; do
+      read -r rate p50 p99 rus sus gus <<<"${RESULT[d$d-$conc]}"
+      printf '| %s | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$conc" "$d" "$rate" \
+        "$(echo "$rate / $base" | bc -l)" "$(echo "$rate / $off" | bc -l)" "$p50" "$p99" "$rus" \
+        "$(echo "$rbase / $rus" | bc -l)" "$sus"
+    done
   done
 } >"$MD"
 cat "$MD"

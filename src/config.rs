@@ -51,9 +51,11 @@ pub struct Config {
     pub redis_wait_replicas: u32,
 
     /// Group commit of joins (Redis only): how long, in microseconds, an
-    /// instance waits after a queue's first join for more joins to send in
-    /// the same script call. 0: only the joins already waiting are taken.
-    /// At most 2000. Each join keeps its own answer and its place in order.
+    /// instance waits after a group's first join for more joins to send in
+    /// the same script call, while other groups of the queue are in flight
+    /// (with none in flight a group is sent at once). 0: only the joins
+    /// already waiting are taken. At most 2000. Each join keeps its own
+    /// answer and its place in order.
     #[arg(long, env = "WAITROOM_JOIN_BATCH_WINDOW_US", default_value_t = crate::store::redis::DEFAULT_JOIN_BATCH_WINDOW_US)]
     pub join_batch_window_us: u64,
 
@@ -61,6 +63,11 @@ pub struct Config {
     /// one script call; 1 turns grouping off (one call per join). 1-1000.
     #[arg(long, env = "WAITROOM_JOIN_BATCH_MAX", default_value_t = crate::store::redis::DEFAULT_JOIN_BATCH_MAX)]
     pub join_batch_max: usize,
+
+    /// Group commit of joins (Redis only): the most groups of one queue in
+    /// flight at once, pipelined on the connection in order. 1-64.
+    #[arg(long, env = "WAITROOM_JOIN_BATCH_DEPTH", default_value_t = crate::store::redis::DEFAULT_JOIN_BATCH_DEPTH)]
+    pub join_batch_depth: usize,
 
     /// Prefix of every Redis key, so several deployments can share a Redis.
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "waitroom")]
@@ -450,6 +457,9 @@ impl Config {
         if !(1..=1000).contains(&self.join_batch_max) {
             return bad("--join-batch-max must be 1-1000");
         }
+        if !(1..=64).contains(&self.join_batch_depth) {
+            return bad("--join-batch-depth must be 1-64");
+        }
         if let Some(url) = &self.redis_url {
             let topology = Topology::from_flags(url, self.redis_cluster).map_err(ConfigError)?;
             if matches!(topology, Topology::Single(_)) && url.contains(',') {
@@ -662,6 +672,7 @@ impl Config {
         (self.join_batch_max > 1).then(|| crate::store::redis::JoinBatch {
             window: Duration::from_micros(self.join_batch_window_us),
             max: self.join_batch_max,
+            depth: self.join_batch_depth,
         })
     }
 
@@ -793,6 +804,9 @@ mod tests {
         let wide = Config::from_args(["--join-batch-window-us", "2000", "--join-batch-max", "8"]);
         let wide = wide.unwrap().join_batch().unwrap();
         assert_eq!((wide.window, wide.max), (Duration::from_millis(2), 8));
+        assert_eq!(on.depth, 2, "two groups of a queue in flight by default");
+        let deep = Config::from_args(["--join-batch-depth", "4"]).unwrap();
+        assert_eq!(deep.join_batch().unwrap().depth, 4);
     }
 
     #[test]
@@ -824,6 +838,8 @@ mod tests {
         assert!(parse(&["--join-batch-window-us", "2001"]).unwrap().is_err());
         assert!(parse(&["--join-batch-max", "0"]).unwrap().is_err());
         assert!(parse(&["--join-batch-max", "1001"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-depth", "0"]).unwrap().is_err());
+        assert!(parse(&["--join-batch-depth", "65"]).unwrap().is_err());
         assert!(parse(&["--admission-batch", "0"]).unwrap().is_err());
         assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
         assert!(parse(&["--admission-interval-ms", "-1"]).is_err());

@@ -1,7 +1,10 @@
 //! Group commit of joins on a Redis of the test's own (so its command
 //! counts are the test's alone): many joins per script call, each with its
 //! own outcome, in arrival order, with every limit counted per join, and
-//! a dying Redis failing every join of a group alike.
+//! a dying Redis failing every join of a group alike; several groups in
+//! flight at once (Redis held with `CLIENT PAUSE WRITE`, so they queue up
+//! on the connection) run in the order made, a failing one fails alone,
+//! and a group sent again behind a later one is refused.
 //!
 //! The joins are polled by `join_all` on the test's one-threaded runtime:
 //! each reaches the queue's grouping task in the order of the list before
@@ -40,12 +43,19 @@ fn closed() -> Policy {
 }
 
 async fn grouped(redis: &RedisProcess, max: usize) -> Arc<RedisStore> {
-    let store = RedisStore::connect(&redis.url(), "group")
+    deep(redis, "group", max, JoinBatch::default().depth).await
+}
+
+/// A store grouping at most `max` joins a call, with up to `depth` groups
+/// of a queue in flight, its keys under `prefix`.
+async fn deep(redis: &RedisProcess, prefix: &str, max: usize, depth: usize) -> Arc<RedisStore> {
+    let store = RedisStore::connect(&redis.url(), prefix)
         .await
         .unwrap()
         .with_join_batch(Some(JoinBatch {
             window: Duration::from_millis(2),
             max,
+            depth,
         }));
     Arc::new(store)
 }
@@ -390,4 +400,182 @@ async fn one_call_per_join_keeps_every_limit() {
     assert!(matches!(ranks[0], Standing::Waiting { rank: 0, .. }));
     assert!(matches!(ranks[1], Standing::Waiting { rank: 1, .. }));
     assert_eq!(store.stats(&q()).await.unwrap().waiting, 2);
+}
+
+fn redis_cmd<T: redis::FromRedisValue>(redis: &RedisProcess, cmd: &redis::Cmd) -> T {
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    cmd.query(&mut c).unwrap()
+}
+
+/// Bytes Redis has read from its clients so far.
+fn bytes_in(redis: &RedisProcess) -> u64 {
+    let info: String = redis_cmd(redis, redis::cmd("INFO").arg("stats"));
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO stats has total_net_input_bytes")
+}
+
+type Outcome = Result<Result<EnterOutcome, Limited>, StoreError>;
+
+/// `users` join in this order while Redis runs no script (`CLIENT PAUSE
+/// WRITE`): the groups the store sends queue up on its connection. Returns
+/// every join's outcome and the bytes Redis read while paused (the groups
+/// sent before any answered).
+async fn paused_burst(
+    redis: &RedisProcess,
+    store: &Arc<RedisStore>,
+    users: Vec<String>,
+) -> (Vec<Outcome>, u64) {
+    let _: () = redis_cmd(
+        redis,
+        redis::cmd("CLIENT").arg("PAUSE").arg(10_000).arg("WRITE"),
+    );
+    let before = bytes_in(redis);
+    let store2 = store.clone();
+    // One task polls the joins in list order: they reach the queue's
+    // grouping task in that order.
+    let burst = tokio::spawn(async move {
+        let joins = users
+            .into_iter()
+            .map(|user| join(&store2, user, JoinLimits::default()));
+        futures::future::join_all(joins).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = bytes_in(redis) - before;
+    let _: () = redis_cmd(redis, redis::cmd("CLIENT").arg("UNPAUSE"));
+    (burst.await.unwrap(), sent)
+}
+
+/// With a depth of 4, four groups are on the connection at once (four
+/// times the bytes of a depth of 1 while Redis holds them), and they run
+/// in the order made: every join's rank is its place in the list.
+#[tokio::test]
+async fn groups_in_flight_together_run_in_the_order_made() {
+    let redis = RedisProcess::start(false);
+    let one = deep(&redis, "one", 8, 1).await;
+    let four = deep(&redis, "four", 8, 4).await;
+    warmed(&redis, &one).await;
+    warmed(&redis, &four).await;
+    let users = |p: &str| (0..40).map(|i| format!("{p}{i:02}")).collect::<Vec<_>>();
+    let (_, one_group) = paused_burst(&redis, &one, users("a")).await;
+    reset_stats(&redis);
+    let (outcomes, four_groups) = paused_burst(&redis, &four, users("b")).await;
+    assert!(
+        four_groups >= 3 * one_group,
+        "depth 4 sent {four_groups} bytes before an answer, depth 1 {one_group}"
+    );
+    assert_eq!(script_calls(&redis), 5, "40 joins in groups of 8");
+    let mut last_seq = 0;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let outcome = outcome.as_ref().unwrap().as_ref().unwrap();
+        let (rank, seq) = waiting(outcome);
+        assert_eq!(rank, i as u64, "join {i} keeps its arrival order");
+        assert!(seq > last_seq, "entry ids follow the arrival order");
+        last_seq = seq;
+    }
+}
+
+/// Three groups in flight, the middle one failing in Redis (its first
+/// buyer's token key is not a hash): its joins fail, every other join is
+/// answered with its place, in the order sent, right behind the first
+/// group's.
+#[tokio::test]
+async fn a_failing_group_among_those_in_flight_fails_alone() {
+    let redis = RedisProcess::start(false);
+    let store = deep(&redis, "mid", 8, 4).await;
+    warmed(&redis, &store).await;
+    let _: () = redis_cmd(
+        &redis,
+        redis::cmd("SET").arg("mid:{hot}:token:f08").arg("x"),
+    );
+    let users = (0..24).map(|i| format!("f{i:02}")).collect();
+    let (outcomes, _) = paused_burst(&redis, &store, users).await;
+    let mut placed = Vec::new();
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match (i / 8, outcome) {
+            (1, Err(StoreError::Protocol(_))) => {}
+            (1, other) => panic!("join {i} is in the failing group: {other:?}"),
+            (_, Ok(Ok(o))) => placed.push(waiting(&o)),
+            (_, other) => panic!("join {i} is in a good group: {other:?}"),
+        }
+    }
+    let ranks: Vec<u64> = placed.iter().map(|p| p.0).collect();
+    assert_eq!(ranks, (0..16).collect::<Vec<u64>>(), "in the order sent");
+    assert!(placed.windows(2).all(|w| w[0].1 < w[1].1), "entry ids grow");
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 16);
+}
+
+/// Redis is killed while four groups wait in it unrun: every join is
+/// answered `503`, none hangs; after the restart nothing of them is in
+/// line and the next joins are placed from the head, in order.
+#[tokio::test]
+async fn killing_redis_with_groups_in_flight_answers_every_join() {
+    let mut redis = RedisProcess::start(true);
+    let store = deep(&redis, "gone", 8, 4).await;
+    warmed(&redis, &store).await;
+    let _: () = redis_cmd(
+        &redis,
+        redis::cmd("CLIENT").arg("PAUSE").arg(10_000).arg("WRITE"),
+    );
+    let store2 = store.clone();
+    let burst = tokio::spawn(async move {
+        let joins = (0..32).map(|i| join(&store2, format!("d{i:02}"), JoinLimits::default()));
+        futures::future::join_all(joins).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.kill();
+    let outcomes = tokio::time::timeout(Duration::from_secs(20), burst)
+        .await
+        .expect("every join answered")
+        .unwrap();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        assert!(
+            matches!(outcome, Err(StoreError::Unavailable(_))),
+            "join {i}: {outcome:?}"
+        );
+    }
+    redis.restart();
+    let again = eventually(Duration::from_secs(20), "joins placed again", || {
+        let store = store.clone();
+        async move { join(&store, "e00".into(), JoinLimits::default()).await.ok() }
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiting(&again).0, 0, "nothing of the unrun groups in line");
+    let next = futures::future::join_all(
+        (1..10).map(|i| join(&store, format!("e{i:02}"), JoinLimits::default())),
+    )
+    .await;
+    for (i, o) in next.into_iter().enumerate() {
+        assert_eq!(waiting(&o.unwrap().unwrap()).0, i as u64 + 1);
+    }
+}
+
+/// A group that reaches Redis after a later group of its task (here: the
+/// task's fence moved past it by hand, as a later group run would) is
+/// refused, changing nothing, and its joins fail `503`; the next group
+/// runs.
+#[tokio::test]
+async fn a_group_overtaken_by_a_later_one_is_refused() {
+    let redis = RedisProcess::start(false);
+    let store = deep(&redis, "fence", 8, 1).await;
+    let first = join(&store, "a".into(), JoinLimits::default()).await;
+    assert_eq!(waiting(&first.unwrap().unwrap()).0, 0);
+    let fences: Vec<String> = redis_cmd(&redis, redis::cmd("KEYS").arg("fence:{hot}:fence:*"));
+    assert_eq!(fences.len(), 1, "one task, one fence: {fences:?}");
+    let number: u64 = redis_cmd(&redis, redis::cmd("GET").arg(&fences[0]));
+    assert_eq!(number, 1, "the task's first group");
+    let _: () = redis_cmd(&redis, redis::cmd("SET").arg(&fences[0]).arg(3));
+    let second = join(&store, "b".into(), JoinLimits::default()).await;
+    assert!(
+        matches!(second, Err(StoreError::Unavailable(_))),
+        "group 2 after group 3: {second:?}"
+    );
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 1, "b not placed");
+    let third = join(&store, "c".into(), JoinLimits::default()).await;
+    assert_eq!(waiting(&third.unwrap().unwrap()).0, 1);
 }

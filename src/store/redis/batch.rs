@@ -4,21 +4,38 @@
 //! join, a hot queue tops out at the calls that core can run, each paying
 //! its own round trip, parsing and script set-up. Here each instance keeps
 //! one small task per queue that gathers the joins arriving while it waits
-//! (up to [`JoinBatch::window`] after the first, or [`JoinBatch::max`]
-//! joins) and sends them as one `enter_many.lua` call; each join is
-//! answered from its own row.
+//! and sends them as one `enter_many.lua` call; each join is answered from
+//! its own part of the reply.
 //!
-//! Strict FIFO: joins go into the group in the order they reached the task,
-//! the script handles them in that order, and the task sends a queue's next
-//! group only once the previous one answered, so groups cannot overtake
-//! each other even over a reconnection. A failed call fails every join of
-//! the group alike (`503`); the script is one atomic step, so it placed
-//! either all of them or none.
+//! When no group of the queue is in flight, the joins waiting are sent at
+//! once (waiting would only add latency while Redis has nothing of ours
+//! to do); while groups are in flight, the next group gathers joins for
+//! up to [`JoinBatch::window`] (or [`JoinBatch::max`] joins) and is then
+//! sent behind them, up to [`JoinBatch::depth`] groups in flight (more
+//! wait for the oldest to answer, and keep gathering meanwhile). So a
+//! queue with a few concurrent joins keeps them pipelined as one call per
+//! join would, and a hot queue gets large groups.
+//!
+//! Strict FIFO: joins go into groups in the order they reached the task,
+//! the script handles a group's joins in that order, and the groups are
+//! written to the connection in the order they were made (each call is
+//! polled once, so queued on the connection, before the next group is
+//! made); on one connection Redis runs them in that order. A group sent
+//! again behind a later one (a retry after a lost connection, a script
+//! cache reloaded) is refused by the script's fence (its number is below
+//! the task's last group run) and its joins fail (`503`) rather than take
+//! places behind later arrivals. A failed call fails every join of its
+//! group alike (`503`); the groups around it keep their answers.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -30,11 +47,14 @@ use crate::store::{StoreError, StoreResult};
 /// How joins are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinBatch {
-    /// How long a group waits for more joins after its first one (zero:
-    /// only the joins already waiting are taken).
+    /// How long a group waits for more joins after its first one while
+    /// other groups of the queue are in flight (zero: only the joins
+    /// already waiting are taken). With none in flight a group goes at once.
     pub window: Duration,
     /// The most joins in one call.
     pub max: usize,
+    /// The most groups of one queue in flight at once (at least 1).
+    pub depth: usize,
 }
 
 impl Default for JoinBatch {
@@ -42,6 +62,7 @@ impl Default for JoinBatch {
         Self {
             window: Duration::from_micros(DEFAULT_WINDOW_US),
             max: DEFAULT_MAX,
+            depth: DEFAULT_DEPTH,
         }
     }
 }
@@ -50,6 +71,8 @@ impl Default for JoinBatch {
 pub const DEFAULT_WINDOW_US: u64 = 500;
 /// Default of `--join-batch-max`.
 pub const DEFAULT_MAX: usize = 64;
+/// Default of `--join-batch-depth`.
+pub const DEFAULT_DEPTH: usize = 2;
 
 /// One join's part of an `enter_many.lua` (or `enter.lua`) call.
 pub(super) struct JoinCall {
@@ -112,8 +135,10 @@ type Joined = (Row, bool);
 
 type Pending = (JoinCall, oneshot::Sender<StoreResult<Joined>>);
 
+/// One group's call and the answering of its joins.
+type GroupCall = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// What a queue's task needs to run a group.
-#[derive(Clone)]
 struct Runner {
     conn: Conn,
     script: redis::Script,
@@ -125,7 +150,7 @@ struct Runner {
 /// The per-queue grouping tasks of one store. Dropping it closes their
 /// channels, and each task ends once its last group is answered.
 pub(super) struct Batcher {
-    runner: Runner,
+    runner: Arc<Runner>,
     queues: Mutex<HashMap<QueueName, mpsc::UnboundedSender<Pending>>>,
 }
 
@@ -138,13 +163,16 @@ impl Batcher {
         batch: JoinBatch,
     ) -> Self {
         Self {
-            runner: Runner {
+            runner: Arc::new(Runner {
                 conn,
                 script,
                 prefix: prefix.to_owned(),
                 wait_replicas,
-                batch,
-            },
+                batch: JoinBatch {
+                    depth: batch.depth.max(1),
+                    ..batch
+                },
+            }),
             queues: Mutex::new(HashMap::new()),
         }
     }
@@ -192,76 +220,141 @@ impl Batcher {
     }
 }
 
+/// What a group is made of while it gathers.
+struct Gathering {
+    joins: Vec<Pending>,
+    shared: JoinShared,
+}
+
+impl Gathering {
+    /// Takes `next` into the group, or gives it back when its shared
+    /// arguments differ (it starts the next group, so the order holds).
+    fn take(&mut self, next: Pending) -> Option<Pending> {
+        if next.0.shared != self.shared {
+            return Some(next);
+        }
+        self.joins.push(next);
+        None
+    }
+}
+
 impl Runner {
-    /// One queue's task: gathers a group, runs it, answers it, and again.
-    async fn serve(self, keys: QueueKeys, mut rx: mpsc::UnboundedReceiver<Pending>) {
-        let names = GroupKeys::new(&keys);
+    /// One queue's task: gathers groups and sends them, up to
+    /// `batch.depth` in flight, each answering its own joins.
+    async fn serve(self: Arc<Self>, keys: QueueKeys, mut rx: mpsc::UnboundedReceiver<Pending>) {
+        // The task's fence (`enter_many.lua`): its own key, so two
+        // instances (or a task made again) never compare numbers.
+        let names = Arc::new(GroupKeys::new(&keys, rand::random::<u64>()));
+        let keys = Arc::new(keys);
+        let mut number: u64 = 0;
+        let mut in_flight: FuturesUnordered<GroupCall> = FuturesUnordered::new();
         // A join that did not fit the last group (other shared arguments):
         // the first of the next, so the order holds.
         let mut carried: Option<Pending> = None;
+        let mut open = true;
         loop {
             let first = match carried.take() {
                 Some(first) => first,
-                None => match rx.recv().await {
-                    Some(first) => first,
-                    None => break,
+                None if !open => break,
+                None => tokio::select! {
+                    biased;
+                    Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+                    next = rx.recv() => match next {
+                        Some(first) => first,
+                        None => {
+                            open = false;
+                            continue;
+                        }
+                    },
                 },
             };
-            let shared = first.0.shared;
-            let mut group = vec![first];
+            let mut group = Gathering {
+                shared: first.0.shared,
+                joins: vec![first],
+            };
             let deadline = Instant::now() + self.batch.window;
-            while group.len() < self.batch.max {
-                let next = match rx.try_recv() {
-                    Ok(next) => next,
-                    Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
-                        Ok(Some(next)) => next,
-                        _ => break,
-                    },
-                };
-                if next.0.shared != shared {
-                    carried = Some(next);
+            while group.joins.len() < self.batch.max && carried.is_none() && open {
+                if let Ok(next) = rx.try_recv() {
+                    carried = group.take(next);
+                    continue;
+                }
+                let free = in_flight.len() < self.batch.depth;
+                if free && (in_flight.is_empty() || Instant::now() >= deadline) {
                     break;
                 }
-                group.push(next);
+                // More joins, an answer (which may free a place in flight),
+                // or the end of the window, whichever comes first.
+                tokio::select! {
+                    biased;
+                    Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                    next = rx.recv() => match next {
+                        Some(next) => carried = group.take(next),
+                        None => open = false,
+                    },
+                    () = tokio::time::sleep_until(deadline), if free => break,
+                }
+            }
+            // Before sending, a place in flight (when the channel closed
+            // while every place was taken).
+            while in_flight.len() >= self.batch.depth {
+                in_flight.next().await;
             }
             // Joins whose caller gave up (timed out, or its client went
             // away) are not made: nobody would learn of the place.
             let (calls, replies): (Vec<JoinCall>, Vec<_>) = group
+                .joins
                 .into_iter()
                 .filter(|(_, reply)| !reply.is_closed())
                 .unzip();
             if calls.is_empty() {
                 continue;
             }
-            match self.run(&keys, &names, shared, &calls).await {
-                Ok(rows) => {
-                    for (reply, row) in replies.into_iter().zip(rows) {
-                        let _ = reply.send(Ok(row));
+            number += 1;
+            let runner = self.clone();
+            let (keys, names, shared) = (keys.clone(), names.clone(), group.shared);
+            let mut call: GroupCall = Box::pin(async move {
+                match runner.run(&keys, &names, number, shared, &calls).await {
+                    Ok(rows) => {
+                        for (reply, row) in replies.into_iter().zip(rows) {
+                            let _ = reply.send(Ok(row));
+                        }
+                    }
+                    Err(e) => {
+                        for reply in replies {
+                            let _ = reply.send(Err(same(&e)));
+                        }
                     }
                 }
-                Err(e) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(same(&e)));
-                    }
-                }
+            });
+            // Polled once here, so its command is queued on the connection
+            // before the next group's is made: the groups reach Redis in
+            // the order they were made.
+            let sent =
+                futures::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_ready())).await;
+            if !sent {
+                in_flight.push(call);
             }
         }
+        // The channel closed: answer the groups in flight, then end.
+        while in_flight.next().await.is_some() {}
     }
 
-    /// One `enter_many.lua` call for `calls`: one row per call, in order.
-    /// The command is written in one buffer: the shared arguments once,
-    /// each join's keys and arguments straight from its user and address.
+    /// One `enter_many.lua` call for `calls`, the task's group `number`:
+    /// one row per call, in order. The command is written in one buffer:
+    /// the shared arguments once, each join's keys and arguments straight
+    /// from its user and address.
     async fn run(
         &self,
         keys: &QueueKeys,
         names: &GroupKeys,
+        number: u64,
         shared: JoinShared,
         calls: &[JoinCall],
     ) -> StoreResult<Vec<Joined>> {
         let per_join = if shared.address_limited() { 4 } else { 2 };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.get_hash())
-            .arg(names.queue.len() + per_join * calls.len() + 4);
+            .arg(names.queue.len() + per_join * calls.len() + 5);
         for key in &names.queue {
             cmd.arg(key.as_str());
         }
@@ -287,13 +380,15 @@ impl Runner {
                 }
             }
         }
-        cmd.arg(names.stock.as_str())
+        cmd.arg(names.fence.as_str())
+            .arg(names.stock.as_str())
             .arg(names.audit.as_str())
             .arg(names.lottery[0].as_str())
             .arg(names.lottery[1].as_str())
             .arg(keys.token_prefix.as_str())
             .arg(keys.channel.as_str());
         shared.push_args(crate::store::first_entry_id(), &mut cmd);
+        cmd.arg(number);
         for call in calls {
             cmd.arg(call.user.as_str()).arg(call.token.as_str());
         }
@@ -305,21 +400,58 @@ impl Runner {
             self.wait_replicas,
         )
         .await?;
-        let rows: Vec<Vec<redis::Value>> =
-            redis::from_redis_value(value).map_err(redis::RedisError::from)?;
-        let rows = rows
-            .into_iter()
-            .map(split_row)
-            .collect::<StoreResult<Vec<Joined>>>()?;
-        if rows.len() != calls.len() {
-            return Err(StoreError::Protocol(format!(
-                "enter_many answered {} rows for {} joins",
-                rows.len(),
-                calls.len()
-            )));
-        }
-        Ok(rows)
+        group_rows(value, calls.len())
     }
+}
+
+/// Reads `enter_many.lua`'s reply for `n` joins: `{now, pass, soldout}`,
+/// then per join a new place in line as two numbers (rank, entry id) or
+/// the join's row.
+fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
+    let bad = |what: &str| StoreError::Protocol(format!("enter_many: {what}"));
+    let values = match value {
+        redis::Value::Array(values) => values,
+        redis::Value::BulkString(s) if s == b"overtaken" => {
+            return Err(StoreError::Unavailable(
+                "join group overtaken by a later one; not run".into(),
+            ));
+        }
+        other => return Err(bad(&format!("unexpected reply {other:?}"))),
+    };
+    let mut values = values.into_iter();
+    let int = |v: Option<redis::Value>| match v {
+        Some(redis::Value::Int(i)) => Ok(i),
+        other => Err(bad(&format!("expected a number, got {other:?}"))),
+    };
+    let now = int(values.next())?;
+    let pass = int(values.next())?.max(0) as u64;
+    let sold_out = int(values.next())? == 1;
+    let mut rows = Vec::with_capacity(n);
+    while let Some(v) = values.next() {
+        rows.push(match v {
+            redis::Value::Int(rank) => {
+                let seq = int(values.next())?;
+                let row = (
+                    "waiting".to_owned(),
+                    1,
+                    rank,
+                    seq,
+                    String::new(),
+                    -1,
+                    now,
+                    rank.max(0) as u64 + 1,
+                    pass,
+                );
+                (row, sold_out)
+            }
+            redis::Value::Array(row) => split_row(row)?,
+            other => return Err(bad(&format!("unexpected row {other:?}"))),
+        });
+    }
+    if rows.len() != n {
+        return Err(bad(&format!("{} rows for {n} joins", rows.len())));
+    }
+    Ok(rows)
 }
 
 /// A queue's key names a group call needs, made once per queue task
@@ -332,6 +464,8 @@ struct GroupKeys {
     /// An address's join rate and places are this, the address, and
     /// `:joins` or `:places`.
     address: String,
+    /// The task's fence (`enter_many.lua`): its last group's number.
+    fence: String,
     stock: String,
     audit: String,
     /// The lottery and its pre-queue (a join answers `prequeue` before a draw).
@@ -339,13 +473,14 @@ struct GroupKeys {
 }
 
 impl GroupKeys {
-    fn new(keys: &QueueKeys) -> Self {
+    fn new(keys: &QueueKeys, task: u64) -> Self {
         let budget = keys.budget_prefix();
         let address = keys.address_prefix();
         Self {
             queue: keys.script_keys(),
             budget,
             address,
+            fence: format!("{}fence:{task:016x}", keys.base),
             stock: keys.stock(),
             audit: keys.audit(),
             lottery: {

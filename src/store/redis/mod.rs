@@ -31,8 +31,8 @@ mod scripts;
 mod settings;
 
 pub use batch::{
-    DEFAULT_MAX as DEFAULT_JOIN_BATCH_MAX, DEFAULT_WINDOW_US as DEFAULT_JOIN_BATCH_WINDOW_US,
-    JoinBatch,
+    DEFAULT_DEPTH as DEFAULT_JOIN_BATCH_DEPTH, DEFAULT_MAX as DEFAULT_JOIN_BATCH_MAX,
+    DEFAULT_WINDOW_US as DEFAULT_JOIN_BATCH_WINDOW_US, JoinBatch,
 };
 pub use conn::Topology;
 

@@ -1,45 +1,91 @@
 -- enter_many.lua: a group of joins in one call (group commit), each with
 -- its own outcome, in the order given: the order the instance received
 -- them, so the line keeps strict FIFO within the group and across groups
--- (an instance sends a queue's next group only after this one answered).
+-- (an instance's groups of one queue reach Redis in the order it made
+-- them, several may be in flight; the fence below refuses a group that a
+-- later one overtook, so none is ever run out of order).
 -- KEYS[1..8], ARGV[1..2]: see common.lua. All in the queue's hash tag.
 -- ARGV[3..13]   the 11 arguments every join of the group shares (the
 --               queue's policy and the limits' numbers), as join.lua's
 --               join_config lists them: sent and parsed once per call
--- ARGV[14..]    two per join, join i at ARGV[14+2(i-1)], ARGV[15+2(i-1)]:
+-- ARGV[14]      the group's number in its sending task's order (1, 2, ...)
+-- ARGV[15..]    two per join, join i at ARGV[15+2(i-1)], ARGV[16+2(i-1)]:
 --               the user, the fast-track token
 -- KEYS[9..]     m per join, join i at KEYS[9+m(i-1) ..]: the user's token
 --               key and request budget, then, only when the address has
 --               limits (address join period or places per address above
 --               zero: m = 4, else m = 2), the client address's join rate
 --               and places (as enter.lua's KEYS[9..12])
+-- KEYS[#KEYS-4] the sending task's fence STRING: the number of the last
+--               group of that task run (expires 10 minutes after it, far
+--               past any call's timeout)
 -- KEYS[#KEYS-3] the queue's stock HASH (see common.lua)
 -- KEYS[#KEYS-2] the queue's audit STREAM (common.lua): fast-track admissions
 -- KEYS[#KEYS-1] the lottery HASH, KEYS[#KEYS] the pre-queue HASH (see
 --               lottery_schedule.lua): a join answers 'prequeue' before a
 --               draw; the lottery's state is read once per call
--- Returns one join() row per join, in order: describe(), or limited(...)
--- for a join refused by a limit (that join changed nothing; the others
--- still count). The same user twice in a group takes one place: the second
--- join sees the first and gets the repeat answer; two joins from one
--- address count twice against its limits, as two calls would.
+-- Returns 'overtaken', changing nothing, when the task's fence holds a
+-- later group (this one was delayed behind it: a retry after a lost
+-- connection or a reloaded script cache); the instance fails its joins
+-- (503) rather than place them behind later arrivals. Else
+-- {now, pass, soldout, ...} and then, per join in order, either two
+-- numbers, rank and entry id, for a new place in line entered at `now`
+-- (its describe() row is {'waiting', 1, rank, entry, '', -1, now, rank + 1,
+-- pass, soldout}: sent as two numbers, as most joins of a burst are these),
+-- or the join's row as a table: describe(), or limited(...) for a join
+-- refused by a limit (that join changed nothing; the others still count).
+-- The same user twice in a group takes one place: the second join sees
+-- the first and gets the repeat answer; two joins from one address count
+-- twice against its limits, as two calls would.
 -- Atomic for the reasons join.lua gives, and so one group is one step: no
 -- other call runs between its joins, so they keep the order they were sent.
+local fence = KEYS[#KEYS - 4]
+local last = redis.call('SET', fence, ARGV[14], 'PX', 600000, 'GET')
+if last and tonumber(last) > tonumber(ARGV[14]) then
+  redis.call('SET', fence, last, 'PX', 600000)
+  return 'overtaken'
+end
+
 local c = join_config(ARGV, 3)
-local n = (#ARGV - 13) / 2
+local n = (#ARGV - 14) / 2
 local m = (c.join_period > 0 or c.max_places > 0) and 4 or 2
 local now = now_ms()
 expire_active(now)
 local g = group(now, KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS])
-local out = {}
+
+-- The repeat check for the whole group in two reads (join.lua's probed):
+-- in a burst of new buyers none holds a token, and one ZMSCORE answers
+-- who is in line, instead of an EXISTS and a ZSCORE per join.
+local users, tokkeys = {}, {}
+for i = 1, n do
+  users[i] = ARGV[13 + 2 * i]
+  tokkeys[i] = KEYS[9 + m * (i - 1)]
+end
+local scores
+if redis.call('EXISTS', unpack(tokkeys)) == 0 then
+  scores = redis.call('ZMSCORE', K.waiting, unpack(users))
+end
+
+local out, o = {now, 0, 0}, 3
 for i = 1, n do
   local k = 9 + m * (i - 1)
-  local a = 14 + 2 * (i - 1)
   local joins_key, places_key
   if m == 4 then
     joins_key, places_key = KEYS[k + 2], KEYS[k + 3]
   end
-  out[i] = join(g, KEYS[k], KEYS[k + 1], joins_key, places_key, ARGV[a], ARGV[a + 1], c)
+  local row, rank, seq, entered = join(g, KEYS[k], KEYS[k + 1], joins_key, places_key,
+    users[i], ARGV[14 + 2 * i], c, scores ~= nil, scores and scores[i])
+  if row then
+    o = o + 1
+    out[o] = row
+  elseif entered == now then
+    out[o + 1], out[o + 2] = rank, seq
+    o = o + 2
+  else
+    o = o + 1
+    out[o] = waiting_row(g, rank, seq, entered)
+  end
 end
 flush(g)
+out[2], out[3] = g.pass or 0, group_sold(g)
 return out

@@ -2,8 +2,8 @@
 -- users in line, enter.lua (one join) and enter_many.lua (a group of
 -- joins, group commit); not a script on its own.
 --
--- join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c):
--- one join, with
+-- join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c,
+-- probed, score): one join, with
 --   g    = the call's shared state, from group(now, stock key, audit key,
 --          lottery key, pre-queue key) (the lottery's keys: see
 --          lottery_schedule.lua; a call without them knows no lottery):
@@ -26,8 +26,18 @@
 --          budget period ms (0: none), budget burst, grace ms, address
 --          join period ms (0: none), address join burst, places per
 --          address (0: none)
+--   probed, score: probed is true when the caller read, at the start of
+--          the call and for the whole group at once (enter_many.lua), that
+--          no token key of the group exists, and read the user's score in
+--          the line (score, false if not in line). Only this user's own
+--          joins change those two, so they hold for the user's first join
+--          of the call; a later join of the same user in the call reads
+--          them again. Not probed: read here (enter.lua).
 -- Returns describe(): {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
 -- or limited(<'buyer'|'address_places'|'address_joins'>, ms to wait), changing nothing,
+-- or, for a new place in line, nil and its rank, entry id and entry time
+-- (waiting_row(g, ...) makes its describe() row; enter_many.lua sends
+-- most of them as two numbers instead),
 -- or {'prequeue', 0, -1, -1, '', -1, -1, 0, 0} (no sold-out flag) for a user
 -- without a place while a lottery is scheduled and not drawn, changing
 -- nothing: the caller pre-joins them (lottery_join.lua). Deciding here, in
@@ -56,7 +66,9 @@ end
 local function group(now, stock, audit_key, lot, pre)
   return {
     now = now, stock = stock, audit = audit_key, lot = lot, pre = pre,
-    line = {}, seen = {}, added = {},
+    -- users: every user joined in the call, true, or the flush number
+    -- (gen) of a new place not yet written (flush(g) writes it)
+    line = {}, seen = {}, users = {}, lines = 0, gen = 1,
   }
 end
 
@@ -79,11 +91,12 @@ local function group_totals(g)
   return g.total, g.pass
 end
 
--- The next entry id, counted in the call and stored by flush(g); the
--- counter's start is set at most once per call.
+-- The next entry id, counted in the call and stored by flush(g): the
+-- counter is read once per call (a counter not yet made counts from
+-- `first`, as next_entry in common.lua does).
 local function group_entry(g, first)
   if not g.last then
-    g.last = tonumber(next_entry(first)) - 1
+    g.last = tonumber(redis.call('GET', K.seq) or first)
   end
   g.last = g.last + 1
   g.dirty = true
@@ -92,12 +105,33 @@ end
 
 -- row with the sold-out flag appended (with_stock), the flag read once
 -- per call.
-local function group_stock(g, row)
+local function group_sold(g)
   if g.sold == nil then
     g.sold = sold_out(g.stock) and 1 or 0
   end
-  row[#row + 1] = g.sold
+  return g.sold
+end
+
+local function group_stock(g, row)
+  row[#row + 1] = group_sold(g)
   return row
+end
+
+-- The describe() row of a new place in line (join's nil, rank, seq,
+-- entered): nobody holds a token under a new place's user, and the line
+-- is one longer than its rank.
+local function waiting_row(g, rank, seq, entered)
+  return group_stock(g, {'waiting', 1, rank, seq, '', -1, entered, rank + 1, g.pass})
+end
+
+-- Counts a new place (entry id `entry`) against the client address.
+local function count_place(places_key, max_places, entry, user)
+  if max_places > 0 then
+    redis.call('ZADD', places_key, entry, user)
+    -- Kept a day past the address's last new place; ended places are
+    -- forgotten when the count reaches the limit.
+    redis.call('PEXPIRE', places_key, 86400000)
+  end
 end
 
 -- Writes what the call's new places deferred: the entry counter, and one
@@ -108,24 +142,33 @@ local function flush(g)
     redis.call('SET', K.seq, string.format('%d', g.last))
     g.dirty = false
   end
-  if #g.line > 0 then
+  if g.lines > 0 then
     redis.call('ZADD', K.waiting, unpack(g.line))
     redis.call('ZADD', K.seen, unpack(g.seen))
-    g.line, g.seen, g.added = {}, {}, {}
+    g.line, g.seen, g.lines, g.gen = {}, {}, 0, g.gen + 1
   end
 end
 
-local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c)
+local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c, probed, score)
   local now, first = g.now, c.first
-  local ttl, batch, interval, max_active = c.ttl, c.batch, c.interval, c.max_active
-  local budget_period, budget_burst, grace = c.budget_period, c.budget_burst, c.grace
-  local join_period, join_burst, max_places = c.join_period, c.join_burst, c.max_places
+  local budget_period = c.budget_period
+  local max_places = c.max_places
 
-  if g.added[user] then
-    flush(g) -- the same buyer again in this call: read it back as stored
+  local before = g.users[user]
+  if before then
+    probed = false -- the same buyer again in this call: read it as stored
+    if before == g.gen then
+      flush(g)
+    end
   end
-  local has_token = redis.call('EXISTS', tokkey) == 1
-  local waiting = not has_token and tonumber(redis.call('ZSCORE', K.waiting, user))
+  g.users[user] = true
+  local has_token, waiting
+  if probed then
+    has_token, waiting = false, score and tonumber(score)
+  else
+    has_token = redis.call('EXISTS', tokkey) == 1
+    waiting = not has_token and tonumber(redis.call('ZSCORE', K.waiting, user))
+  end
   if has_token or waiting then
     flush(g) -- describe() reads the line as stored
     if budget_period > 0 then
@@ -136,8 +179,8 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
       else
         entered = entered_at(user, waiting)
       end
-      if not entered or now - entered >= grace then
-        local wait = gcra(budget_key, now, budget_period, budget_burst)
+      if not entered or now - entered >= c.grace then
+        local wait = gcra(budget_key, now, budget_period, c.budget_burst)
         if wait > 0 then
           return limited('buyer', wait)
         end
@@ -159,49 +202,50 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
 
   -- A new place: the client address's limits first (gcra.lua). The
   -- liveness scan reads the line, so the group's deferred writes go first.
-  local refused = address_limits(g.pre, places_key, joins_key, now, max_places,
-    join_period, join_burst, flush, g)
-  if refused then
-    return refused
-  end
-
-  local function counted(entry)
-    if max_places > 0 then
-      redis.call('ZADD', places_key, entry, user)
-      -- Kept a day past the address's last new place; ended places are
-      -- forgotten when the count reaches the limit.
-      redis.call('PEXPIRE', places_key, 86400000)
+  if max_places > 0 or c.join_period > 0 then
+    local refused = address_limits(g.pre, places_key, joins_key, now, max_places,
+      c.join_period, c.join_burst, flush, g)
+    if refused then
+      return refused
     end
   end
 
   local total, pass = group_totals(g)
-  if total == 0 and room(max_active) > 0 and redis.call('EXISTS', K.paused) == 0
+  if total == 0 and room(c.max_active) > 0 and redis.call('EXISTS', K.paused) == 0
       and stock_room(g.stock) > 0 then
-    local level, at = refill(batch, interval, now)
+    local level, at = refill(c.batch, c.interval, now)
     if level >= 1 then
       save_bucket(level - 1, at)
       local entry = group_entry(g, first)
-      issue(tokkey, user, fast_token, now, ttl, now, entry)
+      issue(tokkey, user, fast_token, now, c.ttl, now, entry)
       audit(g.audit, 'admitted', now, user, entry)
-      counted(entry)
+      count_place(places_key, max_places, entry, user)
       return group_stock(g, describe(user, tokkey, now, 1, total, pass))
     end
   end
 
   local seq = group_entry(g, first)
-  local n = #g.line
-  g.line[n + 1], g.line[n + 2] = seq, user
-  g.seen[n + 1], g.seen[n + 2] = now, user
-  g.added[user] = true
-  -- Every join of a call has the same time: once a span is marked, the
-  -- call's later entries in it are covered by that mark.
-  local field = span_of(seq)
-  if g.marked ~= field then
-    g.entered, g.marked = mark_entry(seq, now)
+  local n = g.lines
+  -- The scores as strings made here: a number passed to redis.call is
+  -- printed as a float (%.17g), several times dearer than '%d'.
+  if not g.now_s then
+    g.now_s = string.format('%d', now)
   end
-  counted(seq)
+  g.line[n + 1], g.line[n + 2] = string.format('%d', seq), user
+  g.seen[n + 1], g.seen[n + 2] = g.now_s, user
+  g.lines = n + 2
+  g.users[user] = g.gen
+  -- Every join of a call has the same time: once a span is marked, the
+  -- call's later entries in it are covered by that mark (compared as the
+  -- span's number: no string per join).
+  local span = math.floor(seq / MARK_SPAN)
+  if g.marked ~= span then
+    g.entered = mark_entry(seq, now)
+    g.marked = span
+  end
+  count_place(places_key, max_places, seq, user)
   g.total = total + 1
   -- Entry ids only grow, so the new place is the last: its rank is the
-  -- line's length before it, and nobody holds a token under this user.
-  return group_stock(g, {'waiting', 1, total, seq, '', -1, g.entered, g.total, pass})
+  -- line's length before it.
+  return nil, total, seq, g.entered
 end
