@@ -131,9 +131,22 @@ impl QueueData {
         id
     }
 
+    /// Takes the next `n` entry ids at once; the last id before them.
+    pub fn reserve_entries(&mut self, n: u64) -> u64 {
+        let base = self.last_seq;
+        self.last_seq += n;
+        base
+    }
+
     /// A new buyer at the back of the line; the record.
     pub fn join_line(&mut self, user: &UserId, now: u64) -> Id {
         let entry = self.next_entry();
+        self.join_line_at(user, entry, now)
+    }
+
+    /// A new buyer in line with `entry`, an id handed out already (a
+    /// lottery's reserved block): their place is by that id.
+    pub fn join_line_at(&mut self, user: &UserId, entry: u64, now: u64) -> Id {
         let id = self.buyers.insert(Buyer {
             user: user.clone(),
             entry,
