@@ -4,8 +4,8 @@
 # one run: the longest single Redis call (SLOWLOG, every call over 1 ms
 # kept), the longest PING a bystander client waited meanwhile (every other
 # queue, join and pass waits that long), and the draw's total time (from
-# opensAt to drawnAt, both on the store clock: the 250 ms look, the read,
-# the sort and the apply). Each run: a redis-server of its own, one fresh
+# opensAt to the moment the lottery reads drawn: the 250 ms look, the
+# read, the sort and the apply). Each run: a redis-server of its own, one fresh
 # instance, the pre-queue written straight into Redis (HSET; quicker than
 # N HTTP joins, same records), opensAt 2 s ahead. Bounded: one draw per
 # run, 60 s at most each. Loopback only.
@@ -79,14 +79,17 @@ while time.time() < end:
     slow += rtt > 50
     if pings % 20 == 0 and cmd("HGET", lot, "state") == "drawn":
         break
-opens, drawn = (int(x) for x in cmd("HMGET", lot, "opensAt", "drawnAt"))
+seen = time.time() * 1e3
+opens = int(cmd("HGET", lot, "opensAt"))
 log = cmd("SLOWLOG", "GET", "-1")
-calls = [(e[2], e[3][0]) for e in log]
-longest = max(calls, default=(0, "-"))
-print("draw_total_ms=%d longest_call_ms=%.1f longest_cmd=%s calls_over_1ms=%d calls_over_50ms=%d "
+calls = sorted(((e[2], " ".join(a[:24] for a in e[3][:3])) for e in log), reverse=True)
+longest = calls[0] if calls else (0, "-")
+print("draw_total_ms=%d longest_call_ms=%.1f calls_over_1ms=%d calls_over_50ms=%d "
       "longest_ping_ms=%.1f pings_over_50ms=%d placed=%d"
-      % (drawn - opens, longest[0] / 1e3, longest[1], len(calls),
+      % (seen - opens, longest[0] / 1e3, len(calls),
          sum(1 for c in calls if c[0] > 50000), worst, slow, cmd("ZCARD", waiting)))
+for us, what in calls[:4]:
+    print("  slowlog %.1f ms: %s" % (us / 1e3, what))
 '
 
 one_run() {
@@ -102,6 +105,7 @@ one_run() {
   local out
   out=$(python3 -c "$PROBE" "$REDIS_PORT" "${base}lottery" "${base}waiting")
   echo "$name $(basename "$bin") N=$N $out load=\"$(uptime | sed 's/.*load average: //')\""
+  grep -h "lottery draw applied" "$TMP/$name-server.log" | sed 's/^/  server: /' || true
 }
 
 log "N=$N, A=$BIN_A, B=$BIN_B; $(uptime)"

@@ -321,8 +321,9 @@ pub enum DrawStep {
 }
 
 /// Order positions staged per call: each [`Store::draw_stage`] is
-/// bounded by it (Redis: about 10 ms per 5,000 here).
-pub const DRAW_CHUNK: usize = 5_000;
+/// bounded by it (Redis here: 65–167 ms per 1,000 with the shared 2-core
+/// machine at load 8, `loadtest/lottery-draw.sh`).
+pub const DRAW_CHUNK: usize = 1_000;
 
 /// A stage that has not moved on for this long is abandoned (its instance
 /// died mid-draw): the next draw takes it over. Well above one step's
@@ -847,7 +848,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Puts the whole stage in line at once (the drawn in drawn order,
     /// later arrivals behind), publishes `drawn`, and marks the lottery
-    /// drawn; only once every position was staged.
+    /// drawn; only once every position was staged ([`DrawStep::Lost`]
+    /// before), and only if every pre-queue user is staged (else the order
+    /// missed one: the stage is dropped, [`DrawStep::Stale`]).
     async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep>;
 
     /// The published fingerprint list, once drawn.
@@ -883,11 +886,20 @@ pub async fn draw_in_steps<S: Store + ?Sized>(
         DrawStep::Stale => DrawOutcome::Stale,
         _ => DrawOutcome::InProgress,
     };
+    let started = std::time::Instant::now();
+    // The longest step as this caller saw it (round trip included): an
+    // upper bound of how long one step held the store.
+    let mut longest = std::time::Duration::ZERO;
+    let mut timed = std::time::Instant::now();
+    let mut lap = || {
+        longest = longest.max(timed.elapsed());
+        timed = std::time::Instant::now();
+    };
     match store
         .draw_begin(queue, id, version, n, list, DRAW_ABANDON_MS)
         .await?
     {
-        DrawStep::Staged { .. } => {}
+        DrawStep::Staged { .. } => lap(),
         step => return Ok(early(step)),
     }
     let mut offset = 0;
@@ -896,9 +908,21 @@ pub async fn draw_in_steps<S: Store + ?Sized>(
             DrawStep::Staged { staged } => offset = staged,
             step => return Ok(early(step)),
         }
+        lap();
     }
     Ok(match store.draw_commit(queue, id).await? {
-        DrawStep::Drawn { placed } => DrawOutcome::Drawn { placed },
+        DrawStep::Drawn { placed } => {
+            lap();
+            tracing::info!(
+                %queue,
+                placed,
+                steps = n.div_ceil(chunk.max(1) as u64) + 2,
+                longest_step_ms = longest.as_secs_f64() * 1e3,
+                apply_ms = started.elapsed().as_secs_f64() * 1e3,
+                "lottery draw applied"
+            );
+            DrawOutcome::Drawn { placed }
+        }
         step => early(step),
     })
 }

@@ -566,7 +566,7 @@ async fn draw_of_many_entries_measured() {
     );
     let draw = computed + applied;
     println!(
-        "lottery draw of {n}: read+sort {:.0} ms, apply (staged, chunks of 5,000) {:.0} ms, \
+        "lottery draw of {n}: read+sort {:.0} ms, apply (staged, chunks of 1,000) {:.0} ms, \
          total {:.0} ms; baseline {n} joins {:.0} ms (draw = {:.3} x joins); {n} pre-queue joins {:.0} ms; \
          ARGV {:.1} MB",
         computed.as_secs_f64() * 1e3,
@@ -576,6 +576,86 @@ async fn draw_of_many_entries_measured() {
         draw.as_secs_f64() / joins.as_secs_f64(),
         pre_joins.as_secs_f64() * 1e3,
         (list.len() + order.iter().map(|u| u.as_str().len()).sum::<usize>()) as f64 / 1e6,
+    );
+}
+
+/// The memory store's draw of `LOTTERY_BENCH_N` entries (100,000 unless
+/// set) in steps of [`DRAW_CHUNK`]: how long each step held the queue's lock (the
+/// steps are synchronous under it; other queues never wait). Run by
+/// hand (`cargo test --test api lottery::memory_draw -- --ignored
+/// --nocapture`); ignored in the suite.
+#[tokio::test]
+#[ignore = "a measurement, run by hand"]
+async fn memory_draw_of_many_entries_measured() {
+    use std::time::Instant;
+    use waitroom::queue::lottery::{
+        draw_order, fingerprint, new_nonce, new_seed, parse_seed, published_list,
+    };
+    use waitroom::queue::{QueueName, UserId};
+    use waitroom::store::memory::MemoryStore;
+    use waitroom::store::{DRAW_CHUNK, DrawStep, SharedStore};
+
+    let n: usize = std::env::var("LOTTERY_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let store: SharedStore = Arc::new(MemoryStore::new());
+    let queue = QueueName::parse("drawn").unwrap();
+    let seed = new_seed();
+    store
+        .schedule_lottery(&queue, now_ms() + 1, &seed)
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..n {
+        let user = UserId::parse(&format!("u{i:07}")).unwrap();
+        store.pre_join(&queue, &user, &new_nonce()).await.unwrap();
+    }
+    let (version, entries) = store.pre_queue(&queue).await.unwrap();
+    let fps: Vec<String> = entries
+        .iter()
+        .map(|(_, e)| fingerprint("drawn", &e.nonce))
+        .collect();
+    let order: Vec<UserId> = draw_order(&parse_seed(&seed).unwrap(), &fps)
+        .into_iter()
+        .map(|i| entries[i].0.clone())
+        .collect();
+    let list = published_list(fps).join("\n");
+    let id = "bench";
+    let timed = |what: &'static str, started: Instant, worst: &mut (f64, &'static str)| {
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        if ms > worst.0 {
+            *worst = (ms, what);
+        }
+        ms
+    };
+    let mut worst = (0.0, "");
+    let all = Instant::now();
+    let t = Instant::now();
+    let step = store
+        .draw_begin(&queue, id, version, n as u64, &list, 5_000)
+        .await
+        .unwrap();
+    assert_eq!(step, DrawStep::Staged { staged: 0 });
+    timed("begin", t, &mut worst);
+    let mut offset = 0;
+    for chunk in order.chunks(DRAW_CHUNK) {
+        let t = Instant::now();
+        let step = store.draw_stage(&queue, id, offset, chunk).await.unwrap();
+        offset += chunk.len() as u64;
+        assert_eq!(step, DrawStep::Staged { staged: offset });
+        timed("stage", t, &mut worst);
+    }
+    let t = Instant::now();
+    let step = store.draw_commit(&queue, id).await.unwrap();
+    let commit = timed("commit", t, &mut worst);
+    assert_eq!(step, DrawStep::Drawn { placed: n as u64 });
+    assert_eq!(store.stats(&queue).await.unwrap().waiting, n as u64);
+    println!(
+        "memory draw of {n}: longest step {:.1} ms ({}), commit {commit:.1} ms, apply total {:.0} ms",
+        worst.0,
+        worst.1,
+        all.elapsed().as_secs_f64() * 1e3
     );
 }
 
@@ -867,7 +947,7 @@ async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
         "--ticket-secret",
         "lottery-kill-secret-0123456789abcdef",
     ];
-    let mut apps = vec![
+    let mut apps = [
         Some(BinApp::spawn(&bin_args).await),
         Some(BinApp::spawn(&bin_args).await),
     ];

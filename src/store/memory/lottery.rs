@@ -2,13 +2,14 @@
 //! beside the line, and the draw that moves it into the line, each one
 //! step under the queue's lock (what the Lua scripts are for Redis). The
 //! draw follows the same steps as Redis's (begin, stage chunks, commit),
-//! so each holds the lock for one chunk; the commit inserts the stage in
-//! line, O(n) but in memory (about 40 ms per 100,000 here, release build).
+//! so each holds the lock for one chunk: the stage builds the line and the
+//! records beside the queue's, and the commit swaps them in (O(1) when
+//! the queue holds no records, as at an opening).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use super::MemoryStore;
-use super::queue::QueueData;
+use super::queue::{QueueData, StagedLine};
 use crate::queue::lottery::{SEED_BYTES, commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
 use crate::store::{
@@ -48,10 +49,11 @@ struct Stage {
     at: u64,
     /// The published list, kept for the commit.
     list: String,
-    /// The line to be: entry id → user (the drawn, and later arrivals
-    /// behind them), and each user's id there.
-    line: BTreeMap<u64, UserId>,
-    ids: HashMap<UserId, u64>,
+    /// The line to be: the drawn, and later arrivals behind them.
+    line: StagedLine,
+    /// The pre-queue's records to be (each with its place): every user
+    /// staged.
+    entries: HashMap<UserId, PreEntry>,
     /// Frozen entries that left: the stage skips them.
     left: HashSet<UserId>,
 }
@@ -188,8 +190,12 @@ impl MemoryStore {
             // Not in the draw being staged: behind it, by its own id
             // (after the drawn block).
             if let Some(stage) = l.stage.as_mut() {
-                stage.line.insert(pre_entry, user.clone());
-                stage.ids.insert(user.clone(), pre_entry);
+                stage.line.insert(user, pre_entry, now);
+                let placed = PreEntry {
+                    entry: Some(pre_entry),
+                    ..entry.clone()
+                };
+                stage.entries.insert(user.clone(), placed);
             }
             if let Some(address) = address
                 && address.places.is_some()
@@ -231,9 +237,8 @@ impl MemoryStore {
             l.version += 1;
             // Out of the draw being staged too: no ghost in line.
             if let Some(stage) = l.stage.as_mut() {
-                if let Some(id) = stage.ids.remove(user) {
-                    stage.line.remove(&id);
-                }
+                stage.line.remove(user);
+                stage.entries.remove(user);
                 if pre_entry <= stage.base {
                     stage.left.insert(user.clone());
                 }
@@ -290,8 +295,8 @@ impl MemoryStore {
                     staged: 0,
                     at: now,
                     list: list.to_owned(),
-                    line: BTreeMap::new(),
-                    ids: HashMap::new(),
+                    line: StagedLine::default(),
+                    entries: HashMap::new(),
                     left: HashSet::new(),
                 });
             }
@@ -331,9 +336,13 @@ impl MemoryStore {
                     match l.entries.get(user) {
                         Some(e) if e.pre_entry <= stage.base => {
                             let id = stage.base + offset + i as u64 + 1;
+                            let placed = PreEntry {
+                                entry: Some(id),
+                                ..e.clone()
+                            };
+                            stage.entries.insert(user.clone(), placed);
                             // Named twice: the first stays, the order is wrong.
-                            stage.ids.insert(user.clone(), id).is_none()
-                                && stage.line.insert(id, user.clone()).is_none()
+                            stage.line.insert(user, id, now)
                         }
                         _ => stage.left.contains(user),
                     }
@@ -351,42 +360,36 @@ impl MemoryStore {
     }
 
     pub(super) fn lottery_commit(&self, queue: &QueueName, draw: &str) -> DrawStep {
-        self.with_queue(queue, |q, now| {
+        let (step, replaced) = self.with_queue(queue, |q, _| {
             let Some(l) = q.lottery.as_mut() else {
-                return DrawStep::Lost;
+                return (DrawStep::Lost, None);
             };
             if l.drawn {
-                return DrawStep::AlreadyDrawn;
+                return (DrawStep::AlreadyDrawn, None);
             }
             if l.stage
                 .as_ref()
                 .is_none_or(|s| s.draw != draw || s.staged != s.n)
             {
-                return DrawStep::Lost;
+                return (DrawStep::Lost, None);
             }
             let Some(stage) = l.stage.take() else {
-                return DrawStep::Lost;
+                return (DrawStep::Lost, None);
             };
             // Every pre-queue user staged, or the order missed someone.
-            if stage.ids.len() != l.entries.len() {
-                return DrawStep::Stale;
+            if stage.entries.len() != l.entries.len() {
+                return (DrawStep::Stale, None);
             }
             l.drawn = true;
             l.list = Some(stage.list);
-            let mut entries = std::mem::take(&mut l.entries);
-            for (entry, user) in stage.line {
-                q.join_line_at(&user, entry, now);
-                if let Some(e) = entries.get_mut(&user) {
-                    e.entry = Some(entry);
-                }
-            }
-            if let Some(l) = q.lottery.as_mut() {
-                l.entries = entries;
-            }
-            DrawStep::Drawn {
-                placed: stage.n - stage.left.len() as u64,
-            }
-        })
+            let before = std::mem::replace(&mut l.entries, stage.entries);
+            let placed = stage.n - stage.left.len() as u64;
+            let rest = q.adopt(stage.line);
+            (DrawStep::Drawn { placed }, Some((before, rest)))
+        });
+        // What was replaced is freed here, after the lock.
+        drop(replaced);
+        step
     }
 
     pub(super) fn lottery_published(&self, queue: &QueueName) -> Option<String> {

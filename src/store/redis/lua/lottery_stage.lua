@@ -14,7 +14,7 @@
 -- A user of the order who left since the freeze is skipped: their id
 -- stays unused (the line is ordered by id, so a gap changes no rank).
 -- Atomic so a chunk is staged whole or not at all, against the stage this
--- draw holds; it is bounded by its size (the caller's chunk, ~5,000).
+-- draw holds; it is bounded by its size (the caller's chunk, 1,000 by default).
 local lot, pre = KEYS[9], KEYS[10]
 local stage, stage_seen, stage_pre, left = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local f = redis.call('HMGET', lot, 'state', 'draw', 'base', 'n', 'staged')
