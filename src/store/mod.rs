@@ -321,8 +321,8 @@ pub enum DrawStep {
 }
 
 /// Order positions staged per call: each [`Store::draw_stage`] is
-/// bounded by it (Redis here: 65–167 ms per 1,000 with the shared 2-core
-/// machine at load 8, `loadtest/lottery-draw.sh`).
+/// bounded by it (Redis here: 40–62 ms per 1,000 with the shared 2-core
+/// machine at load 5–6, up to 167 ms at load 8; `loadtest/lottery-draw.sh`).
 pub const DRAW_CHUNK: usize = 1_000;
 
 /// A stage that has not moved on for this long is abandoned (its instance
