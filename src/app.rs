@@ -398,6 +398,7 @@ impl AppState {
             self.store().clone(),
             self.catalog().watch(),
             self.lotteries().clone(),
+            self.config().lottery_draw_chunk as usize,
             self.shutdown().clone(),
         ));
         // The streams' presence writes and first estimates follow the

@@ -343,6 +343,11 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_PAGE_DIR")]
     pub page_dir: Option<PathBuf>,
 
+    /// Pre-queue entries a lottery draw stages per store call: each call
+    /// holds Redis (or the memory store's queue) for one chunk only.
+    #[arg(long, env = "WAITROOM_LOTTERY_DRAW_CHUNK", default_value_t = crate::store::DRAW_CHUNK as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub lottery_draw_chunk: u64,
+
     /// Entries kept in each queue's audit log (about: Redis trims whole
     /// stream nodes), the oldest dropped first. 0: no audit log, and no
     /// webhooks.

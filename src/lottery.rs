@@ -1,6 +1,7 @@
 //! The draw of scheduled openings: every instance looks for queues whose
 //! `opensAt` has come and runs the draw (`crate::queue::lottery` has the
-//! rules, the store applies the result all or nothing).
+//! rules, the store applies the result all or nothing as buyers see it, in
+//! steps of a chunk each: `crate::store::draw_in_steps`).
 //!
 //! Like admission, no leader is elected: every instance may try, the store
 //! lets exactly one draw through, and any instance can die without
@@ -21,7 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::queue::lottery::{draw_order, fingerprint, parse_seed, published_list};
 use crate::queue::{QueueName, Queues, UserId};
-use crate::store::{DrawOutcome, SharedStore, StoreError, StoreResult};
+use crate::store::{
+    DRAW_ABANDON_MS, DRAW_CHUNK, DrawOutcome, SharedStore, StoreError, StoreResult, draw_in_steps,
+    new_draw_id,
+};
 
 /// How often each queue's lottery is looked at: how late after `opensAt`
 /// the draw may run.
@@ -74,16 +78,34 @@ fn now_ms() -> u64 {
 /// Runs `queue`'s draw if its `opensAt` has come and nobody ran it yet.
 /// `None` when there was nothing to do; else what the store did (`Stale`
 /// after [`ATTEMPTS`] changed pre-queues, or while the store's clock is
-/// still before `opensAt`).
+/// still before `opensAt`; `InProgress` while another instance applies
+/// it).
 pub async fn draw_if_due(
     store: &SharedStore,
     queue: &QueueName,
+) -> StoreResult<Option<DrawOutcome>> {
+    draw_if_due_in(store, queue, DRAW_CHUNK).await
+}
+
+/// [`draw_if_due`], staging `chunk` entries per store call.
+pub async fn draw_if_due_in(
+    store: &SharedStore,
+    queue: &QueueName,
+    chunk: usize,
 ) -> StoreResult<Option<DrawOutcome>> {
     let Some(lottery) = store.lottery(queue).await? else {
         return Ok(None);
     };
     if lottery.drawn || now_ms() < lottery.opens_at {
         return Ok(None);
+    }
+    // Another instance is applying the draw: no need to read the
+    // pre-queue. Once its stage stops moving on, the next draw replaces it.
+    if lottery
+        .staging_idle_ms
+        .is_some_and(|idle| idle <= DRAW_ABANDON_MS)
+    {
+        return Ok(Some(DrawOutcome::InProgress));
     }
     let seed = parse_seed(&lottery.seed)
         .ok_or_else(|| StoreError::Protocol(format!("a lottery seed of {queue} is not one")))?;
@@ -99,7 +121,8 @@ pub async fn draw_if_due(
             .map(|i| entries[i].0.clone())
             .collect();
         let list = published_list(fingerprints).join("\n");
-        outcome = store.draw(queue, version, &order, &list).await?;
+        let id = new_draw_id();
+        outcome = draw_in_steps(&**store, queue, &id, version, &order, &list, chunk).await?;
         if outcome != DrawOutcome::Stale {
             break;
         }
@@ -107,13 +130,15 @@ pub async fn draw_if_due(
     Ok(Some(outcome))
 }
 
-/// Draws every live queue's lottery when due, and keeps `pending`, until
-/// `shutdown`. A failed draw (the store unreachable) is retried next tick:
-/// the store applied all of it or nothing.
+/// Draws every live queue's lottery when due (`chunk` entries staged per
+/// store call), and keeps `pending`, until `shutdown`. A failed draw (the
+/// store unreachable) is retried next tick: buyers saw all of it or
+/// nothing, and a stage it left is taken over once abandoned.
 pub async fn run(
     store: SharedStore,
     live: watch::Receiver<Arc<Queues>>,
     pending: Arc<Pending>,
+    chunk: usize,
     shutdown: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(TICK);
@@ -135,7 +160,7 @@ pub async fn run(
                 }
                 Err(_) => continue,
             }
-            match draw_if_due(&store, queue).await {
+            match draw_if_due_in(&store, queue, chunk).await {
                 Ok(Some(DrawOutcome::Drawn { placed })) => {
                     tracing::info!(%queue, placed, "lottery drawn");
                     pending.set(queue, false);

@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::{
-    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, DrawOutcome, EnterOutcome,
+    Abandoned, AdaptiveRead, AdaptiveState, Admitted, ClaimOutcome, DrawStep, EnterOutcome,
     JoinLimits, LimitKind, Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS,
     Pass, PreEntry, PreJoin, QueueEvent, QueueStats, Rate, StockState, Store, StoreEvent,
     StoreResult,
@@ -714,18 +714,34 @@ impl Store for MemoryStore {
         Ok(self.lottery_pre_queue(queue))
     }
 
-    async fn draw(
+    async fn draw_begin(
         &self,
         queue: &QueueName,
+        draw: &str,
         version: u64,
-        order: &[UserId],
+        entries: u64,
         list: &str,
-    ) -> StoreResult<DrawOutcome> {
-        let outcome = self.lottery_draw(queue, version, order, list);
-        if matches!(outcome, DrawOutcome::Drawn { .. }) {
+        abandon_ms: u64,
+    ) -> StoreResult<DrawStep> {
+        Ok(self.lottery_begin(queue, draw, version, entries, list, abandon_ms))
+    }
+
+    async fn draw_stage(
+        &self,
+        queue: &QueueName,
+        draw: &str,
+        offset: u64,
+        users: &[UserId],
+    ) -> StoreResult<DrawStep> {
+        Ok(self.lottery_stage(queue, draw, offset, users))
+    }
+
+    async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep> {
+        let step = self.lottery_commit(queue, draw);
+        if matches!(step, DrawStep::Drawn { .. }) {
             self.publish(queue, QueueEvent::Drawn);
         }
-        Ok(outcome)
+        Ok(step)
     }
 
     async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {

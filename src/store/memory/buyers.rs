@@ -162,6 +162,11 @@ impl Buyers {
         Some(buyer)
     }
 
+    /// No records at all.
+    pub fn is_empty(&self) -> bool {
+        self.index.iter().all(HashTable::is_empty)
+    }
+
     /// Marks waiting buyer `id` as seen at `now` (newest in the chain).
     pub fn touch(&mut self, id: Id, now: u64) {
         if let Some(Buyer {

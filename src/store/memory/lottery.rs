@@ -1,15 +1,19 @@
 //! The lottery of a scheduled opening in the memory store: the pre-queue
 //! beside the line, and the draw that moves it into the line, each one
-//! step under the queue's lock (what the Lua scripts are for Redis).
+//! step under the queue's lock (what the Lua scripts are for Redis). The
+//! draw follows the same steps as Redis's (begin, stage chunks, commit),
+//! so each holds the lock for one chunk: the stage builds the line and the
+//! records beside the queue's, and the commit swaps them in (O(1) when
+//! the queue holds no records, as at an opening).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::MemoryStore;
-use super::queue::QueueData;
+use super::queue::{QueueData, StagedLine};
 use crate::queue::lottery::{SEED_BYTES, commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
 use crate::store::{
-    AddressLimits, DrawOutcome, LimitKind, Limited, LotteryRefusal, LotteryState, PLACES_RETRY_MS,
+    AddressLimits, DrawStep, LimitKind, Limited, LotteryRefusal, LotteryState, PLACES_RETRY_MS,
     PreEntry, PreJoin, QueueEvent,
 };
 
@@ -27,6 +31,31 @@ pub(super) struct Lottery {
     /// places (the line's own places are in `QueueData`): while in the
     /// pre-queue, and after the draw while the place it gave lasts.
     places: HashMap<String, Vec<UserId>>,
+    /// The draw being staged, if one is.
+    stage: Option<Stage>,
+}
+
+/// A draw being staged (see `lua/lottery_begin.lua` for Redis's).
+struct Stage {
+    /// The draw's id.
+    draw: String,
+    /// The drawn entries take ids `base + 1 ..= base + n`, in drawn order.
+    base: u64,
+    /// The frozen pre-queue's size.
+    n: u64,
+    /// Order positions staged so far.
+    staged: u64,
+    /// When the stage last moved on (ms).
+    at: u64,
+    /// The published list, kept for the commit.
+    list: String,
+    /// The line to be: the drawn, and later arrivals behind them.
+    line: StagedLine,
+    /// The pre-queue's records to be (each with its place): every user
+    /// staged.
+    entries: HashMap<UserId, PreEntry>,
+    /// Frozen entries that left: the stage skips them.
+    left: HashSet<UserId>,
 }
 
 impl Lottery {
@@ -36,7 +65,7 @@ impl Lottery {
         !self.drawn
     }
 
-    fn state(&self) -> LotteryState {
+    fn state(&self, now: u64) -> LotteryState {
         LotteryState {
             opens_at: self.opens_at,
             seed: self.seed.clone(),
@@ -44,7 +73,13 @@ impl Lottery {
             drawn: self.drawn,
             entries: self.entries.len() as u64,
             version: self.version,
+            staging_idle_ms: self.stage.as_ref().map(|s| now.saturating_sub(s.at)),
         }
+    }
+
+    /// Drawn, or a draw staged: too late to move or clear.
+    fn closed(&self) -> bool {
+        self.drawn || self.stage.is_some()
     }
 }
 
@@ -56,11 +91,11 @@ impl MemoryStore {
         seed: &str,
     ) -> Result<LotteryState, LotteryRefusal> {
         let bytes: [u8; SEED_BYTES] = parse_seed(seed).unwrap_or([0; SEED_BYTES]);
-        let scheduled = self.with_queue(queue, |q, _| match &mut q.lottery {
-            Some(l) if l.drawn => Err(LotteryRefusal::Drawn),
+        let scheduled = self.with_queue(queue, |q, now| match &mut q.lottery {
+            Some(l) if l.closed() => Err(LotteryRefusal::Drawn),
             Some(l) => {
                 l.opens_at = opens_at;
-                Ok(l.state())
+                Ok(l.state(now))
             }
             None => {
                 let l = Lottery {
@@ -72,8 +107,9 @@ impl MemoryStore {
                     entries: HashMap::new(),
                     list: None,
                     places: HashMap::new(),
+                    stage: None,
                 };
-                let state = l.state();
+                let state = l.state(now);
                 q.lottery = Some(l);
                 Ok(state)
             }
@@ -90,7 +126,7 @@ impl MemoryStore {
     pub(super) fn lottery_clear(&self, queue: &QueueName) -> Result<bool, LotteryRefusal> {
         self.with_queue(queue, |q, _| match &q.lottery {
             None => Ok(false),
-            Some(l) if l.drawn => Err(LotteryRefusal::Drawn),
+            Some(l) if l.closed() => Err(LotteryRefusal::Drawn),
             Some(l) if !l.entries.is_empty() => Err(LotteryRefusal::NotEmpty),
             Some(_) => {
                 q.lottery = None;
@@ -100,7 +136,7 @@ impl MemoryStore {
     }
 
     pub(super) fn lottery_state(&self, queue: &QueueName) -> Option<LotteryState> {
-        self.with_queue(queue, |q, _| q.lottery.as_ref().map(Lottery::state))
+        self.with_queue(queue, |q, now| q.lottery.as_ref().map(|l| l.state(now)))
     }
 
     pub(super) fn lottery_pre_join(
@@ -151,6 +187,16 @@ impl MemoryStore {
             };
             l.entries.insert(user.clone(), entry.clone());
             l.version += 1;
+            // Not in the draw being staged: behind it, by its own id
+            // (after the drawn block).
+            if let Some(stage) = l.stage.as_mut() {
+                stage.line.insert(user, pre_entry, now);
+                let placed = PreEntry {
+                    entry: Some(pre_entry),
+                    ..entry.clone()
+                };
+                stage.entries.insert(user.clone(), placed);
+            }
             if let Some(address) = address
                 && address.places.is_some()
             {
@@ -189,6 +235,14 @@ impl MemoryStore {
             }
             l.entries.remove(user);
             l.version += 1;
+            // Out of the draw being staged too: no ghost in line.
+            if let Some(stage) = l.stage.as_mut() {
+                stage.line.remove(user);
+                stage.entries.remove(user);
+                if pre_entry <= stage.base {
+                    stage.left.insert(user.clone());
+                }
+            }
             true
         })
     }
@@ -206,45 +260,136 @@ impl MemoryStore {
         })
     }
 
-    pub(super) fn lottery_draw(
+    pub(super) fn lottery_begin(
         &self,
         queue: &QueueName,
+        draw: &str,
         version: u64,
-        order: &[UserId],
+        entries: u64,
         list: &str,
-    ) -> DrawOutcome {
+        abandon_ms: u64,
+    ) -> DrawStep {
         self.with_queue(queue, |q, now| {
             let Some(l) = q.lottery.as_mut() else {
-                return DrawOutcome::Stale;
+                return DrawStep::Stale;
             };
             if l.drawn {
-                return DrawOutcome::AlreadyDrawn;
+                return DrawStep::AlreadyDrawn;
             }
-            // Every pre-queue user exactly once: as many, all known, distinct.
-            let distinct: std::collections::HashSet<&UserId> = order.iter().collect();
-            let complete = order.len() == l.entries.len()
-                && distinct.len() == order.len()
-                && order.iter().all(|u| l.entries.contains_key(u));
-            if now < l.opens_at || l.version != version || !complete {
-                return DrawOutcome::Stale;
-            }
-            l.drawn = true;
-            l.list = Some(list.to_string());
-            let mut entries = std::mem::take(&mut l.entries);
-            for user in order {
-                let id = q.join_line(user, now);
-                let entry = q.buyers.get(id).map(|b| b.entry);
-                if let Some(e) = entries.get_mut(user) {
-                    e.entry = entry;
+            if let Some(stage) = &l.stage {
+                if now.saturating_sub(stage.at) <= abandon_ms {
+                    return DrawStep::Busy;
                 }
+                // Abandoned: the pre-queue, kept current, is drawn again.
+                l.stage = None;
             }
+            if now < l.opens_at || l.version != version || l.entries.len() as u64 != entries {
+                return DrawStep::Stale;
+            }
+            let base = q.reserve_entries(entries);
             if let Some(l) = q.lottery.as_mut() {
-                l.entries = entries;
+                l.stage = Some(Stage {
+                    draw: draw.to_owned(),
+                    base,
+                    n: entries,
+                    staged: 0,
+                    at: now,
+                    list: list.to_owned(),
+                    line: StagedLine::default(),
+                    entries: HashMap::new(),
+                    left: HashSet::new(),
+                });
             }
-            DrawOutcome::Drawn {
-                placed: order.len() as u64,
+            DrawStep::Staged { staged: 0 }
+        })
+    }
+
+    pub(super) fn lottery_stage(
+        &self,
+        queue: &QueueName,
+        draw: &str,
+        offset: u64,
+        users: &[UserId],
+    ) -> DrawStep {
+        self.with_queue(queue, |q, now| {
+            let Some(l) = q.lottery.as_mut() else {
+                return DrawStep::Lost;
+            };
+            if l.drawn {
+                return DrawStep::AlreadyDrawn;
+            }
+            let Some(stage) = l.stage.as_mut().filter(|s| s.draw == draw) else {
+                return DrawStep::Lost;
+            };
+            let k = users.len() as u64;
+            if offset < stage.staged && offset + k <= stage.staged {
+                return DrawStep::Staged {
+                    staged: stage.staged,
+                };
+            }
+            if offset != stage.staged {
+                return DrawStep::Lost;
+            }
+            let fits = stage.staged + k <= stage.n;
+            let frozen = fits
+                && users.iter().enumerate().all(|(i, user)| {
+                    match l.entries.get(user) {
+                        Some(e) if e.pre_entry <= stage.base => {
+                            let id = stage.base + offset + i as u64 + 1;
+                            let placed = PreEntry {
+                                entry: Some(id),
+                                ..e.clone()
+                            };
+                            stage.entries.insert(user.clone(), placed);
+                            // Named twice: the first stays, the order is wrong.
+                            stage.line.insert(user, id, now)
+                        }
+                        _ => stage.left.contains(user),
+                    }
+                });
+            if !frozen {
+                l.stage = None;
+                return DrawStep::Stale;
+            }
+            stage.staged += k;
+            stage.at = now;
+            DrawStep::Staged {
+                staged: stage.staged,
             }
         })
+    }
+
+    pub(super) fn lottery_commit(&self, queue: &QueueName, draw: &str) -> DrawStep {
+        let (step, replaced) = self.with_queue(queue, |q, _| {
+            let Some(l) = q.lottery.as_mut() else {
+                return (DrawStep::Lost, None);
+            };
+            if l.drawn {
+                return (DrawStep::AlreadyDrawn, None);
+            }
+            if l.stage
+                .as_ref()
+                .is_none_or(|s| s.draw != draw || s.staged != s.n)
+            {
+                return (DrawStep::Lost, None);
+            }
+            let Some(stage) = l.stage.take() else {
+                return (DrawStep::Lost, None);
+            };
+            // Every pre-queue user staged, or the order missed someone.
+            if stage.entries.len() != l.entries.len() {
+                return (DrawStep::Stale, None);
+            }
+            l.drawn = true;
+            l.list = Some(stage.list);
+            let before = std::mem::replace(&mut l.entries, stage.entries);
+            let placed = stage.n - stage.left.len() as u64;
+            let rest = q.adopt(stage.line);
+            (DrawStep::Drawn { placed }, Some((before, rest)))
+        });
+        // What was replaced is freed here, after the lock.
+        drop(replaced);
+        step
     }
 
     pub(super) fn lottery_published(&self, queue: &QueueName) -> Option<String> {

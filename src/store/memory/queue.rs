@@ -38,6 +38,48 @@ pub(super) struct QueueData {
     pub lottery: Option<super::lottery::Lottery>,
 }
 
+/// A line built beside the queue's (a lottery draw's stage), with records
+/// of its own that nothing else finds: put in place all at once by
+/// [`QueueData::adopt`], swapped whole when the queue holds no records.
+#[derive(Default)]
+pub(super) struct StagedLine {
+    buyers: Buyers,
+    line: indexset::BTreeMap<u64, Id>,
+}
+
+impl StagedLine {
+    /// Stages `user` waiting with `entry` since `now`; false (nothing
+    /// changes) if they are staged already. Their request budget starts
+    /// full: a budget kept for them before the draw is not carried over.
+    pub fn insert(&mut self, user: &UserId, entry: u64, now: u64) -> bool {
+        if self.buyers.find(user.as_str()).is_some() {
+            return false;
+        }
+        let id = self.buyers.insert(Buyer {
+            user: user.clone(),
+            entry,
+            entered_at: now,
+            budget: 0,
+            state: State::Waiting {
+                seen: now,
+                prev: Id::MAX,
+                next: Id::MAX,
+            },
+        });
+        self.line.insert(entry, id);
+        true
+    }
+
+    /// Takes `user` out, if staged.
+    pub fn remove(&mut self, user: &UserId) {
+        if let Some(id) = self.buyers.find(user.as_str())
+            && let Some(buyer) = self.buyers.remove(id)
+        {
+            self.line.remove(&buyer.entry);
+        }
+    }
+}
+
 /// The admission budget: `level` admissions available as of `at`.
 struct Bucket {
     level: f64,
@@ -131,6 +173,13 @@ impl QueueData {
         id
     }
 
+    /// Takes the next `n` entry ids at once; the last id before them.
+    pub fn reserve_entries(&mut self, n: u64) -> u64 {
+        let base = self.last_seq;
+        self.last_seq += n;
+        base
+    }
+
     /// A new buyer at the back of the line; the record.
     pub fn join_line(&mut self, user: &UserId, now: u64) -> Id {
         let entry = self.next_entry();
@@ -147,6 +196,27 @@ impl QueueData {
         });
         self.line.insert(entry, id);
         id
+    }
+
+    /// Puts `staged` in line. O(1) when the queue holds no records (the
+    /// usual opening: the two are swapped); else its buyers are moved in
+    /// one by one. Returns what is left to free (the empty records
+    /// swapped out), so the caller can drop it outside the queue's lock.
+    pub fn adopt(&mut self, mut staged: StagedLine) -> StagedLine {
+        if self.buyers.is_empty() && self.line.is_empty() {
+            std::mem::swap(&mut self.buyers, &mut staged.buyers);
+            std::mem::swap(&mut self.line, &mut staged.line);
+            return staged;
+        }
+        let ids: Vec<Id> = staged.line.iter().map(|(_, id)| *id).collect();
+        for id in ids {
+            if let Some(buyer) = staged.buyers.remove(id) {
+                let entry = buyer.entry;
+                let id = self.buyers.insert(buyer);
+                self.line.insert(entry, id);
+            }
+        }
+        StagedLine::default()
     }
 
     /// The buyer at the head of the line.

@@ -5,13 +5,17 @@
 //! A pre-queue entry's record is `preEntry:nonce`, and `:entry` is added
 //! by the draw: kept afterwards, so a buyer's pre-queue ticket can be
 //! matched to their place in line, and their fingerprint shown again.
+//!
+//! The draw is staged in five more keys (`lua/lottery_begin.lua`), filled
+//! a chunk per call and renamed into place by one short commit, so no call
+//! holds Redis for long however large the pre-queue.
 
 use super::{QueueKeys, RedisStore, bounded};
 use crate::queue::lottery::{commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
 use crate::store::{AddressLimits, Limited};
 use crate::store::{
-    DrawOutcome, LotteryRefusal, LotteryState, PreEntry, PreJoin, StoreError, StoreResult,
+    DrawStep, LotteryRefusal, LotteryState, PreEntry, PreJoin, StoreError, StoreResult,
 };
 
 /// Entries asked for per `HSCAN` page of the pre-queue.
@@ -22,6 +26,43 @@ impl QueueKeys {
     pub(super) fn lottery(&self) -> [String; 3] {
         ["lottery", "lottery:pre", "lottery:list"].map(|k| format!("{}{k}", self.base))
     }
+
+    /// A staged draw's line, presence, records, frozen entries that left,
+    /// and list (`lua/lottery_begin.lua`).
+    pub(super) fn lottery_stage(&self) -> [String; 5] {
+        [
+            "lottery:stage",
+            "lottery:stage:seen",
+            "lottery:stage:pre",
+            "lottery:stage:left",
+            "lottery:stage:list",
+        ]
+        .map(|k| format!("{}{k}", self.base))
+    }
+
+    /// Every key of the draw's steps, in their scripts' order.
+    fn lottery_draw(&self) -> Vec<String> {
+        let mut keys = self.lottery().to_vec();
+        keys.extend(self.lottery_stage());
+        keys
+    }
+}
+
+/// A draw step's reply.
+fn step(script: &str, reply: &[String]) -> StoreResult<DrawStep> {
+    let count = |n: &str| n.parse().map_err(|_| protocol(script, &reply));
+    Ok(
+        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["ok"] => DrawStep::Staged { staged: 0 },
+            ["staged", n] => DrawStep::Staged { staged: count(n)? },
+            ["drawn", n] => DrawStep::Drawn { placed: count(n)? },
+            ["already"] => DrawStep::AlreadyDrawn,
+            ["stale"] => DrawStep::Stale,
+            ["busy"] => DrawStep::Busy,
+            ["lost"] => DrawStep::Lost,
+            _ => return Err(protocol(script, &reply)),
+        },
+    )
 }
 
 fn protocol(what: &str, reply: &impl std::fmt::Debug) -> StoreError {
@@ -45,7 +86,7 @@ fn record(raw: &str) -> Option<PreEntry> {
 }
 
 /// `opensAt, seed, commitment, state, version, entries` as the scripts
-/// answer them.
+/// answer them, and `lottery_read.lua`'s idle time of a staged draw after.
 fn state(f: &[String]) -> Option<LotteryState> {
     Some(LotteryState {
         opens_at: f.first()?.parse().ok()?,
@@ -54,6 +95,14 @@ fn state(f: &[String]) -> Option<LotteryState> {
         drawn: f.get(3)? == "drawn",
         version: f.get(4)?.parse().ok()?,
         entries: f.get(5)?.parse().ok()?,
+        staging_idle_ms: f
+            .get(6)
+            .and_then(|ms| ms.parse::<i64>().ok())
+            .and_then(|ms| {
+                // A stage moved on "in the future" (clock stepped back) is
+                // still moving on.
+                (ms >= 0 || f.get(3)? == "drawing").then_some(ms.max(0) as u64)
+            }),
     })
 }
 
@@ -122,7 +171,7 @@ impl RedisStore {
         }
         let lottery = state(&reply).ok_or_else(|| protocol("lottery_read.lua", &reply))?;
         let mut list = Vec::new();
-        for pair in reply[6..].chunks(2) {
+        for pair in reply[7..].chunks(2) {
             let [user, rec] = pair else {
                 return Err(protocol("lottery_read.lua", &pair));
             };
@@ -195,7 +244,10 @@ impl RedisStore {
                 &self.scripts.lottery_join,
                 queue,
                 &[user],
-                vec![lot, pre, joins, places],
+                {
+                    let [stage, stage_seen, stage_pre, _, _] = keys.lottery_stage();
+                    vec![lot, pre, joins, places, stage, stage_seen, stage_pre]
+                },
                 |inv| {
                     inv.arg(user.as_str())
                         .arg(nonce)
@@ -254,42 +306,73 @@ impl RedisStore {
         user: &UserId,
         pre_entry: u64,
     ) -> StoreResult<bool> {
-        let [lot, pre, _] = self.keys(queue).lottery();
+        let keys = self.keys(queue);
+        let [lot, pre, _] = keys.lottery();
+        let [stage, stage_seen, stage_pre, left, _] = keys.lottery_stage();
         let mut inv = self.scripts.lottery_leave.prepare_invoke();
-        inv.key(lot).key(pre).arg(user.as_str()).arg(pre_entry);
+        for key in [lot, pre, stage, stage_seen, stage_pre, left] {
+            inv.key(key);
+        }
+        inv.arg(user.as_str()).arg(pre_entry);
         let mut conn = self.conn.clone();
         let removed: i64 = bounded(inv.invoke_async(&mut conn)).await?;
         Ok(removed == 1)
     }
 
-    pub(super) async fn lottery_draw(
+    pub(super) async fn lottery_begin(
         &self,
         queue: &QueueName,
+        draw: &str,
         version: u64,
-        order: &[UserId],
+        entries: u64,
         list: &str,
-    ) -> StoreResult<DrawOutcome> {
-        let keys = self.keys(queue).lottery().to_vec();
+        abandon_ms: u64,
+    ) -> StoreResult<DrawStep> {
+        let keys = self.keys(queue).lottery_draw();
         let reply: Vec<String> = self
-            .run_for(&self.scripts.lottery_draw, queue, &[], keys, |inv| {
-                inv.arg(version)
+            .run_for(&self.scripts.lottery_begin, queue, &[], keys, |inv| {
+                inv.arg(draw)
+                    .arg(version)
+                    .arg(entries)
                     .arg(crate::store::first_entry_id())
+                    .arg(abandon_ms)
                     .arg(list);
-                for user in order {
+            })
+            .await?;
+        step("lottery_begin.lua", &reply)
+    }
+
+    pub(super) async fn lottery_stage_chunk(
+        &self,
+        queue: &QueueName,
+        draw: &str,
+        offset: u64,
+        users: &[UserId],
+    ) -> StoreResult<DrawStep> {
+        let keys = self.keys(queue).lottery_draw();
+        let reply: Vec<String> = self
+            .run_for(&self.scripts.lottery_stage, queue, &[], keys, |inv| {
+                inv.arg(draw).arg(offset);
+                for user in users {
                     inv.arg(user.as_str());
                 }
             })
             .await?;
-        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["drawn", n] => Ok(DrawOutcome::Drawn {
-                placed: n
-                    .parse()
-                    .map_err(|_| protocol("lottery_draw.lua", &reply))?,
-            }),
-            ["already"] => Ok(DrawOutcome::AlreadyDrawn),
-            ["stale"] => Ok(DrawOutcome::Stale),
-            _ => Err(protocol("lottery_draw.lua", &reply)),
-        }
+        step("lottery_stage.lua", &reply)
+    }
+
+    pub(super) async fn lottery_commit(
+        &self,
+        queue: &QueueName,
+        draw: &str,
+    ) -> StoreResult<DrawStep> {
+        let keys = self.keys(queue).lottery_draw();
+        let reply: Vec<String> = self
+            .run_for(&self.scripts.lottery_commit, queue, &[], keys, |inv| {
+                inv.arg(draw);
+            })
+            .await?;
+        step("lottery_commit.lua", &reply)
     }
 
     pub(super) async fn lottery_published(&self, queue: &QueueName) -> StoreResult<Option<String>> {

@@ -43,10 +43,9 @@ use futures::stream::BoxStream;
 use redis::{AsyncCommands, RedisError};
 
 use super::{
-    AdaptiveRead, AdaptiveState, AddressLimits, ClaimOutcome, DrawOutcome, EnterOutcome,
-    JoinLimits, LimitKind, Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS,
-    Pass, PreEntry, PreJoin, QueueEvent, QueueStats, Rate, StockState, Store, StoreError,
-    StoreEvent, StoreResult,
+    AdaptiveRead, AdaptiveState, AddressLimits, ClaimOutcome, DrawStep, EnterOutcome, JoinLimits,
+    LimitKind, Limited, LotteryRefusal, LotteryState, OrderSignal, PLACES_RETRY_MS, Pass, PreEntry,
+    PreJoin, QueueEvent, QueueStats, Rate, StockState, Store, StoreError, StoreEvent, StoreResult,
 };
 use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
 use crate::queue::{
@@ -995,14 +994,31 @@ impl Store for RedisStore {
         self.lottery_scan(queue).await
     }
 
-    async fn draw(
+    async fn draw_begin(
         &self,
         queue: &QueueName,
+        draw: &str,
         version: u64,
-        order: &[UserId],
+        entries: u64,
         list: &str,
-    ) -> StoreResult<DrawOutcome> {
-        self.lottery_draw(queue, version, order, list).await
+        abandon_ms: u64,
+    ) -> StoreResult<DrawStep> {
+        self.lottery_begin(queue, draw, version, entries, list, abandon_ms)
+            .await
+    }
+
+    async fn draw_stage(
+        &self,
+        queue: &QueueName,
+        draw: &str,
+        offset: u64,
+        users: &[UserId],
+    ) -> StoreResult<DrawStep> {
+        self.lottery_stage_chunk(queue, draw, offset, users).await
+    }
+
+    async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep> {
+        self.lottery_commit(queue, draw).await
     }
 
     async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {

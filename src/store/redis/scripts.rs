@@ -63,7 +63,9 @@ pub(super) struct Scripts {
     pub lottery_read: Script,
     pub lottery_leave: Script,
     pub lottery_join: Script,
-    pub lottery_draw: Script,
+    pub lottery_begin: Script,
+    pub lottery_stage: Script,
+    pub lottery_commit: Script,
 }
 
 impl Scripts {
@@ -97,7 +99,9 @@ impl Scripts {
             lottery_read: Script::new(include_str!("lua/lottery_read.lua")),
             lottery_leave: Script::new(include_str!("lua/lottery_leave.lua")),
             lottery_join: with_rates(include_str!("lua/lottery_join.lua")),
-            lottery_draw: with_common(include_str!("lua/lottery_draw.lua")),
+            lottery_begin: with_common(include_str!("lua/lottery_begin.lua")),
+            lottery_stage: with_common(include_str!("lua/lottery_stage.lua")),
+            lottery_commit: with_common(include_str!("lua/lottery_commit.lua")),
         }
     }
 }

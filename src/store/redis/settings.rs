@@ -140,6 +140,7 @@ impl RedisStore {
         // again starts from its own batch.
         doomed.push(self.adaptive_key(queue));
         doomed.extend(keys.lottery());
+        doomed.extend(keys.lottery_stage());
         let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
         Ok(had == 1)
     }

@@ -72,12 +72,14 @@ local function group(now, stock, audit_key, lot, pre)
   }
 end
 
--- True while a lottery of the queue is scheduled and not drawn: a join
--- without a place then belongs in the pre-queue (lottery_join.lua), not in
--- line. Read once per call: no join changes it.
+-- True while a lottery of the queue is scheduled and not drawn (its draw
+-- may be staged: 'drawing'): a join without a place then belongs in the
+-- pre-queue (lottery_join.lua), not in line. Read once per call: no join
+-- changes it.
 local function group_pre_queue(g)
   if g.pre_queue == nil then
-    g.pre_queue = g.lot ~= nil and redis.call('HGET', g.lot, 'state') == 'scheduled'
+    local state = g.lot ~= nil and redis.call('HGET', g.lot, 'state')
+    g.pre_queue = state == 'scheduled' or state == 'drawing'
   end
   return g.pre_queue
 end

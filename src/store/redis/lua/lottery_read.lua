@@ -4,7 +4,8 @@
 -- KEYS[1] the lottery HASH, KEYS[2] the pre-queue HASH (lottery_schedule.lua)
 -- ARGV[1] '1' to include the pre-queue, else '0'
 -- Returns {} without a lottery; else {opensAt, seed, commitment, state,
--- version, entries} followed, with ARGV[1] = '1', by user, record pairs.
+-- version, entries, ms since a staged draw last moved on (-1: none)}
+-- followed, with ARGV[1] = '1', by user, record pairs.
 -- Atomic (one script rather than two reads) so the version read is the
 -- version of exactly the entries read: a draw computed from them is
 -- applied only if the pre-queue is still that one.
@@ -13,7 +14,14 @@ local f = redis.call('HMGET', lot, 'opensAt', 'seed', 'commitment', 'state', 've
 if not f[1] then
   return {}
 end
-local out = {f[1], f[2], f[3], f[4], f[5], tostring(redis.call('HLEN', pre))}
+local out = {f[1], f[2], f[3], f[4], f[5], tostring(redis.call('HLEN', pre)), '-1'}
+if f[4] == 'drawing' then
+  -- How long the staged draw has not moved on (store clock), so callers
+  -- leave a live one alone and replace an abandoned one.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  out[7] = tostring(now - tonumber(redis.call('HGET', lot, 'stageAt')))
+end
 if ARGV[1] == '1' then
   local all = redis.call('HGETALL', pre)
   for i = 1, #all do

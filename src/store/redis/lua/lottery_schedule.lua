@@ -3,7 +3,8 @@
 -- Not prefixed with common.lua (it touches only the lottery's own keys),
 -- only with the prelude that names PUBLISH (see scripts.rs).
 -- KEYS[1] the lottery HASH: opensAt, seed (hex, secret until drawn),
---         commitment (hex SHA-256 of the seed), state ('scheduled' or
+--         commitment (hex SHA-256 of the seed), state ('scheduled',
+--         'drawing' while a draw is staged, see lottery_begin.lua, or
 --         'drawn'), version (bumped by every pre-queue change), drawnAt
 -- KEYS[2] the pre-queue HASH: user -> 'preEntry:nonce[:entry]'
 -- ARGV[1] opensAt, ms since the epoch; '' clears the lottery
@@ -13,7 +14,7 @@
 --         {"kind":"rescheduled","opensAt":<ms>} there, in the same step, so
 --         every instance's pre-queue streams show the new time (in the
 --         order the moves happened)
--- Returns {'drawn'} or {'not_empty'}, changing nothing; {'cleared', 0|1}
+-- Returns {'drawn'} (drawn or drawing) or {'not_empty'}, changing nothing; {'cleared', 0|1}
 -- for a clear; else {'ok', opensAt, seed, commitment, state, version,
 -- entries}.
 -- Atomic so a seed once committed is never replaced (a second scheduler
@@ -21,7 +22,9 @@
 -- the calls of many instances interleave with the draw.
 local lot, pre = KEYS[1], KEYS[2]
 local state = redis.call('HGET', lot, 'state')
-if state == 'drawn' then
+-- A draw being staged (lottery_begin.lua) has passed opensAt: too late
+-- to move it, as once drawn.
+if state == 'drawn' or state == 'drawing' then
   return {'drawn'}
 end
 if ARGV[1] == '' then
