@@ -17,8 +17,9 @@
 --               zero: m = 4, else m = 2), the client address's join rate
 --               and places (as enter.lua's KEYS[9..12])
 -- KEYS[#KEYS-4] the sending task's fence STRING: the number of the last
---               group of that task run (expires 10 minutes after it, far
---               past any call's timeout)
+--               group of that task run (expires 60 s after it: 30 times a
+--               call's response timeout, and gone soon after the queue's
+--               last join, like the tokens)
 -- KEYS[#KEYS-3] the queue's stock HASH (see common.lua)
 -- KEYS[#KEYS-2] the queue's audit STREAM (common.lua): fast-track admissions
 -- KEYS[#KEYS-1] the lottery HASH, KEYS[#KEYS] the pre-queue HASH (see
@@ -40,9 +41,9 @@
 -- Atomic for the reasons join.lua gives, and so one group is one step: no
 -- other call runs between its joins, so they keep the order they were sent.
 local fence = KEYS[#KEYS - 4]
-local last = redis.call('SET', fence, ARGV[14], 'PX', 600000, 'GET')
+local last = redis.call('SET', fence, ARGV[14], 'PX', 60000, 'GET')
 if last and tonumber(last) > tonumber(ARGV[14]) then
-  redis.call('SET', fence, last, 'PX', 600000)
+  redis.call('SET', fence, last, 'PX', 60000)
   return 'overtaken'
 end
 
