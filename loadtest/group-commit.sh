@@ -25,8 +25,19 @@
 #
 # env (defaults): BURST (10000), CONCURRENCY ("16 64 256"), REPEATS (3),
 #   WINDOWS ("0 250 1000 2000"), DEPTHS ("1 2 4"), DEPTH_CONCURRENCY
-#   ("16 64"), RUN_SECS (60), RESULTS_DIR
-#   (loadtest/results), SKIP_BUILD (unset), BASE_BIN (unset).
+#   ("16 64"; an empty WINDOWS, DEPTHS or DEPTH_CONCURRENCY skips that
+#   sweep), RUN_SECS (60), RESULTS_DIR
+#   (loadtest/results), SKIP_BUILD (unset), BASE_BIN (unset),
+#   EXTRA_VARIANTS (unset; e.g. "m256": grouping on with --join-batch-max
+#   256, "d1": depth 1), REDIS_CPU_PERCENT (unset: Redis runs free).
+#
+# REDIS_CPU_PERCENT=N caps the script's redis-server at N % of one core
+# (a cgroup v1 CPU quota; needs root and /sys/fs/cgroup/cpu). On this
+# machine the generator, the servers and Redis share two cores, so without
+# it the end-to-end rate follows the total CPU per join; with Redis
+# capped, Redis is the scarce core as on a deployment where one hot
+# queue's Redis core is what runs out, and every variant meets the same
+# cap in the same run.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,12 +45,13 @@ ROOT=$PWD
 BURST=${BURST:-10000}
 CONCURRENCY=${CONCURRENCY:-16 64 256}
 REPEATS=${REPEATS:-3}
-WINDOWS=${WINDOWS:-0 250 1000 2000}
-DEPTHS=${DEPTHS:-1 2 4}
-DEPTH_CONCURRENCY=${DEPTH_CONCURRENCY:-16 64}
+WINDOWS=${WINDOWS-0 250 1000 2000}
+DEPTHS=${DEPTHS-1 2 4}
+DEPTH_CONCURRENCY=${DEPTH_CONCURRENCY-16 64}
 RUN_SECS=${RUN_SECS:-60}
 RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
-SVG=$ROOT/docs/benchmarks/group-commit.svg
+REDIS_CPU_PERCENT=${REDIS_CPU_PERCENT:-}
+SVG=$ROOT/docs/benchmarks/group-commit${REDIS_CPU_PERCENT:+-redis-capped}.svg
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 TMP=$(mktemp -d /tmp/waitroom-group.XXXXXX)
@@ -49,7 +61,7 @@ PLAIN_BIN=$ROOT/target/release/plain-join
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
 BASE_BIN=${BASE_BIN:-}
-VARIANTS="plain off on${BASE_BIN:+ base}"
+VARIANTS="plain off on${BASE_BIN:+ base}${EXTRA_VARIANTS:+ $EXTRA_VARIANTS}"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)"
@@ -61,6 +73,15 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
 fi
 
 REDIS_MAXCLIENTS=10000 start_redis
+if [[ -n "$REDIS_CPU_PERCENT" ]]; then
+  CGROUP=/sys/fs/cgroup/cpu/waitroom-group-commit-$$
+  mkdir "$CGROUP"
+  echo 100000 >"$CGROUP/cpu.cfs_period_us"
+  echo $((REDIS_CPU_PERCENT * 1000)) >"$CGROUP/cpu.cfs_quota_us"
+  echo "$REDIS_PID" >"$CGROUP/cgroup.procs"
+  trap 'cleanup; rmdir "$CGROUP" 2>/dev/null || true' EXIT
+  log "redis-server capped at $REDIS_CPU_PERCENT % of one core ($CGROUP)"
+fi
 
 # start VARIANT: a fresh server on an empty Redis; sets SERVER_ADDR.
 start() {
@@ -80,6 +101,7 @@ start() {
     on) flags=() ;;
     w*) flags=(--join-batch-window-us "${variant#w}") ;;
     d*) flags=(--join-batch-depth "${variant#d}") ;;
+    m*) flags=(--join-batch-max "${variant#m}") ;;
     esac
     # Everyone waits (no admission, no fast track) as on the baseline;
     # the per-address limits are off: the burst comes from ten addresses.
@@ -165,9 +187,9 @@ stop_pid "$SERVER_PID"
 SERVER_PID=""
 
 # --- the table ------------------------------------------------------------
-MD=$RESULTS_DIR/group-commit.md
+MD=$RESULTS_DIR/group-commit${REDIS_CPU_PERCENT:+-redis-capped}.md
 {
-  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(date -u +%F)."
+  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(date -u +%F)${REDIS_CPU_PERCENT:+; Redis capped at $REDIS_CPU_PERCENT % of one core}."
   echo
   echo "Redis CPU per join bounds what one queue (one Redis core) can take: 10^6 / that µs is its ceiling, and the ratio of the baseline's to a variant's is that ceiling against the baseline's."
   echo
@@ -182,32 +204,36 @@ MD=$RESULTS_DIR/group-commit.md
         "$(echo "$rus + $sus + $gus" | bc -l)"
     done
   done
-  echo
-  echo "Window sweep at 64 connections (--join-batch-window-us; baseline as above):"
-  echo
-  echo "| window µs | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join | generator CPU µs/join |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-  read -r base _ _ rbase _ <<<"${RESULT[plain-64]:-1 0 0 1 0 0}"
-  for w in $WINDOWS; do
-    read -r rate p50 p99 rus sus gus <<<"${RESULT[w$w]}"
-    printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
-      "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus" "$gus"
-  done
-  echo
-  echo "Depth sweep (--join-batch-depth: groups of one queue in flight; baseline and grouping off as above):"
-  echo
-  echo "| connections | depth | joins/s | × baseline | × grouping off | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-  for conc in $DEPTH_CONCURRENCY; do
-    read -r base _ _ rbase _ <<<"${RESULT[plain-$conc]:-1 0 0 1 0 0}"
-    read -r off _ <<<"${RESULT[off-$conc]:-1 0 0 1 0 0}"
-    for d in $DEPTHS; do
-      read -r rate p50 p99 rus sus gus <<<"${RESULT[d$d-$conc]}"
-      printf '| %s | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$conc" "$d" "$rate" \
-        "$(echo "$rate / $base" | bc -l)" "$(echo "$rate / $off" | bc -l)" "$p50" "$p99" "$rus" \
-        "$(echo "$rbase / $rus" | bc -l)" "$sus"
+  if [[ -n "$WINDOWS" ]]; then
+    echo
+    echo "Window sweep at 64 connections (--join-batch-window-us; baseline as above):"
+    echo
+    echo "| window µs | joins/s | × baseline | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join | generator CPU µs/join |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    read -r base _ _ rbase _ <<<"${RESULT[plain-64]:-1 0 0 1 0 0}"
+    for w in $WINDOWS; do
+      read -r rate p50 p99 rus sus gus <<<"${RESULT[w$w]}"
+      printf '| %s | %.0f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f |\n' "$w" "$rate" "$(echo "$rate / $base" | bc -l)" \
+        "$p50" "$p99" "$rus" "$(echo "$rbase / $rus" | bc -l)" "$sus" "$gus"
     done
-  done
+  fi
+  if [[ -n "$DEPTHS" ]]; then
+    echo
+    echo "Depth sweep (--join-batch-depth: groups of one queue in flight; baseline and grouping off as above):"
+    echo
+    echo "| connections | depth | joins/s | × baseline | × grouping off | p50 ms | p99 ms | Redis CPU µs/join | Redis ceiling × baseline | server CPU µs/join |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    for conc in $DEPTH_CONCURRENCY; do
+      read -r base _ _ rbase _ <<<"${RESULT[plain-$conc]:-1 0 0 1 0 0}"
+      read -r off _ <<<"${RESULT[off-$conc]:-1 0 0 1 0 0}"
+      for d in $DEPTHS; do
+        read -r rate p50 p99 rus sus gus <<<"${RESULT[d$d-$conc]}"
+        printf '| %s | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2f | %.0f |\n' "$conc" "$d" "$rate" \
+          "$(echo "$rate / $base" | bc -l)" "$(echo "$rate / $off" | bc -l)" "$p50" "$p99" "$rus" \
+          "$(echo "$rbase / $rus" | bc -l)" "$sus"
+      done
+    done
+  fi
 } >"$MD"
 cat "$MD"
 
@@ -250,15 +276,15 @@ mkdir -p "$(dirname "$SVG")"
       read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"
       pts+="$(x "$i"),$(y "$rate") "
     done
-    echo "<polyline points='$pts' fill='none' stroke='${COLOR[$variant]}' stroke-width='2'/>"
+    echo "<polyline points='$pts' fill='none' stroke='${COLOR[$variant]:-#e7298a}' stroke-width='2'/>"
     for i in "${!concs[@]}"; do
       read -r rate _ p99 _ <<<"${RESULT[$variant-${concs[$i]}]}"
       xx=$(x "$i") yy=$(y "$rate")
-      echo "<circle cx='$xx' cy='$yy' r='3' fill='${COLOR[$variant]}'/><text x='$((xx + 5))' y='$((yy - 5))' fill='${COLOR[$variant]}' font-size='10'>$(printf '%.0f' "$p99")</text>"
+      echo "<circle cx='$xx' cy='$yy' r='3' fill='${COLOR[$variant]:-#e7298a}'/><text x='$((xx + 5))' y='$((yy - 5))' fill='${COLOR[$variant]:-#e7298a}' font-size='10'>$(printf '%.0f' "$p99")</text>"
     done
     ly=$((T + 10 + k * 34))
-    echo "<line x1='$((L + pw + 10))' y1='$ly' x2='$((L + pw + 30))' y2='$ly' stroke='${COLOR[$variant]}' stroke-width='2'/>"
-    echo "<text x='$((L + pw + 34))' y='$((ly + 4))' font-size='10'>${NAME[$variant]}</text>"
+    echo "<line x1='$((L + pw + 10))' y1='$ly' x2='$((L + pw + 30))' y2='$ly' stroke='${COLOR[$variant]:-#e7298a}' stroke-width='2'/>"
+    echo "<text x='$((L + pw + 34))' y='$((ly + 4))' font-size='10'>${NAME[$variant]:-waitroom $variant}</text>"
     k=$((k + 1))
   done
   echo "</svg>"

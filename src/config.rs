@@ -809,7 +809,7 @@ mod tests {
         let wide = Config::from_args(["--join-batch-window-us", "2000", "--join-batch-max", "8"]);
         let wide = wide.unwrap().join_batch().unwrap();
         assert_eq!((wide.window, wide.max), (Duration::from_millis(2), 8));
-        assert_eq!(on.depth, 2, "two groups of a queue in flight by default");
+        assert_eq!(on.depth, 1, "one group of a queue in flight by default");
         let deep = Config::from_args(["--join-batch-depth", "4"]).unwrap();
         assert_eq!(deep.join_batch().unwrap().depth, 4);
     }
@@ -845,6 +845,10 @@ mod tests {
         assert!(parse(&["--join-batch-max", "1001"]).unwrap().is_err());
         assert!(parse(&["--join-batch-depth", "0"]).unwrap().is_err());
         assert!(parse(&["--join-batch-depth", "65"]).unwrap().is_err());
+        assert!(parse(&["--lottery-draw-chunk", "0"]).is_err());
+        assert!(parse(&["--lottery-draw-chunk", "100001"]).is_err());
+        assert!(parse(&["--lottery-draw-chunk", "-5"]).is_err());
+        assert!(parse(&["--lottery-draw-chunk", "100000"]).unwrap().is_ok());
         assert!(parse(&["--admission-batch", "0"]).unwrap().is_err());
         assert!(parse(&["--ticket-secret", "short"]).unwrap().is_err());
         assert!(parse(&["--admission-interval-ms", "-1"]).is_err());

@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -71,8 +72,10 @@ impl Default for JoinBatch {
 pub const DEFAULT_WINDOW_US: u64 = 500;
 /// Default of `--join-batch-max`.
 pub const DEFAULT_MAX: usize = 64;
-/// Default of `--join-batch-depth`.
-pub const DEFAULT_DEPTH: usize = 2;
+/// Default of `--join-batch-depth`: one group in flight; deeper pipelines
+/// are opt-in (and even then only while the task's calls go through: see
+/// `Runner::serve`).
+pub const DEFAULT_DEPTH: usize = 1;
 
 /// One join's part of an `enter_many.lua` (or `enter.lua`) call.
 pub(super) struct JoinCall {
@@ -239,6 +242,16 @@ impl Gathering {
 }
 
 impl Runner {
+    /// How many groups of a queue may be in flight now: `batch.depth` once
+    /// the last call succeeded, else one (see `serve`).
+    fn depth(&self, warm: &AtomicBool) -> usize {
+        if warm.load(Ordering::Relaxed) {
+            self.batch.depth
+        } else {
+            1
+        }
+    }
+
     /// One queue's task: gathers groups and sends them, up to
     /// `batch.depth` in flight, each answering its own joins.
     async fn serve(self: Arc<Self>, keys: QueueKeys, mut rx: mpsc::UnboundedReceiver<Pending>) {
@@ -248,6 +261,14 @@ impl Runner {
         let keys = Arc::new(keys);
         let mut number: u64 = 0;
         let mut in_flight: FuturesUnordered<GroupCall> = FuturesUnordered::new();
+        // Groups are pipelined only once a call has gone through on the
+        // connection as it is now (the script in Redis' cache): while it
+        // is not, the client reloads the script for each group in flight
+        // and may send them again out of order, which the fence would
+        // refuse. So the task starts with one group in flight, and goes
+        // back to one after any failed call (a lost connection, a
+        // failover, a flushed script cache) until a call succeeds.
+        let warm = Arc::new(AtomicBool::new(false));
         // A join that did not fit the last group (other shared arguments):
         // the first of the next, so the order holds.
         let mut carried: Option<Pending> = None;
@@ -278,7 +299,7 @@ impl Runner {
                     carried = group.take(next);
                     continue;
                 }
-                let free = in_flight.len() < self.batch.depth;
+                let free = in_flight.len() < self.depth(&warm);
                 if free && (in_flight.is_empty() || Instant::now() >= deadline) {
                     break;
                 }
@@ -296,7 +317,7 @@ impl Runner {
             }
             // Before sending, a place in flight (when the channel closed
             // while every place was taken).
-            while in_flight.len() >= self.batch.depth {
+            while in_flight.len() >= self.depth(&warm) {
                 in_flight.next().await;
             }
             // Joins whose caller gave up (timed out, or its client went
@@ -312,8 +333,11 @@ impl Runner {
             number += 1;
             let runner = self.clone();
             let (keys, names, shared) = (keys.clone(), names.clone(), group.shared);
+            let warm = warm.clone();
             let mut call: GroupCall = Box::pin(async move {
-                match runner.run(&keys, &names, number, shared, &calls).await {
+                let result = runner.run(&keys, &names, number, shared, &calls).await;
+                warm.store(result.is_ok(), Ordering::Relaxed);
+                match result {
                     Ok(rows) => {
                         for (reply, row) in replies.into_iter().zip(rows) {
                             let _ = reply.send(Ok(row));
