@@ -49,16 +49,8 @@ def script(d):
     return prelude + rd('common') + '\n' + rd('gcra') + '\n' + rd('join') + '\n' + rd('enter_many')
 shas = {d: r.cmd('SCRIPT', 'LOAD', script(d)).decode() for d in DIRS}
 fenced = {d: 'ARGV[14]' in open(f'{DIRS[d]}/enter_many.lua').read() for d in DIRS}
-PLAIN = '''
-local seq = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local created = 0
-if not seq then
-  seq = redis.call('INCR', KEYS[2])
-  redis.call('ZADD', KEYS[1], seq, ARGV[1])
-  created = 1
-end
-return {created, redis.call('ZRANK', KEYS[1], ARGV[1]), redis.call('ZCARD', KEYS[1])}
-'''
+import os
+PLAIN = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'plain-join/src/join.lua')).read()
 shas['plain'] = r.cmd('SCRIPT', 'LOAD', PLAIN).decode()
 def usec(name):
     info = r.cmd('INFO', 'commandstats').decode()

@@ -18,20 +18,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
 
-/// One join, atomic as waitroom's: the look-up, the entry number and the
-/// add in one step.
-/// KEYS[1] the line (ZSET user -> entry number)  KEYS[2] the entry counter
-/// ARGV[1] user.   Returns {created (1/0), rank, waiting}.
-const JOIN: &str = r"
-local seq = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local created = 0
-if not seq then
-  seq = redis.call('INCR', KEYS[2])
-  redis.call('ZADD', KEYS[1], seq, ARGV[1])
-  created = 1
-end
-return {created, redis.call('ZRANK', KEYS[1], ARGV[1]), redis.call('ZCARD', KEYS[1])}
-";
+/// One join (`join.lua`: its header gives keys, arguments and reply).
+const JOIN: &str = include_str!("join.lua");
 
 #[derive(Parser)]
 struct Args {
