@@ -36,6 +36,12 @@ struct Loss {
 }
 
 async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
+    // The server's warnings (why a call failed closed) go with the test's
+    // output, which is shown only when it fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("waitroom=warn")
+        .with_test_writer()
+        .try_init();
     let mut group = SentinelGroup::start(2, 1000);
     let url = group.url();
     let prefix = unique_prefix("sentinel");
@@ -90,7 +96,8 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
 
     // Buyers join all along, 10 ms apart; a refused join is retried.
     let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-    let refused = Arc::new(Mutex::new(0usize));
+    // When each refusal came, and its body: what a slow recovery shows.
+    let refused: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
     let stop_joining = tokio_util::sync::CancellationToken::new();
     let joiner = {
         let (app, acked, refused, stop) = (
@@ -110,7 +117,10 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
                     i += 1;
                 } else {
                     assert_eq!(code, 503, "a store outage fails closed: {body}");
-                    *refused.lock().unwrap() += 1;
+                    refused
+                        .lock()
+                        .unwrap()
+                        .push((Instant::now(), body.to_string()));
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -173,13 +183,30 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("admission resumed {:?} after the kill", killed_at.elapsed());
-    // Joins are acknowledged again, on the promoted master.
+    // Joins are acknowledged again, on the promoted master. A loaded
+    // machine may take a while (each refused join can wait out `WAIT`'s
+    // timeout); if they never are, say how they were refused.
+    let resumed_at = Instant::now();
     let before = acked.lock().unwrap().len();
-    crate::common::eventually(Duration::from_secs(15), "joins acknowledged again", || {
-        let n = acked.lock().unwrap().len();
-        async move { (n >= before + 5).then_some(()) }
-    })
-    .await;
+    while acked.lock().unwrap().len() < before + 5 {
+        if resumed_at.elapsed() > Duration::from_secs(30) {
+            let refused = refused.lock().unwrap();
+            let mut since: Vec<&String> = refused
+                .iter()
+                .filter(|(at, _)| *at > resumed_at)
+                .map(|(_, body)| body)
+                .collect();
+            since.dedup();
+            panic!(
+                "joins not acknowledged again 30 s after admission resumed ({} acknowledged \
+                 since, {} refused since: {since:?}; promoted master {:?})",
+                acked.lock().unwrap().len() - before,
+                refused.iter().filter(|(at, _)| *at > resumed_at).count(),
+                group.master_port(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop_joining.cancel();
     joiner.await.unwrap();
 
@@ -225,7 +252,7 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
         }
     }
     recorder.abort();
-    let refused = *refused.lock().unwrap();
+    let refused = refused.lock().unwrap().len();
     eprintln!(
         "acknowledged {}, announced {}, refused {refused}, lost places {lost_places:?}, lost tokens {lost_tokens:?}",
         acked.len(),
