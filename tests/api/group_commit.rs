@@ -300,6 +300,73 @@ async fn killing_redis_mid_group_fails_its_joins_and_loses_no_acknowledged_place
     }
 }
 
+/// A group on a line that is not empty (where a new buyer's join goes
+/// straight to its place in `enter_many.lua`) mixing new buyers, repeats
+/// of users already in line, a user new in the group joining again, and a
+/// repeat past the buyer's budget: each join keeps its own outcome, and
+/// the new places keep the order sent.
+#[tokio::test]
+async fn new_repeat_and_limited_joins_in_one_group_keep_their_outcomes() {
+    let redis = RedisProcess::start(false);
+    let store = grouped(&redis, 64).await;
+    let budget = JoinLimits {
+        buyer: Some(BuyerBudget {
+            rate: only(1),
+            grace_ms: 0,
+        }),
+        address: None,
+    };
+    for name in ["x0", "x1"] {
+        join(&store, name.into(), budget.clone())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    reset_stats(&redis);
+    let names = ["n0", "x0", "n1", "n0", "x0", "n2", "n1", "x1"];
+    let outcomes = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| join(&store, name.to_string(), budget.clone())),
+    )
+    .await;
+    assert_eq!(script_calls(&redis), 1, "all eight in one group");
+    let mut kinds = Vec::new();
+    let mut rows = Vec::new();
+    for outcome in outcomes {
+        match outcome.unwrap() {
+            Ok(o) => {
+                kinds.push(None);
+                rows.push(Some((o.created, waiting(&o).0, waiting(&o).1)));
+            }
+            Err(limited) => {
+                kinds.push(Some(limited.kind));
+                rows.push(None);
+            }
+        }
+    }
+    let buyer = Some(LimitKind::Buyer);
+    assert_eq!(kinds, [None, None, None, None, buyer, None, None, None]);
+    let created: Vec<Option<bool>> = rows.iter().map(|r| r.map(|r| r.0)).collect();
+    let (t, f) = (Some(true), Some(false));
+    assert_eq!(created, [t, f, t, f, None, t, f, f]);
+    let ranks: Vec<Option<u64>> = rows.iter().map(|r| r.map(|r| r.1)).collect();
+    let r = Some;
+    assert_eq!(ranks, [r(2), r(0), r(3), r(2), None, r(4), r(3), r(1)]);
+    let seq = |i: usize| rows[i].unwrap().2;
+    assert_eq!(seq(0), seq(3), "n0 again: the same place");
+    assert_eq!(seq(2), seq(6), "n1 again: the same place");
+    assert!(
+        seq(1) < seq(7) && seq(7) < seq(0),
+        "x0, x1 were placed first"
+    );
+    assert!(
+        seq(0) < seq(2) && seq(2) < seq(5),
+        "new places in the order sent"
+    );
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 5);
+}
+
 /// Joins whose shared arguments differ (here: their address limits) cannot
 /// share a call: each change starts the next group, and the order holds
 /// across them.

@@ -15,7 +15,6 @@
 -- Returns join()'s row: describe(), or limited(...) changing nothing.
 -- Atomic for the reasons join.lua gives.
 local now = now_ms()
-expire_active(now)
 local g = group(now, KEYS[13], KEYS[14], KEYS[15], KEYS[16])
 local row, rank, seq, entered = join(g, KEYS[9], KEYS[10], KEYS[11], KEYS[12], ARGV[3], ARGV[4],
   join_config(ARGV, 5), false)

@@ -51,7 +51,6 @@ local c = join_config(ARGV, 3)
 local n = (#ARGV - 14) / 2
 local m = (c.join_period > 0 or c.max_places > 0) and 4 or 2
 local now = now_ms()
-expire_active(now)
 local g = group(now, KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS])
 
 -- The repeat check for the whole group in two reads (join.lua's probed):
@@ -67,15 +66,28 @@ if redis.call('EXISTS', unpack(tokkeys)) == 0 then
   scores = redis.call('ZMSCORE', K.waiting, unpack(users))
 end
 
+-- A join the repeat check found to be a new buyer's, and the first of
+-- that user in the call, goes straight to its new place (new_place,
+-- join.lua) when nothing else in join() applies: no address limits (m =
+-- 2), no pre-queue, and a line that is not empty (no fast track). Most
+-- joins of a burst are these; the others take join() as enter.lua does.
+-- (A line that is not empty stays so for the call: no join shortens it.)
+local fast = scores ~= nil and m == 2 and not group_pre_queue(g) and group_totals(g) > 0
 local out, o = {now, 0, 0}, 3
 for i = 1, n do
   local k = 9 + m * (i - 1)
-  local joins_key, places_key
-  if m == 4 then
-    joins_key, places_key = KEYS[k + 2], KEYS[k + 3]
+  local user = users[i]
+  local row, rank, seq, entered
+  if fast and not scores[i] and not g.users[user] then
+    rank, seq, entered = new_place(g, c, user, nil, g.total)
+  else
+    local joins_key, places_key
+    if m == 4 then
+      joins_key, places_key = KEYS[k + 2], KEYS[k + 3]
+    end
+    row, rank, seq, entered = join(g, KEYS[k], KEYS[k + 1], joins_key, places_key,
+      user, ARGV[14 + 2 * i], c, scores ~= nil, scores and scores[i])
   end
-  local row, rank, seq, entered = join(g, KEYS[k], KEYS[k + 1], joins_key, places_key,
-    users[i], ARGV[14 + 2 * i], c, scores ~= nil, scores and scores[i])
   if row then
     o = o + 1
     out[o] = row

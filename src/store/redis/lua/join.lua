@@ -86,9 +86,15 @@ end
 
 -- The line's length and the pass counter, read once per call: within a
 -- call only a join's own add changes them (join keeps g.total current).
+-- The entry counter comes in the same MGET (group_entry needs it next,
+-- unless it already read it: then the call's own count stands).
 local function group_totals(g)
   if not g.total then
-    g.total, g.pass = totals()
+    local v = redis.call('MGET', K.pass, K.seq)
+    g.total, g.pass = redis.call('ZCARD', K.waiting), tonumber(v[1] or '0')
+    if not g.last then
+      g.seq_read = v[2]
+    end
   end
   return g.total, g.pass
 end
@@ -98,11 +104,27 @@ end
 -- `first`, as next_entry in common.lua does).
 local function group_entry(g, first)
   if not g.last then
-    g.last = tonumber(redis.call('GET', K.seq) or first)
+    local stored = g.seq_read
+    if stored == nil then
+      stored = redis.call('GET', K.seq)
+    end
+    g.last = tonumber(stored or first)
   end
   g.last = g.last + 1
   g.dirty = true
   return g.last
+end
+
+-- Whether the active set has room for a fast track (room(), common.lua).
+-- Only the fast track reads the active set (and stock_room, after this),
+-- so its expired holders are dropped here, once per call, rather than by
+-- every call: a burst joins behind a line and never asks.
+local function group_room(g, max_active)
+  if not g.expired then
+    expire_active(g.now)
+    g.expired = true
+  end
+  return room(max_active) > 0
 end
 
 -- row with the sold-out flag appended (with_stock), the flag read once
@@ -149,6 +171,42 @@ local function flush(g)
     redis.call('ZADD', K.seen, unpack(g.seen))
     g.line, g.seen, g.lines, g.gen = {}, {}, 0, g.gen + 1
   end
+end
+
+-- A new place in line for `user` (no place, no token, not refused), the
+-- line `total` long before it: takes the next entry id, defers the line's
+-- and presence's writes to flush(g), marks the entry's time and counts the
+-- place against the address (places_key nil: the address has no limits).
+-- Returns the place's rank, entry id and entry time. join() ends here for
+-- a new place; enter_many.lua comes here directly for a join it knows is
+-- a new buyer's (probed, not in line, not seen earlier in the call, no
+-- address limits, no pre-queue, a line that is not empty: nothing else
+-- in join() applies to it).
+local function new_place(g, c, user, places_key, total)
+  local seq = group_entry(g, c.first)
+  local n = g.lines
+  -- The scores as strings made here: a number passed to redis.call is
+  -- printed as a float (%.17g), several times dearer than '%d'.
+  if not g.now_s then
+    g.now_s = string.format('%d', g.now)
+  end
+  g.line[n + 1], g.line[n + 2] = string.format('%d', seq), user
+  g.seen[n + 1], g.seen[n + 2] = g.now_s, user
+  g.lines = n + 2
+  g.users[user] = g.gen
+  -- Every join of a call has the same time: once a span is marked, the
+  -- call's later entries in it are covered by that mark (compared as the
+  -- span's number: no string per join).
+  local span = math.floor(seq / MARK_SPAN)
+  if g.marked ~= span then
+    g.entered = mark_entry(seq, g.now)
+    g.marked = span
+  end
+  count_place(places_key, c.max_places, seq, user)
+  g.total = total + 1
+  -- Entry ids only grow, so the new place is the last: its rank is the
+  -- line's length before it.
+  return total, seq, g.entered
 end
 
 local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_token, c, probed, score)
@@ -213,7 +271,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
   end
 
   local total, pass = group_totals(g)
-  if total == 0 and room(c.max_active) > 0 and redis.call('EXISTS', K.paused) == 0
+  if total == 0 and group_room(g, c.max_active) and redis.call('EXISTS', K.paused) == 0
       and stock_room(g.stock) > 0 then
     local level, at = refill(c.batch, c.interval, now)
     if level >= 1 then
@@ -226,28 +284,5 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     end
   end
 
-  local seq = group_entry(g, first)
-  local n = g.lines
-  -- The scores as strings made here: a number passed to redis.call is
-  -- printed as a float (%.17g), several times dearer than '%d'.
-  if not g.now_s then
-    g.now_s = string.format('%d', now)
-  end
-  g.line[n + 1], g.line[n + 2] = string.format('%d', seq), user
-  g.seen[n + 1], g.seen[n + 2] = g.now_s, user
-  g.lines = n + 2
-  g.users[user] = g.gen
-  -- Every join of a call has the same time: once a span is marked, the
-  -- call's later entries in it are covered by that mark (compared as the
-  -- span's number: no string per join).
-  local span = math.floor(seq / MARK_SPAN)
-  if g.marked ~= span then
-    g.entered = mark_entry(seq, now)
-    g.marked = span
-  end
-  count_place(places_key, max_places, seq, user)
-  g.total = total + 1
-  -- Entry ids only grow, so the new place is the last: its rank is the
-  -- line's length before it.
-  return nil, total, seq, g.entered
+  return nil, new_place(g, c, user, places_key, total)
 end
