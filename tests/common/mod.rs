@@ -174,6 +174,11 @@ impl RedisProcess {
             .arg("")
             .arg("--dir")
             .arg(&self.dir)
+            // A replica that needs a full sync (after a failover) gets it
+            // at once, not after Redis' default 5 s wait for more replicas:
+            // meanwhile `WAIT` finds no replica and every durable call
+            // fails closed, which a failover test would wait out.
+            .args(["--repl-diskless-sync-delay", "0"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if self.aof {
