@@ -277,9 +277,9 @@ mod tests {
         let period = Duration::from_secs(1);
         let queue = QueueName::parse("q").unwrap();
         let hub = Arc::new(super::super::Hub::new(std::slice::from_ref(&queue)));
-        // (when, keep-alive or not) of every frame, per stream.
-        let seen: Arc<Mutex<Vec<Vec<(Instant, bool)>>>> =
-            Arc::new(Mutex::new(vec![Vec::new(); STREAMS as usize]));
+        /// (when, keep-alive or not) of every frame, per stream.
+        type Frames = Vec<Vec<(Instant, bool)>>;
+        let seen: Arc<Mutex<Frames>> = Arc::new(Mutex::new(vec![Vec::new(); STREAMS as usize]));
         for i in 0..STREAMS {
             let snapshot = Snapshot {
                 standing: Standing::Waiting {
