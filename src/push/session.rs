@@ -138,11 +138,11 @@ impl StreamSession {
                 }
                 _ = self.keep_alive.tick() => {
                     // Only while idle: a frame since moves the next
-                    // keep-alive to a period after it. Checked here, once a
-                    // period, rather than re-arming the timer with every
-                    // frame (a pass sends thousands of frames at once, and
-                    // every re-arm takes the runtime's timer lock).
-                    let next = self.last_frame + self.keep_alive.period();
+                    // keep-alive to after it. Checked here, once a period,
+                    // rather than re-arming the timer with every frame (a
+                    // pass sends thousands of frames at once, and every
+                    // re-arm takes the runtime's timer lock).
+                    let next = keep_alive_after(self.last_frame, self.keep_alive.period());
                     if next > Instant::now() {
                         self.keep_alive.reset_at(next);
                         continue;
@@ -152,6 +152,21 @@ impl StreamSession {
             }
         }
     }
+}
+
+/// When a stream whose last frame went out at `last_frame` next checks for
+/// a keep-alive: a random moment in the second half of the `period` after
+/// it, so a stream is never silent for longer than `period`.
+///
+/// Not the end of the period for all: a pass writes to every stream within
+/// a fraction of a second, and passes come on a fixed interval, so a
+/// keep-alive exactly one period after each stream's last frame would land
+/// the whole crowd's keep-alives on a later pass's fan-out (the first pass
+/// after admission stood still for a period: as many keep-alives as rank
+/// updates to write at once). Spread over half a period, a pass meets a
+/// few of them. A later check draws again, never past the period's end.
+fn keep_alive_after(last_frame: Instant, period: Duration) -> Instant {
+    last_frame + period.mul_f64(rand::random_range(0.5..=1.0))
 }
 
 /// A frame that tells the client to come back after `retry`, and nothing
@@ -245,5 +260,91 @@ mod tests {
         );
         assert_eq!(gone, "event: gone\nid: 5\ndata: {\"reason\":\"left\"}\n\n");
         assert!(shed_frame(Duration::from_secs(30)).starts_with(b"retry: 30000\n:"));
+    }
+
+    /// Streams that got one pass's frame at the same moment send their next
+    /// keep-alives spread over the second half of the period after it, none
+    /// later than the period: not all together on a later pass's fan-out.
+    /// Real time, a one-second period (the shortest allowed).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keep_alives_after_a_pass_spread_over_half_a_period() {
+        use std::sync::{Arc, Mutex};
+
+        use crate::queue::{Forecast, QueueName, Snapshot, Standing, UserId};
+        use crate::store::{Pass, QueueEvent, StoreEvent};
+
+        const STREAMS: u64 = 200;
+        let period = Duration::from_secs(1);
+        let queue = QueueName::parse("q").unwrap();
+        let hub = Arc::new(super::super::Hub::new(std::slice::from_ref(&queue)));
+        /// (when, keep-alive or not) of every frame, per stream.
+        type Frames = Vec<Vec<(Instant, bool)>>;
+        let seen: Arc<Mutex<Frames>> = Arc::new(Mutex::new(vec![Vec::new(); STREAMS as usize]));
+        for i in 0..STREAMS {
+            let snapshot = Snapshot {
+                standing: Standing::Waiting {
+                    rank: i,
+                    seq: i + 1,
+                },
+                total_waiting: STREAMS,
+                entered_at_ms: None,
+                pass: 1,
+                entry: Some(i + 1),
+                sold_out: false,
+            };
+            let view = super::super::view_of(&snapshot, Forecast::at_rate(1.0)).unwrap();
+            let user = UserId::parse(&format!("u{i}")).unwrap();
+            let seen_before = hub.events_seen(&queue);
+            let sub = hub.register(&queue, &user, &snapshot, view, seen_before, None);
+            let mut session =
+                StreamSession::new(sub, Box::new(Wire), Duration::from_secs(1), period, period);
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                while let Some(frame) = session.next_frame().await {
+                    let keep_alive = &frame[..] == KEEP_ALIVE;
+                    seen.lock().unwrap()[i as usize].push((Instant::now(), keep_alive));
+                }
+            });
+        }
+        // Past every stream's first keep-alive (a random phase in a period).
+        tokio::time::sleep(period + Duration::from_millis(200)).await;
+        let pass = Pass {
+            pass: 2,
+            at: 0,
+            admitted: Vec::new(),
+            abandoned: Vec::new(),
+            waiting: STREAMS + 1,
+            busy: true,
+        };
+        let event = StoreEvent::Queue {
+            queue: queue.clone(),
+            event: QueueEvent::Pass(pass),
+        };
+        hub.on_event(event, 1.0).await;
+        tokio::time::sleep(2 * period).await;
+
+        let seen = seen.lock().unwrap();
+        let mut per_tenth = std::collections::BTreeMap::new();
+        for (i, frames) in seen.iter().enumerate() {
+            // The stream's first state, then the pass's frame.
+            let mut updates = frames.iter().enumerate().filter(|(_, (_, ka))| !ka);
+            let (at, (passed, _)) = updates.nth(1).expect("the pass's frame");
+            let &(next, keep_alive) = frames.get(at + 1).expect("a frame after the pass's");
+            assert!(keep_alive, "stream {i}: nothing else changed");
+            let silent = next - *passed;
+            assert!(
+                silent >= period / 2 - Duration::from_millis(50)
+                    && silent <= period + Duration::from_millis(250),
+                "stream {i}: silent {silent:?} after the pass"
+            );
+            *per_tenth.entry(silent.as_millis() / 100).or_insert(0) += 1;
+        }
+        // Spread: no tenth of a second holds most of them (at exactly one
+        // period after the pass, all of them would).
+        let busiest = per_tenth.values().max().copied().unwrap_or(0);
+        assert!(
+            busiest <= STREAMS as usize / 2,
+            "keep-alives bunched (tenths of a second: streams): {per_tenth:?}"
+        );
     }
 }
