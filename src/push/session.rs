@@ -321,7 +321,8 @@ mod tests {
             event: QueueEvent::Pass(pass),
         };
         hub.on_event(event, 1.0).await;
-        tokio::time::sleep(2 * period).await;
+        // Room for a loaded machine's late timers past the period.
+        tokio::time::sleep(period * 5 / 2).await;
 
         let seen = seen.lock().unwrap();
         let mut per_tenth = std::collections::BTreeMap::new();
@@ -334,7 +335,7 @@ mod tests {
             let silent = next - *passed;
             assert!(
                 silent >= period / 2 - Duration::from_millis(50)
-                    && silent <= period + Duration::from_millis(250),
+                    && silent <= period + Duration::from_millis(500),
                 "stream {i}: silent {silent:?} after the pass"
             );
             *per_tenth.entry(silent.as_millis() / 100).or_insert(0) += 1;
