@@ -168,7 +168,10 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_DRAIN_SECS", default_value_t = 5)]
     pub drain_secs: u64,
 
-    /// Seconds between keep-alive comments on idle event streams.
+    /// Longest silence on an idle event stream, in seconds: its keep-alive
+    /// comment comes at a random moment in the second half of this period
+    /// after its last frame (so streams one pass wrote do not all send
+    /// theirs together).
     #[arg(long, env = "WAITROOM_KEEP_ALIVE_SECS", default_value_t = 15)]
     pub keep_alive_secs: u64,
 
