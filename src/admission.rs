@@ -3,7 +3,10 @@
 //!
 //! Every instance runs it; the token bucket in the store keeps the total at
 //! one global rate however many instances run, so no leader election is
-//! needed and any instance can die without stopping admissions. The store
+//! needed and any instance can die without stopping admissions. Before a
+//! pass an instance takes the queue's turn (held for most of an interval),
+//! so N instances make one pass an interval between them rather than N
+//! smaller ones: each pass sends every waiting stream a rank update. The store
 //! reads a queue's settings inside the pass, so a change made on any
 //! instance governs the very next pass; the interval and the number of
 //! fresh tokens come from this instance's copy of the catalog (at most a
@@ -78,10 +81,20 @@ pub async fn run(
                 continue;
             }
             *next = after_pass(*next, now, interval);
+            let labels = [("queue", queue.to_string())];
+            // Another instance's turn: it passes for both this interval
+            // (the turn lapses before its next tick). A store error goes on
+            // to the pass, which fails closed and says so.
+            if let Ok(false) = store
+                .take_pass_turn(queue, turn_hold_ms(policy.interval_ms))
+                .await
+            {
+                metrics::counter!("waitroom_admission_turns_skipped_total", &labels).increment(1);
+                continue;
+            }
             let tokens: Vec<EntryToken> =
                 (0..policy.batch).map(|_| EntryToken::generate()).collect();
             let started = Instant::now();
-            let labels = [("queue", queue.to_string())];
             match store.admit(queue, &policy, &tokens).await {
                 Ok(pass) => {
                     if failing {
@@ -112,6 +125,14 @@ pub async fn run(
         }
         wake = wake_at(due.values().copied(), gauges_at, Instant::now());
     }
+}
+
+/// How long an instance holds a queue's admission turn after taking it:
+/// four fifths of the interval, so it has lapsed by the holder's next tick
+/// (an instance that stopped hands the turn on within one interval) and
+/// another instance's tick in between is refused.
+fn turn_hold_ms(interval_ms: u64) -> u64 {
+    (interval_ms.max(1) * 4 / 5).max(1)
 }
 
 /// When the next pass of a queue is due after the one due at `due` ran at

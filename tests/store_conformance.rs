@@ -719,7 +719,19 @@ conformance!(
     stream_reports_are_shared_until_they_lapse,
     joins_sent_together_keep_their_order,
     entry_times_are_kept_per_entry,
+    a_stores_own_admission_turn_is_renewed,
 );
+
+/// One store (one instance) always has its queues' admission turn: taken,
+/// taken again within the hold, and another queue's alike. (Two Redis
+/// stores contending for it: `tests/api/turn.rs`.)
+async fn a_stores_own_admission_turn_is_renewed(store: SharedStore) {
+    let other = QueueName::parse("other").unwrap();
+    assert!(store.take_pass_turn(&q(), 60_000).await.unwrap());
+    assert!(store.take_pass_turn(&q(), 60_000).await.unwrap(), "its own");
+    assert!(store.take_pass_turn(&other, 60_000).await.unwrap());
+    assert!(store.take_pass_turn(&q(), 1).await.unwrap());
+}
 
 /// Joins sent together (on Redis: gathered into groups, one script call
 /// each) are placed in the order they were sent, each answered with its

@@ -315,6 +315,11 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
+    /// One instance holds a memory store, so its turn is always its own.
+    async fn take_pass_turn(&self, _queue: &QueueName, _hold_ms: u64) -> StoreResult<bool> {
+        Ok(true)
+    }
+
     async fn admit(
         &self,
         queue: &QueueName,

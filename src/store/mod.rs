@@ -558,6 +558,15 @@ pub trait Store: Send + Sync + 'static {
     /// The queue's counts.
     async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats>;
 
+    /// Takes `queue`'s admission turn for `hold_ms`: true when this store
+    /// holds it now (it was free, had lapsed, or was this store's own, now
+    /// held again), false while another instance's hold lasts. The
+    /// admission loop passes only on its turn, so instances sharing a store
+    /// make one pass an interval between them, not one each: every pass
+    /// sends each waiting stream a rank update. A store of one instance
+    /// always has the turn.
+    async fn take_pass_turn(&self, queue: &QueueName, hold_ms: u64) -> StoreResult<bool>;
+
     /// Holds (`true`) or resumes admission of `queue`, for every instance:
     /// while held, passes admit nobody and enters take no fast track; the
     /// line, presence and tokens already issued carry on. True if changed.

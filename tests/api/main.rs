@@ -36,6 +36,7 @@ mod stock;
 mod store_bound;
 mod tickets;
 mod transport;
+mod turn;
 mod web;
 mod webhooks;
 mod webhooks_tls;

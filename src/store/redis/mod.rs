@@ -74,6 +74,9 @@ pub struct RedisStore {
     join_batch: Option<JoinBatch>,
     /// How the scripts publish and log (their prelude).
     publishing: Publishing,
+    /// This store's id as the holder of a queue's admission turn
+    /// (`lua/turn.lua`): random, so two instances never share one.
+    turn_holder: String,
 }
 
 /// How to reach Redis and how safe a write must be before it counts.
@@ -242,6 +245,7 @@ impl RedisStore {
             batcher: None,
             join_batch: None,
             publishing,
+            turn_holder: format!("{:016x}", rand::random::<u64>()),
         }
         .with_join_batch(Some(JoinBatch::default())))
     }
@@ -471,6 +475,11 @@ impl QueueKeys {
             "waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused",
         ]
         .map(|k| format!("{}{k}", self.base))
+    }
+
+    /// The queue's admission turn (`lua/turn.lua`).
+    fn turn(&self) -> String {
+        format!("{}turn", self.base)
     }
 
     /// The queue's settings hash (`lua/put_settings.lua`).
@@ -839,6 +848,16 @@ impl Store for RedisStore {
             pass,
             paused: paused == 1,
         })
+    }
+
+    async fn take_pass_turn(&self, queue: &QueueName, hold_ms: u64) -> StoreResult<bool> {
+        let mut inv = self.scripts.turn.prepare_invoke();
+        inv.key(self.keys(queue).turn())
+            .arg(self.turn_holder.as_str())
+            .arg(hold_ms.max(1));
+        let mut conn = self.conn.clone();
+        let taken: i64 = bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(taken == 1)
     }
 
     async fn set_paused(&self, queue: &QueueName, paused: bool) -> StoreResult<bool> {

@@ -55,6 +55,8 @@ pub(super) struct Scripts {
     pub release: Script,
     pub stats: Script,
     pub pause: Script,
+    /// The admission turn among instances (`admission.rs`).
+    pub turn: Script,
     pub renew_claim: Script,
     pub spend: Script,
     pub stock: Script,
@@ -89,6 +91,7 @@ impl Scripts {
             release: with_common(include_str!("lua/release.lua")),
             stats: with_common(include_str!("lua/stats.lua")),
             pause: with_common(include_str!("lua/pause.lua")),
+            turn: Script::new(include_str!("lua/turn.lua")),
             renew_claim: with_common(include_str!("lua/renew_claim.lua")),
             spend: Script::new(&format!("{GCRA}\n{}", include_str!("lua/spend.lua"))),
             stock: with_common(include_str!("lua/stock.lua")),

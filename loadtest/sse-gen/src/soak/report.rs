@@ -15,11 +15,11 @@ const MAX_GROWTH: f64 = 0.05;
 const RATE_TOLERANCE: f64 = 0.10;
 
 /// The keys an idle deployment keeps: what was there before the crowd,
-/// and the queue's admission state (bucket, pass number, join sequence)
-/// and the shared ticket secret.
+/// and the queue's admission state (bucket, pass number, join sequence,
+/// the running instances' admission turn) and the shared ticket secret.
 pub fn allowed_keys(baseline: &BTreeSet<String>, prefix: &str, queue: &str) -> BTreeSet<String> {
     let mut allowed = baseline.clone();
-    for k in ["bucket", "pass", "seq", "audit"] {
+    for k in ["bucket", "pass", "seq", "audit", "turn"] {
         allowed.insert(format!("{prefix}:{{{queue}}}:{k}"));
     }
     allowed.insert(format!("{prefix}:ticket-secret"));
@@ -146,7 +146,7 @@ impl Report {
                 final_keys.len(),
                 unexpected.len()
             ),
-            limit: "only bucket, pass, sequence, secret".into(),
+            limit: "only bucket, pass, sequence, turn, secret".into(),
             pass: unexpected.is_empty(),
         });
         // Samples whose whole interval lies in the load phase, after warm-up.
