@@ -443,6 +443,103 @@ async fn absent_users_are_dropped_before_admission(store: SharedStore) {
     assert!(back.created);
 }
 
+/// Users of `pass` dropped as absent, sorted (the stores may drop one
+/// pass's absent in different orders).
+fn dropped(pass: &waitroom::store::Pass) -> Vec<String> {
+    let mut users: Vec<String> = pass.abandoned.iter().map(|a| a.user.to_string()).collect();
+    users.sort();
+    users
+}
+
+/// A buyer never seen since joining counts as seen at their entry time;
+/// once seen (a stream's touch, a poll, a repeat join) their last sighting
+/// counts. Over two passes, each buyer is judged by the right one of the
+/// two, whatever their place in line, and a later joiner is judged too.
+async fn presence_counts_from_entry_until_first_seen(store: SharedStore) {
+    let p = Policy {
+        abandon_after_ms: Some(1_000),
+        ..slow(3)
+    };
+    drain_budget(&store, &slow(3)).await;
+    let users = fill(&store, &p, "pe", 6).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    store.touch(&q(), &[users[0].clone()]).await.unwrap();
+    store.touch(&q(), &[users[2].clone()]).await.unwrap();
+    store.status(&q(), &users[4], true).await.unwrap();
+    // No tokens: nobody is admitted, only the absent are dropped.
+    let pass = store.admit(&q(), &p, &[]).await.unwrap();
+    assert_eq!(dropped(&pass), ["pe0001", "pe0003", "pe0005"], "{pass:?}");
+    let late = fill(&store, &p, "pf", 1).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    store.touch(&q(), &[users[0].clone()]).await.unwrap();
+    // A repeat join counts as a sighting.
+    store
+        .enter(&q(), &users[2], &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // users[4] was last seen 1.1 s ago, the late joiner entered 1.1 s ago
+    // and was never seen; users[0] and users[2] were seen since.
+    let pass = store.admit(&q(), &p, &[]).await.unwrap();
+    assert_eq!(dropped(&pass), ["pe0004", late[0].as_str()], "{pass:?}");
+    for (user, waiting) in [(&users[0], true), (&users[2], true), (&users[4], false)] {
+        let standing = store.status(&q(), user, false).await.unwrap().standing;
+        assert_eq!(
+            matches!(standing, Standing::Waiting { .. }),
+            waiting,
+            "{user}: {standing:?}"
+        );
+    }
+}
+
+/// A stream's touch after its buyer left the line does not bring them
+/// back: they are not in line, and a later pass drops nobody for them.
+async fn a_touch_after_leaving_keeps_nobody(store: SharedStore) {
+    let p = Policy {
+        abandon_after_ms: Some(800),
+        ..slow(2)
+    };
+    drain_budget(&store, &slow(2)).await;
+    let users = fill(&store, &p, "tl", 2).await;
+    let entry = entry_of(&store, &users[0]).await;
+    assert!(store.leave(&q(), &users[0], entry).await.unwrap());
+    store.touch(&q(), &users).await.unwrap();
+    assert_eq!(
+        store.status(&q(), &users[0], true).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let pass = store.admit(&q(), &p, &[]).await.unwrap();
+    assert_eq!(dropped(&pass), ["tl0001"], "{pass:?}");
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 0);
+}
+
+/// More absent buyers than one pass drops: the pass drops its bound, in
+/// line order, and the next pass the rest.
+async fn many_unseen_are_dropped_over_bounded_passes(store: SharedStore) {
+    let p = Policy {
+        abandon_after_ms: Some(1_000),
+        ..slow(1)
+    };
+    drain_budget(&store, &slow(1)).await;
+    let users = fill(&store, &p, "mu", 620).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let first = store.admit(&q(), &p, &[]).await.unwrap();
+    assert_eq!(first.abandoned.len(), 500);
+    let second = store.admit(&q(), &p, &[]).await.unwrap();
+    assert_eq!(second.abandoned.len(), 120);
+    let mut all: Vec<String> = first
+        .abandoned
+        .iter()
+        .chain(&second.abandoned)
+        .map(|a| a.user.to_string())
+        .collect();
+    all.sort();
+    let expected: Vec<String> = users.iter().map(|u| u.to_string()).collect();
+    assert_eq!(all, expected);
+    assert!(first.abandoned.iter().all(|a| a.user.as_str() < "mu0500"));
+}
+
 async fn statuses_read_many_at_once(store: SharedStore) {
     let p = slow(1);
     let users = fill(&store, &p, "s", 4).await;
@@ -693,6 +790,9 @@ conformance!(
     fast_track_only_with_room,
     leave_moves_those_behind,
     absent_users_are_dropped_before_admission,
+    presence_counts_from_entry_until_first_seen,
+    a_touch_after_leaving_keeps_nobody,
+    many_unseen_are_dropped_over_bounded_passes,
     statuses_read_many_at_once,
     claim_consume_release,
     a_lapsed_claim_returns_to_ready,

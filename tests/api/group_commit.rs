@@ -725,3 +725,44 @@ async fn a_cold_script_cache_costs_no_join_with_groups_in_flight() {
     }
     assert_eq!(placed.len(), 300);
 }
+
+/// A burst of new places writes no presence (the dearest per-join write
+/// it would otherwise make): a buyer counts as seen at their entry time
+/// until a stream's touch or a poll adds them. A touch for a buyer who
+/// left the line adds nothing, so once everyone is gone the queue keeps no
+/// presence at all.
+#[tokio::test]
+async fn a_burst_writes_no_presence_until_a_buyer_is_seen() {
+    let redis = RedisProcess::start(false);
+    let store = deep(&redis, "presence", 64, 1).await;
+    let joins = (0..100).map(|i| {
+        let store = store.clone();
+        async move { join(&store, format!("p{i:03}"), JoinLimits::default()).await }
+    });
+    for outcome in futures::future::join_all(joins).await {
+        assert!(outcome.unwrap().unwrap().created);
+    }
+    let seen = || -> u64 { redis_cmd(&redis, redis::cmd("ZCARD").arg("presence:{hot}:seen")) };
+    assert_eq!(seen(), 0, "new places write no presence");
+    store.touch(&q(), &[u("p000"), u("p001")]).await.unwrap();
+    store.status(&q(), &u("p002"), true).await.unwrap();
+    assert_eq!(seen(), 3, "a touch and a poll add their buyer");
+    let entry = match store
+        .status(&q(), &u("p003"), false)
+        .await
+        .unwrap()
+        .standing
+    {
+        Standing::Waiting { seq, .. } => seq,
+        other => panic!("p003 waits: {other:?}"),
+    };
+    assert!(store.leave(&q(), &u("p003"), entry).await.unwrap());
+    store.touch(&q(), &[u("p003"), u("nobody")]).await.unwrap();
+    store.status(&q(), &u("p003"), true).await.unwrap();
+    assert_eq!(seen(), 3, "no presence for who is not in line");
+    let member: Option<f64> = redis_cmd(
+        &redis,
+        redis::cmd("ZSCORE").arg("presence:{hot}:seen").arg("p003"),
+    );
+    assert_eq!(member, None);
+}

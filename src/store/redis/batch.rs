@@ -429,8 +429,9 @@ impl Runner {
 }
 
 /// Reads `enter_many.lua`'s reply for `n` joins: `{now, pass, soldout}`,
-/// then per join a new place in line as two numbers (rank, entry id) or
-/// the join's row.
+/// then, in join order, either a run of new places in line as three
+/// numbers (the first one's rank and entry id, and how many: each next
+/// one is one further back, with the next entry id) or one join's row.
 fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
     let bad = |what: &str| StoreError::Protocol(format!("enter_many: {what}"));
     let values = match value {
@@ -455,18 +456,26 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
         rows.push(match v {
             redis::Value::Int(rank) => {
                 let seq = int(values.next())?;
-                let row = (
-                    "waiting".to_owned(),
-                    1,
-                    rank,
-                    seq,
-                    String::new(),
-                    -1,
-                    now,
-                    rank.max(0) as u64 + 1,
-                    pass,
-                );
-                (row, sold_out)
+                let count = int(values.next())?;
+                if count < 1 || rows.len() as i64 + count > n as i64 {
+                    return Err(bad(&format!("a run of {count} new places")));
+                }
+                for i in 0..count {
+                    let rank = rank + i;
+                    let row = (
+                        "waiting".to_owned(),
+                        1,
+                        rank,
+                        seq + i,
+                        String::new(),
+                        -1,
+                        now,
+                        rank.max(0) as u64 + 1,
+                        pass,
+                    );
+                    rows.push((row, sold_out));
+                }
+                continue;
             }
             redis::Value::Array(row) => split_row(row)?,
             other => return Err(bad(&format!("unexpected row {other:?}"))),

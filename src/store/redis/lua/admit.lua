@@ -32,17 +32,68 @@ local now = now_ms()
 expire_active(now)
 local busy = redis.call('ZCARD', K.waiting) > 0
 
+-- Buyers not seen since they entered have no presence entry (a new place
+-- writes none, join.lua): their entry time is their presence. The line is
+-- in entry order, so they are found by walking it from where the last walk
+-- stopped ('~seen' in the entered hash, the last entry id passed) up to the
+-- first one who entered at or after `cutoff` and was not seen since. An
+-- entry walked past was either seen (presence then covers it until it
+-- leaves the line: nothing removes a waiting user from presence) or is
+-- dropped here, so each entry is walked once. At most `visits` entries a
+-- pass, and drops while `out` holds fewer than `room`, so a pass stays short. Appends {user, seq} to `out`.
+local function absent_since_entry(now, cutoff, visits, room, out)
+  local last = redis.call('HGET', K.entered, '~seen')
+  local walked, done = 0, false
+  while not done and walked < visits do
+    local rows = redis.call('ZRANGE', K.waiting, last and '(' .. last or '-inf', '+inf',
+      'BYSCORE', 'LIMIT', 0, 250, 'WITHSCORES')
+    if #rows == 0 then
+      break
+    end
+    local users = {}
+    for i = 1, #rows, 2 do
+      users[#users + 1] = rows[i]
+    end
+    local seen = redis.call('ZMSCORE', K.seen, unpack(users))
+    done = #rows < 500
+    for i, user in ipairs(users) do
+      if not seen[i] then
+        local entered = entered_at(user, tonumber(rows[2 * i]))
+        if not entered then
+          -- No entry time on record: counted as seen now rather than
+          -- dropped on a guess.
+          seen_now(user, now)
+        elseif entered >= cutoff or #out >= room then
+          done = true
+          break
+        else
+          local seq = unline(user)
+          out[#out + 1] = {user = user, seq = seq}
+        end
+      end
+      last = rows[2 * i]
+      walked = walked + 1
+    end
+  end
+  if walked > 0 then
+    redis.call('HSET', K.entered, '~seen', last)
+  end
+end
+
 -- Absent users don't hold the line: drop those not seen for abandon_after
--- (bounded per pass so a pass stays short).
+-- (bounded per pass so a pass stays short): the seen ones by their last
+-- presence, then those not seen since they entered.
 local abandoned = {}
 if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
-  local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. (now - abandon_after), 'LIMIT', 0, 500)
+  local cutoff = now - abandon_after
+  local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. cutoff, 'LIMIT', 0, 500)
   for _, user in ipairs(stale) do
     local seq = unline(user)
     if seq then
       abandoned[#abandoned + 1] = {user = user, seq = seq}
     end
   end
+  absent_since_entry(now, cutoff, 2000, 500, abandoned)
 end
 
 local admitted = {}

@@ -17,11 +17,17 @@
 --                    an entry's time is the last mark at or before it, so
 --                    a burst costs one mark per span and millisecond, not
 --                    one field per user (mark_entry, entered_at, trim_marks);
---                    '~lo' the lowest span that may hold marks. Fields
+--                    '~lo' the lowest span that may hold marks; '~seen'
+--                    the last entry id admit.lua's absence walk passed
+--                    (absent_since_entry, admit.lua). Fields
 --                    named by a user id (which cannot contain '~') are
 --                    entry times written per user by earlier versions:
 --                    still read, deleted as their users leave the line.
---   KEYS[4] seen     ZSET user -> last seen ms (waiting users; presence)
+--   KEYS[4] seen     ZSET user -> last seen ms (presence): waiting users
+--                    seen since they entered. A new place writes none
+--                    (the dearest write of a join otherwise): a buyer not
+--                    in it counts as seen at their entry time, and
+--                    touch.lua, status.lua and a repeat join add them
 --   KEYS[5] active   ZSET user -> token expiry ms (holders; maxActive)
 --   KEYS[6] bucket   HASH level, at (the shared admission budget)
 --   KEYS[7] pass     STRING admission pass counter
@@ -216,6 +222,12 @@ local function unline(user)
   redis.call('HDEL', K.entered, user)
   redis.call('ZREM', K.seen, user)
   return seq, entered
+end
+
+-- Marks a user the caller knows is in line as seen at `now` (adds them to
+-- presence if they were not seen since they entered).
+local function seen_now(user, now)
+  redis.call('ZADD', K.seen, now, user)
 end
 
 -- One user's standing (tokkey their token key), token first:

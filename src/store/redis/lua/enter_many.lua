@@ -29,12 +29,15 @@
 -- later group (this one was delayed behind it: a retry after a lost
 -- connection or a reloaded script cache); the instance fails its joins
 -- (503) rather than place them behind later arrivals. Else
--- {now, pass, soldout, ...} and then, per join in order, either two
--- numbers, rank and entry id, for a new place in line entered at `now`
--- (its describe() row is {'waiting', 1, rank, entry, '', -1, now, rank + 1,
--- pass, soldout}: sent as two numbers, as most joins of a burst are these),
--- or the join's row as a table: describe(), or limited(...) for a join
--- refused by a limit (that join changed nothing; the others still count).
+-- {now, pass, soldout, ...} and then, per join in order, either the join's
+-- row as a table: describe(), or limited(...) for a join refused by a
+-- limit (that join changed nothing; the others still count); or, for a run
+-- of consecutive joins that each took a new place in line entered at `now`,
+-- three numbers: the first one's rank and entry id, and the run's length
+-- (each next one is one further back with the next entry id; a new place's
+-- describe() row is {'waiting', 1, rank, entry, '', -1, now, rank + 1, pass,
+-- soldout}). Most joins of a burst are these: a run costs the reply three
+-- numbers however long it is.
 -- The same user twice in a group takes one place: the second join sees
 -- the first and gets the repeat answer; two joins from one address count
 -- twice against its limits, as two calls would.
@@ -73,7 +76,7 @@ end
 -- joins of a burst are these; the others take join() as enter.lua does.
 -- (A line that is not empty stays so for the call: no join shortens it.)
 local fast = scores ~= nil and m == 2 and not group_pre_queue(g) and group_totals(g) > 0
-local out, o = {now, 0, 0}, 3
+local out, o, run = {now, 0, 0}, 3, nil
 for i = 1, n do
   local k = 9 + m * (i - 1)
   local user = users[i]
@@ -91,10 +94,17 @@ for i = 1, n do
   if row then
     o = o + 1
     out[o] = row
+    run = nil
   elseif entered == now then
-    out[o + 1], out[o + 2] = rank, seq
-    o = o + 2
+    if run and rank == out[run] + out[run + 2] and seq == out[run + 1] + out[run + 2] then
+      out[run + 2] = out[run + 2] + 1
+    else
+      run = o + 1
+      out[o + 1], out[o + 2], out[o + 3] = rank, seq, 1
+      o = o + 3
+    end
   else
+    run = nil
     o = o + 1
     out[o] = waiting_row(g, rank, seq, entered)
   end

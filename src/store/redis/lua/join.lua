@@ -68,7 +68,7 @@ local function group(now, stock, audit_key, lot, pre)
     now = now, stock = stock, audit = audit_key, lot = lot, pre = pre,
     -- users: every user joined in the call, true, or the flush number
     -- (gen) of a new place not yet written (flush(g) writes it)
-    line = {}, seen = {}, users = {}, lines = 0, gen = 1,
+    line = {}, users = {}, lines = 0, gen = 1,
   }
 end
 
@@ -159,8 +159,10 @@ local function count_place(places_key, max_places, entry, user)
 end
 
 -- Writes what the call's new places deferred: the entry counter, and one
--- ZADD each for the line and presence. Called before anything reads them
--- (a repeat join, an address's places) and at the end of the call.
+-- ZADD for the line. Called before anything reads them (a repeat join, an
+-- address's places) and at the end of the call. A new place writes no
+-- presence: it counts as seen at its entry time (see seen_now in
+-- common.lua and the sweep in admit.lua) until the buyer is seen again.
 local function flush(g)
   if g.dirty then
     redis.call('SET', K.seq, string.format('%d', g.last))
@@ -168,14 +170,14 @@ local function flush(g)
   end
   if g.lines > 0 then
     redis.call('ZADD', K.waiting, unpack(g.line))
-    redis.call('ZADD', K.seen, unpack(g.seen))
-    g.line, g.seen, g.lines, g.gen = {}, {}, 0, g.gen + 1
+    g.line, g.lines, g.gen = {}, 0, g.gen + 1
   end
 end
 
 -- A new place in line for `user` (no place, no token, not refused), the
 -- line `total` long before it: takes the next entry id, defers the line's
--- and presence's writes to flush(g), marks the entry's time and counts the
+-- write to flush(g), marks the entry's time (which is also its presence
+-- until the buyer is seen again: no presence write) and counts the
 -- place against the address (places_key nil: the address has no limits).
 -- Returns the place's rank, entry id and entry time. join() ends here for
 -- a new place; enter_many.lua comes here directly for a join it knows is
@@ -185,13 +187,9 @@ end
 local function new_place(g, c, user, places_key, total)
   local seq = group_entry(g, c.first)
   local n = g.lines
-  -- The scores as strings made here: a number passed to redis.call is
+  -- The score as a string made here: a number passed to redis.call is
   -- printed as a float (%.17g), several times dearer than '%d'.
-  if not g.now_s then
-    g.now_s = string.format('%d', g.now)
-  end
   g.line[n + 1], g.line[n + 2] = string.format('%d', seq), user
-  g.seen[n + 1], g.seen[n + 2] = g.now_s, user
   g.lines = n + 2
   g.users[user] = g.gen
   -- Every join of a call has the same time: once a span is marked, the
@@ -249,7 +247,9 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
       redis.call('HSET', tokkey, 'entry', group_entry(g, first))
     end
-    redis.call('ZADD', K.seen, 'XX', now, user)
+    if waiting then
+      seen_now(user, now)
+    end
     local total, pass = group_totals(g)
     return group_stock(g, describe(user, tokkey, now, 0, total, pass))
   end

@@ -20,8 +20,8 @@ if period > 0 then
     return limited('buyer', wait)
   end
 end
-if ARGV[4] == '1' then
-  redis.call('ZADD', K.seen, 'XX', now, user)
+if ARGV[4] == '1' and redis.call('ZSCORE', K.waiting, user) then
+  seen_now(user, now)
 end
 local total, pass = totals()
 return with_stock(describe(user, K.token, now, 0, total, pass), KEYS[11])

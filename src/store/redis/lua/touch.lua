@@ -2,19 +2,34 @@
 -- KEYS, ARGV[1..2]: see common.lua.   ARGV[3..] users
 -- Returns the number of users updated.
 -- A script so the time is the store clock (TIME), the same clock admission
--- compares against; ZADD XX never re-adds a user who has left the line.
+-- compares against, and so a user is added to presence only while in line
+-- (read in the same step): a user who left the line is never re-added.
+-- A new place writes no presence (join.lua), so the first touch after a
+-- join adds the user; later ones update them.
 local now = now_ms()
 local n = 0
-local args = {}
-for i = 3, #ARGV do
-  args[#args + 1] = now
-  args[#args + 1] = ARGV[i]
-  if #args >= 1000 then
-    n = n + redis.call('ZADD', K.seen, 'XX', 'CH', unpack(args))
-    args = {}
+local function mark(users)
+  local in_line = redis.call('ZMSCORE', K.waiting, unpack(users))
+  local args = {}
+  for i, user in ipairs(users) do
+    if in_line[i] then
+      args[#args + 1] = now
+      args[#args + 1] = user
+    end
+  end
+  if #args > 0 then
+    n = n + redis.call('ZADD', K.seen, 'CH', unpack(args))
   end
 end
-if #args > 0 then
-  n = n + redis.call('ZADD', K.seen, 'XX', 'CH', unpack(args))
+local users = {}
+for i = 3, #ARGV do
+  users[#users + 1] = ARGV[i]
+  if #users >= 500 then
+    mark(users)
+    users = {}
+  end
+end
+if #users > 0 then
+  mark(users)
 end
 return n
