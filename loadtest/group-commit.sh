@@ -29,7 +29,9 @@
 #   sweep), RUN_SECS (60), RESULTS_DIR
 #   (loadtest/results), SKIP_BUILD (unset), BASE_BIN (unset),
 #   EXTRA_VARIANTS (unset; e.g. "m256": grouping on with --join-batch-max
-#   256, "d1": depth 1), REDIS_CPU_PERCENT (unset: Redis runs free).
+#   256, "d1": depth 1), REDIS_CPU_PERCENT (unset: Redis runs free),
+#   REDIS_OWN_CORE (unset: every process on every core; set: Redis
+#   alone on the last core, the servers and generator on the others).
 #
 # REDIS_CPU_PERCENT=N caps the script's redis-server at N % of one core
 # (a cgroup v1 CPU quota; needs root and /sys/fs/cgroup/cpu). On this
@@ -51,6 +53,7 @@ DEPTH_CONCURRENCY=${DEPTH_CONCURRENCY-16 64}
 RUN_SECS=${RUN_SECS:-60}
 RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
 REDIS_CPU_PERCENT=${REDIS_CPU_PERCENT:-}
+REDIS_OWN_CORE=${REDIS_OWN_CORE:-}
 SVG=$ROOT/docs/benchmarks/group-commit${REDIS_CPU_PERCENT:+-redis-capped}.svg
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
@@ -73,6 +76,16 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
 fi
 
 REDIS_MAXCLIENTS=10000 start_redis
+if [[ -n "$REDIS_OWN_CORE" ]]; then
+  # Redis on the last core, everything started after this (servers,
+  # generator) on the others: as deployed, where Redis has a core of its
+  # own and no buyer-facing process competes with it for that core's time
+  # and caches.
+  last=$(($(nproc) - 1))
+  taskset -a -pc "$last" "$REDIS_PID" >/dev/null
+  taskset -pc "0-$((last - 1))" $$ >/dev/null
+  log "redis-server alone on core $last; servers and generator on 0-$((last - 1))"
+fi
 if [[ -n "$REDIS_CPU_PERCENT" ]]; then
   CGROUP=/sys/fs/cgroup/cpu/waitroom-group-commit-$$
   mkdir "$CGROUP"

@@ -28,6 +28,15 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
 
+    /// Connections the kernel may hold for `--addr` before they are
+    /// accepted (the listen backlog). A sale opens with thousands of
+    /// connects in the same millisecond; past the backlog the kernel drops
+    /// a SYN and that buyer's browser retries one second later (then 3 s,
+    /// 7 s). Linux caps it at `net.core.somaxconn` (4096 on kernels since
+    /// 5.4); a larger value is logged at start-up. 1-65535.
+    #[arg(long, env = "WAITROOM_LISTEN_BACKLOG", default_value_t = DEFAULT_LISTEN_BACKLOG)]
+    pub listen_backlog: u32,
+
     /// Redis URL (redis://host:port/db). Unset: the embedded in-memory store
     /// (one process only). With --redis-cluster: comma-separated seed nodes
     /// of the cluster (redis://host:port,redis://host:port,...). A master
@@ -380,6 +389,11 @@ pub use crate::identity::Mode as IdentityMode;
 pub const DEFAULT_ADMIN_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9090);
 
+/// The listen backlog of `--addr` when `--listen-backlog` is unset: the
+/// default cap of Linux since 5.4, where std's and tokio's 128 would drop
+/// the connects of a sale's first millisecond.
+pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
+
 /// The longest ticket life accepted: a leaked ticket stays usable no
 /// longer than this, even while its place lasts.
 const MAX_TICKET_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -426,6 +440,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError(m.to_owned()));
         self.queue_names()?;
+        if !(1..=65_535).contains(&self.listen_backlog) {
+            return bad("--listen-backlog must be 1-65535");
+        }
         if self.admission_interval_ms == 0 {
             return bad("--admission-interval-ms must be at least 1");
         }

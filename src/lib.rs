@@ -70,10 +70,47 @@ impl Listeners {
     pub async fn bind(config: &Config) -> Result<Self, StartError> {
         // A configuration that cannot run says so before any port is taken.
         config.validate()?;
-        let public = TcpListener::bind(config.addr).await?;
+        let public = bind_public(config.addr, config.listen_backlog)?;
         let admin = bind_admin(config.admin_addr).await?;
         Ok(Self { public, admin })
     }
+}
+
+/// Binds the buyers' listener with a listen backlog of `backlog`
+/// (`--listen-backlog`), not the 128 of `TcpListener::bind`: a sale's
+/// opening connects arrive together, and each one the kernel cannot queue
+/// is a SYN dropped and a buyer kept a second or more before the page even
+/// loads.
+pub fn bind_public(addr: std::net::SocketAddr, backlog: u32) -> Result<TcpListener, StartError> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restart rebinds while the last run's
+    // connections are still in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr).map_err(|e| {
+        StartError::Io(std::io::Error::new(e.kind(), format!("--addr {addr}: {e}")))
+    })?;
+    let listener = socket.listen(backlog)?;
+    if let Some(cap) = kernel_backlog_cap().filter(|&cap| cap < backlog) {
+        tracing::warn!(
+            listen_backlog = backlog,
+            somaxconn = cap,
+            "the kernel caps the listen backlog below --listen-backlog; raise net.core.somaxconn for a sale's opening burst"
+        );
+    }
+    Ok(listener)
+}
+
+/// `net.core.somaxconn` where the kernel tells it (Linux).
+fn kernel_backlog_cap() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Binds the operator listener. An address that was set must bind (an

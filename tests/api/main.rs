@@ -20,6 +20,7 @@ mod identity;
 mod instances;
 mod layering;
 mod limits;
+mod listen_backlog;
 mod lottery;
 mod metrics;
 mod order_gate;

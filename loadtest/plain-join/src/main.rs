@@ -54,7 +54,16 @@ async fn main() -> anyhow::Result<()> {
         .route("/api/queues/{queue}/entries", post(join))
         .route("/readyz", axum::routing::get(|| async { "ok" }))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind(args.addr).await?;
+    // The same listen backlog as waitroom's default: with tokio's 128 a
+    // burst's first connects wait out a dropped SYN (one second) and the
+    // baseline would measure the kernel's retry, not its joins.
+    let socket = match args.addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(args.addr)?;
+    let listener = socket.listen(4096)?;
     axum::serve(listener, router).await?;
     Ok(())
 }
