@@ -13,7 +13,11 @@ Usage: enter-many-cost.py PORT G CALLS REPEATS VARIANTS LUA_DIRS
             (ARGV[14], the fence) is detected by its text
 Prints per variant and run: Redis time inside EVALSHA per join (µs,
 INFO commandstats, wall time) / Redis CPU per join (µs, INFO cpu).
-Calls are pipelined 8 at a time. Loopback only, bounded by CALLS.
+Calls are pipelined 8 at a time (env PIPE), back to back; env GAP_US=N
+sleeps N µs after each pipelined batch, so Redis idles between calls as it
+does behind a server that cannot keep it busy (on this machine a core that
+idles runs the same call slower: see the README's group-commit section).
+Loopback only, bounded by CALLS.
 """
 import socket, sys, random, hashlib
 port = int(sys.argv[1]); G = int(sys.argv[2]); CALLS = int(sys.argv[3])
@@ -42,6 +46,9 @@ class R:
         if t == b'*':
             n = int(r)
             return None if n < 0 else [s.read() for _ in range(n)]
+import os, time
+PIPE = int(os.environ.get('PIPE', '8'))
+GAP = float(os.environ.get('GAP_US', '0')) / 1e6
 r = R()
 prelude = "local PUBLISH = 'PUBLISH'\nlocal PUBLISH_PASS = true\nlocal AUDIT_MAXLEN = 100000\n"
 def script(d):
@@ -49,7 +56,6 @@ def script(d):
     return prelude + rd('common') + '\n' + rd('gcra') + '\n' + rd('join') + '\n' + rd('enter_many')
 shas = {d: r.cmd('SCRIPT', 'LOAD', script(d)).decode() for d in DIRS}
 fenced = {d: 'ARGV[14]' in open(f'{DIRS[d]}/enter_many.lua').read() for d in DIRS}
-import os
 PLAIN = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'plain-join/src/join.lua')).read()
 shas['plain'] = r.cmd('SCRIPT', 'LOAD', PLAIN).decode()
 def usec(name):
@@ -70,11 +76,13 @@ def run(d, q):
     u = 0
     pipe = []
     if d == 'plain':
-        for i in range(0, CALLS * G, 8):
-            chunk = [enc(['EVALSHA', shas['plain'], 2, base + 'waiting', base + 'seq', 'user-%08d' % (i + j)]) for j in range(8)]
+        for i in range(0, CALLS * G, PIPE):
+            chunk = [enc(['EVALSHA', shas['plain'], 2, base + 'waiting', base + 'seq', 'user-%08d' % (i + j)]) for j in range(PIPE)]
             r.s.sendall(b''.join(chunk))
             for _ in chunk:
                 r.read()
+            if GAP:
+                time.sleep(GAP)
         return (usec('x') - t0) / (CALLS * G), (cpu() - c0) * 1e6 / (CALLS * G)
     for call in range(CALLS):
         ks = list(keys); av = [base + 'token:', base + 'events'] + shared
@@ -86,12 +94,13 @@ def run(d, q):
         if fenced[d]: ks.append(base + 'fence:bench')
         ks += [base + 'stock', base + 'audit', base + 'lottery', base + 'prequeue']
         pipe.append(enc(['EVALSHA', shas[d], len(ks)] + ks + av))
-    # pipelined 8 at a time
-    for i in range(0, CALLS, 8):
-        chunk = pipe[i:i+8]
+    for i in range(0, CALLS, PIPE):
+        chunk = pipe[i:i+PIPE]
         r.s.sendall(b''.join(chunk))
         for _ in chunk:
             v = r.read()
+        if GAP:
+            time.sleep(GAP)
     return (usec('x') - t0) / (CALLS * G), (cpu() - c0) * 1e6 / (CALLS * G)
 ds = sys.argv[5].split(',')
 res = {d: [] for d in ds}

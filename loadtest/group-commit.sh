@@ -32,6 +32,9 @@
 #   256, "d1": depth 1), REDIS_CPU_PERCENT (unset: Redis runs free),
 #   REDIS_OWN_CORE (unset: every process on every core; set: Redis
 #   alone on the last core, the servers and generator on the others).
+#   REDIS_CPU_PERIOD_MS (100: the cap's accounting period; Redis runs
+#   at most N % of each period, so a shorter one stalls it for shorter
+#   spells; the quota, N % of it, must be at least 1 ms).
 #
 # REDIS_CPU_PERCENT=N caps the script's redis-server at N % of one core
 # (a cgroup v1 CPU quota; needs root and /sys/fs/cgroup/cpu). On this
@@ -54,7 +57,8 @@ RUN_SECS=${RUN_SECS:-60}
 RESULTS_DIR=${RESULTS_DIR:-loadtest/results}
 REDIS_CPU_PERCENT=${REDIS_CPU_PERCENT:-}
 REDIS_OWN_CORE=${REDIS_OWN_CORE:-}
-SVG=$ROOT/docs/benchmarks/group-commit${REDIS_CPU_PERCENT:+-redis-capped}.svg
+REDIS_CPU_PERIOD_MS=${REDIS_CPU_PERIOD_MS:-100}
+SVG=$ROOT/docs/benchmarks/group-commit${REDIS_CPU_PERCENT:+-redis-capped}${REDIS_OWN_CORE:+-own-core}.svg
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 TMP=$(mktemp -d /tmp/waitroom-group.XXXXXX)
@@ -82,6 +86,7 @@ if [[ -n "$REDIS_OWN_CORE" ]]; then
   # own and no buyer-facing process competes with it for that core's time
   # and caches.
   last=$(($(nproc) - 1))
+  ((last >= 1)) || { log "REDIS_OWN_CORE needs at least two cores"; exit 1; }
   taskset -a -pc "$last" "$REDIS_PID" >/dev/null
   taskset -pc "0-$((last - 1))" $$ >/dev/null
   log "redis-server alone on core $last; servers and generator on 0-$((last - 1))"
@@ -89,8 +94,8 @@ fi
 if [[ -n "$REDIS_CPU_PERCENT" ]]; then
   CGROUP=/sys/fs/cgroup/cpu/waitroom-group-commit-$$
   mkdir "$CGROUP"
-  echo 100000 >"$CGROUP/cpu.cfs_period_us"
-  echo $((REDIS_CPU_PERCENT * 1000)) >"$CGROUP/cpu.cfs_quota_us"
+  echo $((REDIS_CPU_PERIOD_MS * 1000)) >"$CGROUP/cpu.cfs_period_us"
+  echo $((REDIS_CPU_PERCENT * REDIS_CPU_PERIOD_MS * 10)) >"$CGROUP/cpu.cfs_quota_us"
   echo "$REDIS_PID" >"$CGROUP/cgroup.procs"
   trap 'cleanup; rmdir "$CGROUP" 2>/dev/null || true' EXIT
   log "redis-server capped at $REDIS_CPU_PERCENT % of one core ($CGROUP)"
@@ -200,9 +205,9 @@ stop_pid "$SERVER_PID"
 SERVER_PID=""
 
 # --- the table ------------------------------------------------------------
-MD=$RESULTS_DIR/group-commit${REDIS_CPU_PERCENT:+-redis-capped}.md
+MD=$RESULTS_DIR/group-commit${REDIS_CPU_PERCENT:+-redis-capped}${REDIS_OWN_CORE:+-own-core}.md
 {
-  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc) cores, generator, server and Redis on one machine; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(date -u +%F)${REDIS_CPU_PERCENT:+; Redis capped at $REDIS_CPU_PERCENT % of one core}."
+  echo "Group commit: a burst of $BURST joins on one queue, closed loop; median of $REPEATS runs; $(nproc --all) cores, generator, server and Redis on one machine; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(date -u +%F)${REDIS_CPU_PERCENT:+; Redis capped at $REDIS_CPU_PERCENT % of one core (period $REDIS_CPU_PERIOD_MS ms)}${REDIS_OWN_CORE:+; Redis alone on the last core, the rest on the others}."
   echo
   echo "Redis CPU per join bounds what one queue (one Redis core) can take: 10^6 / that µs is its ceiling, and the ratio of the baseline's to a variant's is that ceiling against the baseline's."
   echo

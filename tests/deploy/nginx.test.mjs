@@ -186,8 +186,8 @@ function siteConfig(ports) {
     assert.equal(count, times, `deploy/nginx.conf: expected "${from}" ${times}×, found ${count}×`);
     text = text.split(from).join(to);
   };
-  replace('listen 443 ssl http2;', `listen 127.0.0.1:${ports.https} ssl http2;`);
-  replace('listen 80;', `listen 127.0.0.1:${ports.http};`);
+  replace('listen 443 ssl http2 backlog=4096;', `listen 127.0.0.1:${ports.https} ssl http2 backlog=4096;`);
+  replace('listen 80 backlog=4096;', `listen 127.0.0.1:${ports.http} backlog=4096;`);
   replace('server 127.0.0.1:8081 ', `server 127.0.0.1:${ports.instances[0]} `);
   replace('server 127.0.0.1:8082 ', `server 127.0.0.1:${ports.instances[1]} `);
   replace('/etc/nginx/tls/waitroom.crt', path.join(work, 'tls.crt'));
