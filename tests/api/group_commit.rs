@@ -121,6 +121,53 @@ fn waiting(o: &EnterOutcome) -> (u64, u64) {
     }
 }
 
+/// The default group (256 joins, each with an address's four keys: over a
+/// thousand keys a call) keeps arrival order and counts every limit per
+/// join: 1,200 joins from three addresses allowed 300 places each place
+/// the first 900 in order and refuse the rest, in a handful of calls.
+#[tokio::test]
+async fn default_groups_of_256_with_address_limits_keep_order_and_limits() {
+    let redis = RedisProcess::start(false);
+    let defaults = JoinBatch::default();
+    assert_eq!(defaults.max, 256);
+    let store = deep(&redis, "group", defaults.max, defaults.depth).await;
+    warmed(&redis, &store).await;
+    let limits = |i: usize| JoinLimits {
+        buyer: None,
+        address: Some(AddressLimits {
+            key: format!("192.0.2.{}", 20 + i % 3),
+            joins: None,
+            places: Some(300),
+        }),
+    };
+    let outcomes =
+        futures::future::join_all((0..1200).map(|i| join(&store, format!("big{i:04}"), limits(i))))
+            .await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match outcome.as_ref().unwrap() {
+            Ok(placed) => {
+                assert!(i < 900, "join {i} is past its address's 300 places");
+                assert_eq!(
+                    waiting(placed).0,
+                    i as u64,
+                    "join {i} keeps its arrival order"
+                );
+            }
+            Err(limited) => {
+                assert!(i >= 900, "join {i} was refused within its address's places");
+                assert_eq!(limited.kind, LimitKind::AddressPlaces);
+            }
+        }
+    }
+    let calls = script_calls(&redis);
+    assert!(
+        (1200 / 256..=10).contains(&calls),
+        "1,200 joins in groups of at most 256 took {calls} calls"
+    );
+    let total = store.statuses(&q(), &[u("big0000")]).await.unwrap()[0].total_waiting;
+    assert_eq!(total, 900);
+}
+
 #[tokio::test]
 async fn five_hundred_joins_keep_their_order_in_few_calls() {
     let redis = RedisProcess::start(false);
