@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -438,7 +438,6 @@ async fn a_redis_down_at_opening_delays_the_draw_and_loses_nobody() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: loadtest/lottery-draw.sh"]
 async fn draw_of_many_entries_measured() {
-    use std::time::Instant;
     use waitroom::queue::lottery::{
         draw_order, fingerprint, new_nonce, new_seed, parse_seed, published_list,
     };
@@ -587,7 +586,6 @@ async fn draw_of_many_entries_measured() {
 #[tokio::test]
 #[ignore = "a measurement, run by hand"]
 async fn memory_draw_of_many_entries_measured() {
-    use std::time::Instant;
     use waitroom::queue::lottery::{
         draw_order, fingerprint, new_nonce, new_seed, parse_seed, published_list,
     };
@@ -934,10 +932,11 @@ async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
         &url,
         "--key-prefix",
         prefix,
-        // Small chunks: the apply takes hundreds of calls, long enough to
-        // kill the instance in the middle of it.
+        // One entry a call: the apply takes thousands of calls, long
+        // enough to kill the instance in the middle of it however fast
+        // the machine.
         "--lottery-draw-chunk",
-        "10",
+        "1",
         "--max-active",
         "0",
         "--abandon-after-secs",
@@ -953,15 +952,16 @@ async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
     ];
     let client = reqwest::Client::new();
     let a = apps[0].as_ref().unwrap();
-    let opens_at = now_ms() + 4_000;
-    let r = client
-        .put(a.admin_url("/api/admin/queues/default/lottery"))
-        .bearer_auth(ADMIN)
-        .json(&json!({ "opensAt": opens_at }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    // Opens in an hour while buyers are loaded, however slow the machine,
+    // then moved to just ahead once they all are.
+    let schedule = |opens_at: u64| {
+        client
+            .put(a.admin_url("/api/admin/queues/default/lottery"))
+            .bearer_auth(ADMIN)
+            .json(&json!({ "opensAt": opens_at }))
+            .send()
+    };
+    assert_eq!(schedule(now_ms() + 3_600_000).await.unwrap().status(), 200);
     // Ten buyers over HTTP (their tickets are checked after), the rest
     // straight into the store.
     let join = |app: &BinApp, user: String| {
@@ -995,24 +995,31 @@ async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
         }
     }
 
-    // The moment a stage exists, kill the instance that holds it.
+    assert_eq!(schedule(now_ms() + 300).await.unwrap().status(), 200);
+
+    // The moment a stage exists, kill the instance that holds it: looked
+    // for every millisecond, not every 50, so the kill lands in the first
+    // few of the apply's thousands of calls.
     let raw = redis::Client::open(url.as_str()).unwrap();
     let mut conn = raw.get_multiplexed_async_connection().await.unwrap();
     let lot = format!("{prefix}:{{default}}:lottery");
-    let holder = eventually(WAIT, "a draw being staged", || {
-        let mut conn = conn.clone();
-        let lot = lot.clone();
-        async move {
-            let draw: Option<String> = redis::cmd("HGET")
-                .arg(&lot)
-                .arg("draw")
-                .query_async(&mut conn)
-                .await
-                .ok()?;
-            draw.and_then(|d| d.split('-').next()?.parse::<u32>().ok())
+    let deadline = Instant::now() + WAIT;
+    let holder = loop {
+        let draw: Option<String> = redis::cmd("HGET")
+            .arg(&lot)
+            .arg("draw")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if let Some(pid) = draw.and_then(|d| d.split('-').next()?.parse::<u32>().ok()) {
+            break pid;
         }
-    })
-    .await;
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for a draw being staged"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
     let killed = apps
         .iter()
         .position(|app| app.as_ref().is_some_and(|app| app.pid() == holder))
