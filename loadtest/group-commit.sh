@@ -133,8 +133,7 @@ start() {
   wait_ready "$SERVER_ADDR"
 }
 
-# CPU seconds Redis has used, and the server process.
-redis_cpu() { redis-cli -p "$REDIS_PORT" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { print s }'; }
+# CPU seconds the server process has used (Redis: `redis_cpu`, lib.sh).
 server_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$SERVER_PID/stat"; }
 
 # burst VARIANT CONCURRENCY OUT: one measured burst on queue `hot` after a

@@ -62,6 +62,10 @@ wait_ready() {
   curl -fsS "http://$addr/readyz" >/dev/null
 }
 
+# redis_cpu: the CPU seconds (user + sys) the redis-server on
+# $REDIS_PORT has used so far.
+redis_cpu() { redis-cli -p "$REDIS_PORT" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { print s }'; }
+
 # A redis-server of our own on a free port (no persistence; the shared one
 # on 6379 is never touched).
 start_redis() {

@@ -38,8 +38,6 @@ last=$(($(nproc) - 1))
 start_redis
 taskset -a -pc "$last" "$REDIS_PID" >/dev/null
 
-redis_cpu() { redis-cli -p "$REDIS_PORT" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { print s }'; }
-
 echo "| run | connections | SET/s | Redis CPU µs per SET |"
 echo "|---|---|---|---|"
 for run in $(seq 1 "$REPEATS"); do

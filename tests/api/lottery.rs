@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use waitroom::store::redis::RedisStore;
 
 use crate::common::{
-    RedisProcess, SseStream, TestApp, config, eventually, redis_url, unique_prefix,
+    RedisProcess, SseStream, TestApp, config, eventually, eventually_every, redis_url,
+    unique_prefix,
 };
 
 const ADMIN: &str = "admin-token-for-lottery-tests-0123";
@@ -1003,23 +1004,25 @@ async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
     let raw = redis::Client::open(url.as_str()).unwrap();
     let mut conn = raw.get_multiplexed_async_connection().await.unwrap();
     let lot = format!("{prefix}:{{default}}:lottery");
-    let deadline = Instant::now() + WAIT;
-    let holder = loop {
-        let draw: Option<String> = redis::cmd("HGET")
-            .arg(&lot)
-            .arg("draw")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if let Some(pid) = draw.and_then(|d| d.split('-').next()?.parse::<u32>().ok()) {
-            break pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for a draw being staged"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
+    let holder = eventually_every(
+        Duration::from_millis(1),
+        WAIT,
+        "a draw being staged",
+        || {
+            let mut conn = conn.clone();
+            let lot = lot.clone();
+            async move {
+                let draw: Option<String> = redis::cmd("HGET")
+                    .arg(&lot)
+                    .arg("draw")
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                draw.and_then(|d| d.split('-').next()?.parse::<u32>().ok())
+            }
+        },
+    )
+    .await;
     let killed = apps
         .iter()
         .position(|app| app.as_ref().is_some_and(|app| app.pid() == holder))

@@ -546,7 +546,22 @@ pub fn event_id(id: &str) -> (u64, u64) {
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics after `limit`.
-pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_every(Duration::from_millis(50), limit, what, f).await
+}
+
+/// [`eventually`], polling every `every`: for a state that lasts only
+/// a moment.
+pub async fn eventually_every<T, F, Fut>(
+    every: Duration,
+    limit: Duration,
+    what: &str,
+    mut f: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -559,7 +574,7 @@ where
         if Instant::now() > deadline {
             panic!("timed out waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
