@@ -2294,6 +2294,7 @@ mod adaptive {
             commits: 3,
             failures: 1,
             at: 0,
+            evidence_from: window + 1,
         }
     }
 
@@ -2440,9 +2441,87 @@ mod adaptive {
         );
     }
 
+    /// A window with too few orders leaves them as evidence: the next read
+    /// sums them with the next window's, until a decision moves the
+    /// evidence on; never more than the longest evidence back.
+    async fn too_few_orders_are_gathered_over_windows(store: SharedStore) {
+        use waitroom::queue::adaptive::MAX_EVIDENCE_WINDOWS;
+        let (stored, _) = store
+            .put_queue_settings(&q(), &settings(10), false)
+            .await
+            .unwrap();
+        let first = fresh_window(&store).await;
+        for ms in [40, 45] {
+            let signal = OrderSignal::Committed { ms };
+            store.record_order(&q(), signal, WINDOW).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(WINDOW)).await;
+        let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!((read.window, read.evidence_from), (first, first));
+        // Still gathering: the decision keeps its evidence where it began.
+        let gathering = AdaptiveState {
+            verdict: "too_few_samples".into(),
+            evidence_from: first,
+            ..decision(first, 3.0)
+        };
+        assert!(
+            store
+                .adaptive_apply(&q(), &gathering, None, stored.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        store
+            .record_order(&q(), OrderSignal::RolledBack, WINDOW)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(WINDOW)).await;
+        let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!(read.window, first + 1, "{read:?}");
+        assert_eq!(read.evidence_from, first, "{read:?}");
+        assert_eq!(
+            (read.samples.commits(), read.samples.failures),
+            (2, 1),
+            "both windows: {read:?}"
+        );
+        // Decided: the gathered windows are done with.
+        let decided = decision(first + 1, 4.0);
+        assert!(
+            store
+                .adaptive_apply(&q(), &decided, None, stored.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(WINDOW)).await;
+        let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!(read.evidence_from, first + 2, "{read:?}");
+        assert_eq!(read.samples.commits() + read.samples.failures, 0);
+        // Evidence said to begin long ago reaches back the longest span only.
+        let long_ago = AdaptiveState {
+            evidence_from: 1,
+            ..decision(read.window, 4.0)
+        };
+        assert!(
+            store
+                .adaptive_apply(&q(), &long_ago, None, stored.version, WINDOW)
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(WINDOW)).await;
+        let read = store.adaptive_read(&q(), WINDOW).await.unwrap();
+        assert_eq!(
+            read.evidence_from,
+            read.window + 1 - MAX_EVIDENCE_WINDOWS,
+            "{read:?}"
+        );
+        // Another window length: the evidence is the last window alone.
+        let other = store.adaptive_read(&q(), WINDOW * 2).await.unwrap();
+        assert_eq!(other.evidence_from, other.window, "{other:?}");
+    }
+
     conformance!(
         outcomes_are_counted_per_window_and_decided_once,
         concurrent_decisions_for_one_window_store_one,
+        too_few_orders_are_gathered_over_windows,
     );
 }
 

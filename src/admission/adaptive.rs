@@ -1,7 +1,8 @@
 //! The adaptive controller: for each queue whose admission follows the
 //! order service, once per window, reads what the last complete window saw
 //! (claim-to-commit times and rollbacks, counted by the gate and the token
-//! API of every instance), applies the AIMD rule of
+//! API of every instance; with too few orders, the windows since the last
+//! decision), applies the AIMD rule of
 //! [`crate::queue::adaptive`] and stores the new rate as the queue's batch.
 //!
 //! Every instance runs it and no leader is elected: the store keeps one
@@ -107,7 +108,14 @@ pub async fn step(store: &SharedStore, queue: &QueueName) -> StoreResult<Duratio
         .filter(|s| batch_for(s.rate_per_sec, interval) == batch)
         .map_or_else(|| rate_of(batch, interval), |s| s.rate_per_sec);
     let hold_until = previous.as_ref().map_or(0, |s| s.hold_until);
-    let decision = decide(&adaptive, read.window, rate, hold_until, &read.samples);
+    let decision = decide(
+        &adaptive,
+        read.window,
+        read.evidence_from,
+        rate,
+        hold_until,
+        &read.samples,
+    );
     let state = AdaptiveState {
         window: read.window,
         window_ms,
@@ -118,6 +126,7 @@ pub async fn step(store: &SharedStore, queue: &QueueName) -> StoreResult<Duratio
         commits: read.samples.commits(),
         failures: read.samples.failures,
         at: read.now_ms,
+        evidence_from: decision.evidence_from,
     };
     let new_batch = batch_for(decision.rate_per_sec, interval);
     let stored_it = store

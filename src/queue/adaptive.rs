@@ -10,6 +10,17 @@
 //! too many, multiplies the rate by `factor`; after a decrease the rate is
 //! held for `holdWindows`, so the effect of a cut is seen before the next
 //! one (no oscillation from a queue of orders that were admitted earlier).
+//!
+//! A decision needs `minSamples` orders. A window with fewer does not
+//! decide: its orders stay as evidence and the next window's are added,
+//! up to [`MAX_EVIDENCE_WINDOWS`] windows; then the rule judges what that
+//! stretch saw (a healthy few earn a step, an unhealthy few a cut, none at
+//! all change nothing). Without the stretch a cut to the floor could be
+//! final: at one admission a second a 5-s window holds at most five
+//! orders, so a rule that wanted ten would never decide, nor climb, again.
+//! [`AdaptiveSettings::validate`] refuses settings whose floor cannot
+//! gather `minSamples` orders within the stretch, so a decision is always
+//! within reach while buyers order.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +36,10 @@ pub const BUCKETS_MS: [u64; 20] = [
 pub const WINDOW_MS: (u64, u64) = (100, 600_000);
 /// Highest ceiling, admissions per second.
 pub const MAX_RATE_PER_SEC: f64 = 100_000.0;
+/// Most windows one decision's evidence spans: long enough that the floor
+/// of any accepted settings gathers `minSamples`, short enough that a
+/// decision on few orders still comes within a bounded time.
+pub const MAX_EVIDENCE_WINDOWS: u64 = 8;
 
 /// A queue's adaptive admission settings (`adaptive` in its settings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -139,6 +154,19 @@ impl AdaptiveSettings {
         if !(1..=1_000_000).contains(&self.min_samples) {
             return Err("adaptive.minSamples: 1-1000000".into());
         }
+        // What the floor admits over the longest evidence: fewer than
+        // minSamples and no decision is ever reached there on samples.
+        let at_floor =
+            self.floor_per_sec * self.window_ms as f64 / 1000.0 * MAX_EVIDENCE_WINDOWS as f64;
+        if (self.min_samples as f64) > at_floor + 1e-9 {
+            return Err(format!(
+                "adaptive.minSamples: at most {} (floorPerSec {} x windowMs {} x {MAX_EVIDENCE_WINDOWS} windows / 1000): \
+                 at the floor fewer orders than that are all a decision can gather",
+                at_floor.floor(),
+                self.floor_per_sec,
+                self.window_ms
+            ));
+        }
         if !finite(self.max_failure_ratio) || !(0.0..=1.0).contains(&self.max_failure_ratio) {
             return Err("adaptive.maxFailureRatio: 0-1".into());
         }
@@ -157,7 +185,8 @@ pub fn bucket_of(ms: u64) -> usize {
         .unwrap_or(BUCKETS_MS.len())
 }
 
-/// What one window saw, summed over every instance.
+/// What one window (or a stretch of windows) saw, summed over every
+/// instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WindowSamples {
     /// Commits per bucket of [`BUCKETS_MS`] (one more for the slowest).
@@ -167,6 +196,25 @@ pub struct WindowSamples {
 }
 
 impl WindowSamples {
+    /// Nothing seen, with every bucket present.
+    pub fn empty() -> Self {
+        Self {
+            buckets: vec![0; BUCKETS_MS.len() + 1],
+            failures: 0,
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &WindowSamples) {
+        if self.buckets.len() < other.buckets.len() {
+            self.buckets.resize(other.buckets.len(), 0);
+        }
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+        self.failures += other.failures;
+    }
+
     /// Commits seen.
     pub fn commits(&self) -> u64 {
         self.buckets.iter().sum()
@@ -203,7 +251,8 @@ pub enum Verdict {
     DecreaseFailing,
     /// Healthy, but held after a recent cut.
     Hold,
-    /// Too few orders to judge: unchanged.
+    /// Too few orders to judge: unchanged (still gathering, or nothing
+    /// seen over the longest evidence).
     TooFewSamples,
 }
 
@@ -242,49 +291,58 @@ pub struct Decision {
     pub verdict: Verdict,
     /// The last window in which increases are held (inclusive).
     pub hold_until: u64,
+    /// The first window whose orders count toward the next decision: the
+    /// one after `window` once decided, unchanged while still gathering.
+    pub evidence_from: u64,
 }
 
-/// The rule: decides window `window`'s outcome from its `samples`, the
-/// rate in force `rate_per_sec` and the hold left by an earlier cut.
+/// The rule: decides at the end of window `window` from `samples`, what
+/// windows `evidence_from..=window` saw together, the rate in force
+/// `rate_per_sec` and the hold left by an earlier cut.
 pub fn decide(
     s: &AdaptiveSettings,
     window: u64,
+    evidence_from: u64,
     rate_per_sec: f64,
     hold_until: u64,
     samples: &WindowSamples,
 ) -> Decision {
     let clamp = |r: f64| r.clamp(s.floor_per_sec, s.ceiling_per_sec);
-    let commits = samples.commits();
-    let total = commits + samples.failures;
-    let keep = |verdict| Decision {
-        rate_per_sec: clamp(rate_per_sec),
+    let total = samples.commits() + samples.failures;
+    let spanned = window + 1 - evidence_from.min(window);
+    let decided = |rate: f64, verdict, hold_until| Decision {
+        rate_per_sec: clamp(rate),
         verdict,
         hold_until,
+        evidence_from: window + 1,
     };
     if total < s.min_samples {
-        return keep(Verdict::TooFewSamples);
+        if spanned < MAX_EVIDENCE_WINDOWS {
+            return Decision {
+                evidence_from: evidence_from.min(window),
+                ..decided(rate_per_sec, Verdict::TooFewSamples, hold_until)
+            };
+        }
+        if total == 0 {
+            return decided(rate_per_sec, Verdict::TooFewSamples, hold_until);
+        }
+        // The longest evidence holds a few orders: they are all there is
+        // to judge by, and judged they are.
     }
     let failing = samples.failures as f64 > s.max_failure_ratio * total as f64;
     let slow = samples.p95_ms().is_some_and(|p| p > s.target_p95_ms);
     if failing || slow {
-        return Decision {
-            rate_per_sec: clamp(rate_per_sec * s.factor),
-            verdict: if slow {
-                Verdict::DecreaseSlow
-            } else {
-                Verdict::DecreaseFailing
-            },
-            hold_until: window + s.hold_windows,
+        let verdict = if slow {
+            Verdict::DecreaseSlow
+        } else {
+            Verdict::DecreaseFailing
         };
+        return decided(rate_per_sec * s.factor, verdict, window + s.hold_windows);
     }
     if window <= hold_until {
-        return keep(Verdict::Hold);
+        return decided(rate_per_sec, Verdict::Hold, hold_until);
     }
-    Decision {
-        rate_per_sec: clamp(rate_per_sec + s.step_per_sec),
-        verdict: Verdict::Increase,
-        hold_until,
-    }
+    decided(rate_per_sec + s.step_per_sec, Verdict::Increase, hold_until)
 }
 
 /// The batch per pass of `interval_ms` that admits `rate_per_sec` (at least 1).
@@ -329,34 +387,91 @@ mod tests {
     #[test]
     fn a_healthy_window_adds_a_step_up_to_the_ceiling() {
         let s = settings();
-        let d = decide(&s, 10, 5.0, 0, &commits(50, 20));
+        let d = decide(&s, 10, 10, 5.0, 0, &commits(50, 20));
         assert_eq!((d.rate_per_sec, d.verdict), (6.0, Verdict::Increase));
-        let d = decide(&s, 10, 19.5, 0, &commits(50, 20));
+        let d = decide(&s, 10, 10, 19.5, 0, &commits(50, 20));
         assert_eq!(d.rate_per_sec, 20.0);
     }
 
     #[test]
     fn a_slow_window_cuts_by_the_factor_down_to_the_floor_and_holds() {
         let s = settings();
-        let d = decide(&s, 10, 10.0, 0, &commits(500, 20));
+        let d = decide(&s, 10, 10, 10.0, 0, &commits(500, 20));
         assert_eq!((d.rate_per_sec, d.verdict), (5.0, Verdict::DecreaseSlow));
         assert_eq!(d.hold_until, 11);
-        let d = decide(&s, 11, 3.0, 11, &commits(500, 20));
+        let d = decide(&s, 11, 11, 3.0, 11, &commits(500, 20));
         assert_eq!(d.rate_per_sec, 2.0, "never below the floor");
         // Healthy again, but within the hold: unchanged.
-        let d = decide(&s, 11, 5.0, 11, &commits(50, 20));
+        let d = decide(&s, 11, 11, 5.0, 11, &commits(50, 20));
         assert_eq!((d.rate_per_sec, d.verdict), (5.0, Verdict::Hold));
-        let d = decide(&s, 12, 5.0, 11, &commits(50, 20));
+        let d = decide(&s, 12, 12, 5.0, 11, &commits(50, 20));
         assert_eq!((d.rate_per_sec, d.verdict), (6.0, Verdict::Increase));
     }
 
     #[test]
     fn too_few_samples_change_nothing() {
         let s = settings();
-        let d = decide(&s, 10, 7.0, 0, &commits(5_000, 9));
+        let d = decide(&s, 10, 10, 7.0, 0, &commits(5_000, 9));
         assert_eq!((d.rate_per_sec, d.verdict), (7.0, Verdict::TooFewSamples));
-        let d = decide(&s, 10, 7.0, 0, &WindowSamples::default());
+        let d = decide(&s, 10, 10, 7.0, 0, &WindowSamples::default());
         assert_eq!(d.verdict, Verdict::TooFewSamples);
+    }
+
+    #[test]
+    fn too_few_orders_stretch_the_evidence_until_a_decision() {
+        let s = settings();
+        // Window 10 alone holds 6 of the 10 needed: still gathering.
+        let d = decide(&s, 10, 10, 7.0, 0, &commits(50, 6));
+        assert_eq!((d.verdict, d.evidence_from), (Verdict::TooFewSamples, 10));
+        // Windows 10-11 together hold 12: decided on both, evidence moves on.
+        let d = decide(&s, 11, 10, 7.0, 0, &commits(50, 12));
+        assert_eq!(
+            (d.rate_per_sec, d.verdict, d.evidence_from),
+            (8.0, Verdict::Increase, 12)
+        );
+        let d = decide(&s, 11, 10, 7.0, 0, &commits(500, 12));
+        assert_eq!(
+            (d.rate_per_sec, d.verdict, d.hold_until, d.evidence_from),
+            (3.5, Verdict::DecreaseSlow, 12, 12)
+        );
+    }
+
+    #[test]
+    fn the_longest_evidence_is_judged_on_what_it_holds() {
+        let s = settings();
+        let last = 10 + MAX_EVIDENCE_WINDOWS - 1;
+        // One window short of the longest: still gathering.
+        let d = decide(&s, last - 1, 10, 2.0, 0, &commits(50, 3));
+        assert_eq!((d.verdict, d.evidence_from), (Verdict::TooFewSamples, 10));
+        // The longest: a healthy few earn a step, a slow few a cut.
+        let d = decide(&s, last, 10, 2.0, 0, &commits(50, 3));
+        assert_eq!(
+            (d.rate_per_sec, d.verdict, d.evidence_from),
+            (3.0, Verdict::Increase, last + 1)
+        );
+        let d = decide(&s, last, 10, 6.0, 0, &commits(500, 3));
+        assert_eq!((d.rate_per_sec, d.verdict), (3.0, Verdict::DecreaseSlow));
+        // Nothing at all: unchanged, and gathering starts afresh.
+        let d = decide(&s, last, 10, 6.0, 0, &WindowSamples::empty());
+        assert_eq!(
+            (d.rate_per_sec, d.verdict, d.evidence_from),
+            (6.0, Verdict::TooFewSamples, last + 1)
+        );
+        // Evidence said to start later than the window spans one window.
+        let d = decide(&s, 10, 99, 6.0, 0, &commits(50, 3));
+        assert_eq!((d.verdict, d.evidence_from), (Verdict::TooFewSamples, 10));
+    }
+
+    #[test]
+    fn samples_add_bucket_by_bucket() {
+        let mut sum = WindowSamples::default();
+        sum.add(&commits(50, 3));
+        sum.add(&WindowSamples {
+            buckets: vec![1],
+            failures: 2,
+        });
+        assert_eq!((sum.commits(), sum.failures), (4, 2));
+        assert_eq!(sum.buckets[bucket_of(50)], 3);
     }
 
     #[test]
@@ -364,17 +479,17 @@ mod tests {
         let s = settings();
         let mut w = commits(20, 10);
         w.failures = 3; // 3 of 13 > 20 %
-        let d = decide(&s, 10, 10.0, 0, &w);
+        let d = decide(&s, 10, 10, 10.0, 0, &w);
         assert_eq!((d.rate_per_sec, d.verdict), (5.0, Verdict::DecreaseFailing));
         w.failures = 2; // 2 of 12 <= 20 %
-        assert_eq!(decide(&s, 10, 10.0, 0, &w).verdict, Verdict::Increase);
+        assert_eq!(decide(&s, 10, 10, 10.0, 0, &w).verdict, Verdict::Increase);
         // Failures alone count as samples.
         let only = WindowSamples {
             buckets: vec![],
             failures: 10,
         };
         assert_eq!(
-            decide(&s, 10, 10.0, 0, &only).verdict,
+            decide(&s, 10, 10, 10.0, 0, &only).verdict,
             Verdict::DecreaseFailing
         );
     }
@@ -423,12 +538,164 @@ mod tests {
             (|s| s.min_samples = 0, "adaptive.minSamples"),
             (|s| s.max_failure_ratio = 1.5, "adaptive.maxFailureRatio"),
             (|s| s.hold_windows = 1_000, "adaptive.holdWindows"),
+            // 2/s x 1 s x 8 windows = 16 orders at the floor: 17 is out of reach.
+            (|s| s.min_samples = 17, "adaptive.minSamples"),
+            (
+                |s| {
+                    s.window_ms = 100;
+                    s.min_samples = 2;
+                },
+                "adaptive.minSamples",
+            ),
         ];
         for (change, field) in cases {
             let mut s = settings();
             change(&mut s);
             let message = s.validate(1000).unwrap_err();
             assert!(message.starts_with(field), "{message} should name {field}");
+        }
+    }
+
+    /// A simulated order service over consecutive windows: every admitted
+    /// buyer orders (a share of them, at least a quarter), each order
+    /// committing in `ms` or rolling back. Admissions carry over between
+    /// windows as a fraction, as a batch per pass does.
+    struct Service {
+        share: f64,
+        ms: u64,
+        rolls_back: bool,
+        carry: f64,
+    }
+
+    impl Service {
+        fn window(&mut self, s: &AdaptiveSettings, rate: f64) -> WindowSamples {
+            self.carry += rate * s.window_ms as f64 / 1000.0 * self.share + 1e-9;
+            let n = self.carry.floor();
+            self.carry -= n;
+            let mut w = commits(self.ms, 0);
+            if self.rolls_back {
+                w.failures = n as u64;
+            } else {
+                w.buckets[bucket_of(self.ms)] = n as u64;
+            }
+            w
+        }
+    }
+
+    /// Runs the rule as the controller does, from a state: rate, hold,
+    /// and evidence gathered since `evidence_from` (the store sums the
+    /// windows' samples). Answers the rate after each window.
+    fn run(
+        s: &AdaptiveSettings,
+        service: &mut Service,
+        start: (f64, u64, u64, WindowSamples),
+        first: u64,
+        windows: u64,
+    ) -> Vec<f64> {
+        let (mut rate, mut hold, mut from, mut evidence) = start;
+        let mut rates = vec![];
+        for window in first..first + windows {
+            evidence.add(&service.window(s, rate));
+            let d = decide(s, window, from, rate, hold, &evidence);
+            if d.evidence_from > window {
+                evidence = WindowSamples::empty();
+            }
+            (rate, hold, from) = (d.rate_per_sec, d.hold_until, d.evidence_from);
+            rates.push(rate);
+        }
+        rates
+    }
+
+    fn any_settings() -> impl proptest::strategy::Strategy<Value = AdaptiveSettings> {
+        use proptest::prelude::*;
+        (
+            1u32..20,
+            1u32..40,
+            1u32..10,
+            1u64..200,
+            prop_oneof![Just(1_000u64), Just(2_000), Just(5_000), Just(500)],
+            (1u64..=100, 1u32..=9, 0u64..=4, 0u32..=5),
+        )
+            .prop_map(
+                |(floor, span, step, min, window_ms, (target, factor, hold, ratio))| {
+                    let floor = f64::from(floor);
+                    let step = f64::from(step);
+                    AdaptiveSettings {
+                        enabled: true,
+                        floor_per_sec: floor,
+                        ceiling_per_sec: floor + step * f64::from(span),
+                        target_p95_ms: target * 10,
+                        step_per_sec: step,
+                        factor: f64::from(factor) / 10.0,
+                        window_ms,
+                        min_samples: min,
+                        max_failure_ratio: f64::from(ratio) / 10.0,
+                        hold_windows: hold,
+                    }
+                },
+            )
+            .prop_filter("accepted settings", |s| s.validate(window_ms_of(s)).is_ok())
+    }
+
+    /// A pass interval the settings' floor admits one buyer in.
+    fn window_ms_of(s: &AdaptiveSettings) -> u64 {
+        (1000.0 / s.floor_per_sec).ceil() as u64
+    }
+
+    proptest::proptest! {
+        /// From any state the controller can be in (any rate, a hold in
+        /// force, any evidence gathered so far, however slow), a healthy
+        /// service brings the rate to the ceiling within a bound: one cut
+        /// the old evidence may still cause, its hold, then a step per
+        /// longest evidence at most.
+        #[test]
+        fn a_healthy_service_brings_the_rate_back_to_the_ceiling(
+            s in any_settings(),
+            rate_share in 0.0f64..=1.0,
+            held in 0u64..=4,
+            gathered in 0u64..MAX_EVIDENCE_WINDOWS,
+            old_slow in 0u64..200,
+            share in 0.25f64..=1.0,
+        ) {
+            let rate = s.floor_per_sec + (s.ceiling_per_sec - s.floor_per_sec) * rate_share;
+            let window = 1_000;
+            let from = window - gathered;
+            // Leftover evidence from a slow spell, short of a decision.
+            let old = commits(s.target_p95_ms * 10, old_slow.min(s.min_samples - 1));
+            let fast = s.target_p95_ms.min(5);
+            let mut service = Service { share, ms: fast, rolls_back: false, carry: 0.0 };
+            let steps = ((s.ceiling_per_sec - s.floor_per_sec) / s.step_per_sec).ceil() as u64;
+            let bound = MAX_EVIDENCE_WINDOWS * (steps + 2) + held + s.hold_windows + 1;
+            let rates = run(&s, &mut service, (rate, window + held, from, old), window, bound);
+            proptest::prop_assert_eq!(*rates.last().unwrap(), s.ceiling_per_sec, "{:?}", rates);
+        }
+
+        /// A service whose orders are all slow, or all rolled back, never
+        /// raises the rate, from any rate and hold, whatever it gathered.
+        #[test]
+        fn a_failing_service_never_raises_the_rate(
+            s in any_settings(),
+            rate_share in 0.0f64..=1.0,
+            held in 0u64..=4,
+            gathered in 0u64..MAX_EVIDENCE_WINDOWS,
+            share in 0.0f64..=1.0,
+            rolls_back in proptest::bool::ANY,
+        ) {
+            let rate = s.floor_per_sec + (s.ceiling_per_sec - s.floor_per_sec) * rate_share;
+            let slow = s.target_p95_ms * 10;
+            let mut service = Service { share, ms: slow, rolls_back, carry: 0.0 };
+            let failing_so_far = if rolls_back {
+                WindowSamples { failures: 1, ..WindowSamples::empty() }
+            } else {
+                commits(slow, 1)
+            };
+            let windows = MAX_EVIDENCE_WINDOWS * 6;
+            let rates = run(&s, &mut service, (rate, 1_000 + held, 1_000 - gathered, failing_so_far), 1_000, windows);
+            let mut before = rate;
+            for r in rates {
+                proptest::prop_assert!(r <= before, "raised from {} to {}", before, r);
+                before = r;
+            }
         }
     }
 }

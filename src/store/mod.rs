@@ -216,6 +216,11 @@ pub struct AdaptiveState {
     pub failures: u64,
     /// When decided, store clock ms.
     pub at: u64,
+    /// The first window whose orders count toward the next decision:
+    /// `window + 1` once decided, earlier while a decision still gathers
+    /// orders over several windows (`commits` and `failures` then count
+    /// what has been gathered so far).
+    pub evidence_from: u64,
 }
 
 /// What the controller reads before deciding.
@@ -225,7 +230,12 @@ pub struct AdaptiveRead {
     pub now_ms: u64,
     /// The last complete window (the one to decide).
     pub window: u64,
-    /// What that window saw, from every instance.
+    /// The first window of the evidence: the last decision's
+    /// `evidence_from`, no earlier than
+    /// [`crate::queue::adaptive::MAX_EVIDENCE_WINDOWS`] windows back, and
+    /// `window` itself when the window's length changed since.
+    pub evidence_from: u64,
+    /// What windows `evidence_from..=window` saw, from every instance.
     pub samples: crate::queue::adaptive::WindowSamples,
     /// The last decision, `None` before the first.
     pub state: Option<AdaptiveState>,
@@ -671,8 +681,9 @@ pub trait Store: Send + Sync + 'static {
         window_ms: u64,
     ) -> StoreResult<()>;
 
-    /// The last complete window of `window_ms`, its samples and the last
-    /// decision, in one atomic read.
+    /// The last complete window of `window_ms`, the samples of the
+    /// evidence that ends with it (see [`AdaptiveRead::evidence_from`])
+    /// and the last decision, in one atomic read.
     async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead>;
 
     /// Records `decision` (for `decision.window`) and, with `batch`, sets
@@ -681,7 +692,8 @@ pub trait Store: Send + Sync + 'static {
     /// (see [`AdaptiveState::window_ms`]) is stored already (another
     /// instance decided this window), or the
     /// settings' version is no longer `settings_version` (an operator wrote
-    /// them meanwhile). Forgets the samples of the windows decided;
+    /// them meanwhile). Forgets the samples of windows before
+    /// `decision.evidence_from`;
     /// `window_ms` says how long the decision is worth keeping.
     async fn adaptive_apply(
         &self,

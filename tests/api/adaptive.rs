@@ -493,3 +493,251 @@ async fn redis_down_decides_nothing_and_nothing_panics() {
     );
     app.stop().await;
 }
+
+/// An order service written against the token API, as a team's own code
+/// in another language would be: for each buyer who hands it an entry
+/// token, claim it, run the order's transaction (`transaction_ms`, which
+/// the test changes), consume the claim. 24 workers, as a small pool of
+/// database connections would allow.
+struct OrderService {
+    transaction_ms: Arc<AtomicU64>,
+    orders: tokio::sync::mpsc::Sender<(String, String)>,
+    committed: Arc<AtomicU64>,
+}
+
+impl OrderService {
+    fn start(app: &TestApp, stop: CancellationToken) -> Self {
+        let (orders, rx) = tokio::sync::mpsc::channel::<(String, String)>(10_000);
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let transaction_ms = Arc::new(AtomicU64::new(10));
+        let committed = Arc::new(AtomicU64::new(0));
+        for _ in 0..24 {
+            let (rx, client, stop) = (rx.clone(), app.client.clone(), stop.clone());
+            let (claim_url, consume_url) = (
+                app.admin_url("/api/tokens/claim"),
+                app.admin_url("/api/tokens/consume"),
+            );
+            let (ms, committed) = (transaction_ms.clone(), committed.clone());
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        next = async { rx.lock().await.recv().await } => next,
+                    };
+                    let Some((user, token)) = next else { return };
+                    let Ok(claim) = client
+                        .post(&claim_url)
+                        .bearer_auth(SERVICE)
+                        .json(&json!({"userId": user, "token": token}))
+                        .send()
+                        .await
+                    else {
+                        continue;
+                    };
+                    let Ok(claim) = claim.json::<Value>().await else {
+                        continue;
+                    };
+                    let Some(claim_id) = claim["claimId"].as_str() else {
+                        continue;
+                    };
+                    // The order's transaction.
+                    tokio::time::sleep(Duration::from_millis(ms.load(Ordering::Relaxed))).await;
+                    let done = client
+                        .post(&consume_url)
+                        .bearer_auth(SERVICE)
+                        .json(&json!({"userId": user, "queue": "default", "claimId": claim_id}))
+                        .send()
+                        .await;
+                    if done.is_ok_and(|r| r.status().as_u16() == 204) {
+                        committed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        Self {
+            transaction_ms,
+            orders,
+            committed,
+        }
+    }
+}
+
+/// Buyers in a browser's place: each joins over HTTP, polls its place
+/// until it holds an entry token, and hands it to the order service. About
+/// `waiting` are in line at any time.
+fn polling_buyers(app: &TestApp, service: &OrderService, waiting: u64, stop: CancellationToken) {
+    let in_line = Arc::new(AtomicU64::new(0));
+    let (client, base) = (app.client.clone(), app.url(""));
+    let orders = service.orders.clone();
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        while !stop.is_cancelled() {
+            while in_line.load(Ordering::Relaxed) < waiting {
+                n += 1;
+                in_line.fetch_add(1, Ordering::Relaxed);
+                let (client, base, orders) = (client.clone(), base.clone(), orders.clone());
+                let (in_line, stop) = (in_line.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let user = format!("recovering-buyer-{n}");
+                    let ticket = client
+                        .post(format!("{base}/api/queues/default/entries"))
+                        .header("x-user-id", &user)
+                        .send()
+                        .await
+                        .ok();
+                    let ticket = match ticket {
+                        Some(r) => r.json::<Value>().await.ok(),
+                        None => None,
+                    };
+                    let ticket = ticket.and_then(|t| t["ticket"].as_str().map(str::to_owned));
+                    // A buyer gives up after a minute, as a person would.
+                    for _ in 0..300 {
+                        let Some(ticket) = ticket.as_deref() else {
+                            break;
+                        };
+                        if stop.is_cancelled() {
+                            break;
+                        }
+                        let place = client
+                            .get(format!("{base}/api/queues/default/position"))
+                            .header("x-queue-ticket", ticket)
+                            .send()
+                            .await;
+                        let place = match place {
+                            Ok(r) => r.json::<Value>().await.unwrap_or(Value::Null),
+                            Err(_) => Value::Null,
+                        };
+                        if let Some(token) = place["entryToken"].as_str() {
+                            let _ = orders.send((user.clone(), token.to_owned())).await;
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    in_line.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+/// The controller's rate and verdict, as the admin API shows them.
+async fn adaptive_rate(app: &TestApp) -> (f64, String) {
+    let (_, view) = admin(app, "GET", "/api/admin/queues/default", None).await;
+    let s = &view["adaptiveState"];
+    (
+        s["ratePerSec"].as_f64().unwrap_or(0.0),
+        s["verdict"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+/// Fast, then slow, then fast again, with settings whose floor sees fewer
+/// orders in a window than a decision needs (2 a second over 1-s windows,
+/// 5 needed): the rate falls to the floor while slow, and once fast again
+/// the decision gathers orders over several windows and climbs, back to
+/// half its earlier rate within 15 s.
+async fn rate_recovers_from_the_floor_with_an_order_service_on_the_token_api(app: TestApp) {
+    let (code, body) = admin(
+        &app,
+        "PUT",
+        "/api/admin/queues/default",
+        Some(json!({"batch": 10, "intervalMs": 500, "adaptive": {
+            "floorPerSec": 2, "ceilingPerSec": 20, "targetP95Ms": 250, "windowMs": 1000,
+            "stepPerSec": 4, "factor": 0.5, "minSamples": 5, "holdWindows": 1}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let stop = CancellationToken::new();
+    let service = OrderService::start(&app, stop.clone());
+    polling_buyers(&app, &service, 40, stop.clone());
+
+    // Fast: healthy decisions at the ceiling.
+    eventually(
+        Duration::from_secs(15),
+        "healthy at the ceiling",
+        || async {
+            let (rate, verdict) = adaptive_rate(&app).await;
+            (verdict == "increase" && rate == 20.0).then_some(())
+        },
+    )
+    .await;
+    let earlier = 20.0;
+
+    // Slow: every order's transaction takes 600 ms, over the 250-ms target.
+    service.transaction_ms.store(600, Ordering::Relaxed);
+    eventually(Duration::from_secs(20), "the rate at the floor", || async {
+        let (rate, _) = adaptive_rate(&app).await;
+        (rate <= 2.0).then_some(())
+    })
+    .await;
+    // A few windows at the floor while still slow: it stays there.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (rate, verdict) = adaptive_rate(&app).await;
+    assert!(rate <= 2.0 * 1.5, "stays low while slow: {rate} {verdict}");
+
+    // Fast again: back to at least half the earlier rate within 15 s.
+    service.transaction_ms.store(10, Ordering::Relaxed);
+    let fast_again = tokio::time::Instant::now();
+    let (rate, verdict) = eventually(
+        Duration::from_secs(15),
+        "the rate climbing back",
+        || async {
+            let (rate, verdict) = adaptive_rate(&app).await;
+            (rate >= earlier / 2.0).then_some((rate, verdict))
+        },
+    )
+    .await;
+    let took = fast_again.elapsed();
+    stop.cancel();
+    assert!(
+        service.committed.load(Ordering::Relaxed) > 30,
+        "the order service committed orders through the token API"
+    );
+    eprintln!("back to {rate}/s ({verdict}) {took:?} after the service was fast again");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn memory_rate_recovers_from_the_floor_with_an_order_service_on_the_token_api() {
+    rate_recovers_from_the_floor_with_an_order_service_on_the_token_api(
+        TestApp::memory(&args()).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn redis_rate_recovers_from_the_floor_with_an_order_service_on_the_token_api() {
+    rate_recovers_from_the_floor_with_an_order_service_on_the_token_api(
+        TestApp::redis("adaptive-recovery", &args()).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn settings_whose_floor_cannot_reach_a_decision_are_refused() {
+    let app = TestApp::memory(&args()).await;
+    // 10/s x 0.5 s x 8 windows = 40 orders at the floor: 41 never decide.
+    let (code, err) = admin(
+        &app,
+        "PUT",
+        "/api/admin/queues/default",
+        Some(json!({"adaptive": {"minSamples": 41}})),
+    )
+    .await;
+    assert_eq!(
+        (code, err["error"].as_str()),
+        (400, Some("invalid_settings")),
+        "{err}"
+    );
+    let message = err["message"].as_str().unwrap();
+    assert!(message.starts_with("adaptive.minSamples"), "{message}");
+    let (code, view) = admin(
+        &app,
+        "PUT",
+        "/api/admin/queues/default",
+        Some(json!({"adaptive": {"minSamples": 40}})),
+    )
+    .await;
+    assert_eq!((code, &view["adaptive"]["minSamples"]), (200, &json!(40)));
+    app.stop().await;
+}

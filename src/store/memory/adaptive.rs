@@ -8,12 +8,13 @@ use std::sync::Mutex;
 
 use super::settings::Settings;
 use crate::queue::QueueName;
-use crate::queue::adaptive::{BUCKETS_MS, WindowSamples, bucket_of};
+use crate::queue::adaptive::{MAX_EVIDENCE_WINDOWS, WindowSamples, bucket_of};
 use crate::store::{AdaptiveRead, AdaptiveState, OrderSignal};
 
 /// Windows kept at most per queue: the recent ones are all a decision
-/// reads, so a queue nobody decides for cannot grow without bound.
-const KEPT_WINDOWS: usize = 16;
+/// reads (at most [`MAX_EVIDENCE_WINDOWS`] and the current one), so a
+/// queue nobody decides for cannot grow without bound.
+const KEPT_WINDOWS: usize = 2 * MAX_EVIDENCE_WINDOWS as usize;
 
 #[derive(Default)]
 struct QueueAdaptive {
@@ -41,10 +42,7 @@ impl Adaptive {
         let window = now / window_ms.max(1);
         let mut all = self.lock();
         let q = all.entry(queue.clone()).or_default();
-        let w = q.windows.entry(window).or_insert_with(|| WindowSamples {
-            buckets: vec![0; BUCKETS_MS.len() + 1],
-            failures: 0,
-        });
+        let w = q.windows.entry(window).or_insert_with(WindowSamples::empty);
         match signal {
             OrderSignal::Committed { ms } => w.buckets[bucket_of(ms)] += 1,
             OrderSignal::RolledBack => w.failures += 1,
@@ -58,15 +56,21 @@ impl Adaptive {
         let window = (now / window_ms.max(1)).saturating_sub(1);
         let all = self.lock();
         let q = all.get(queue);
-        let samples = q
-            .and_then(|q| q.windows.get(&window).cloned())
-            .unwrap_or_else(|| WindowSamples {
-                buckets: vec![0; BUCKETS_MS.len() + 1],
-                failures: 0,
-            });
+        let state = q.and_then(|q| q.state.as_ref());
+        let oldest = (window + 1).saturating_sub(MAX_EVIDENCE_WINDOWS);
+        let evidence_from = state
+            .filter(|s| s.window_ms == window_ms)
+            .map_or(window, |s| s.evidence_from.clamp(oldest, window));
+        let mut samples = WindowSamples::empty();
+        if let Some(q) = q {
+            for (_, w) in q.windows.range(evidence_from..=window) {
+                samples.add(w);
+            }
+        }
         AdaptiveRead {
             now_ms: now,
             window,
+            evidence_from,
             samples,
             state: q.and_then(|q| q.state.clone()),
         }
@@ -99,7 +103,7 @@ impl Adaptive {
             at: now,
             ..decision.clone()
         });
-        q.windows.retain(|w, _| *w > decision.window);
+        q.windows.retain(|w, _| *w >= decision.evidence_from);
         true
     }
 }

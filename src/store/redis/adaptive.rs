@@ -12,7 +12,7 @@ use redis::Script;
 
 use super::{RedisStore, bounded};
 use crate::queue::QueueName;
-use crate::queue::adaptive::{BUCKETS_MS, WindowSamples};
+use crate::queue::adaptive::{BUCKETS_MS, MAX_EVIDENCE_WINDOWS, WindowSamples};
 use crate::store::{AdaptiveRead, AdaptiveState, OrderSignal, StoreError, StoreResult};
 
 static RECORD: LazyLock<Script> =
@@ -30,7 +30,7 @@ pub(crate) fn keep_ms(window_ms: u64) -> u64 {
 }
 
 /// The raw reply of `adaptive_read.lua`.
-type ReadReply = (u64, u64, Vec<u64>, u64, Vec<Option<String>>);
+type ReadReply = (u64, u64, u64, Vec<u64>, u64, Vec<Option<String>>);
 
 impl RedisStore {
     pub(super) fn adaptive_key(&self, queue: &QueueName) -> String {
@@ -64,12 +64,16 @@ impl RedisStore {
     ) -> StoreResult<AdaptiveRead> {
         let mut conn = self.conn.clone();
         let mut invocation = READ.key(self.adaptive_key(queue));
-        invocation.arg(window_ms.max(1)).arg(BUCKETS_MS.len() + 1);
-        let (now_ms, window, buckets, failures, state): ReadReply =
+        invocation
+            .arg(window_ms.max(1))
+            .arg(BUCKETS_MS.len() + 1)
+            .arg(MAX_EVIDENCE_WINDOWS);
+        let (now_ms, window, evidence_from, buckets, failures, state): ReadReply =
             bounded(invocation.invoke_async(&mut conn)).await?;
         Ok(AdaptiveRead {
             now_ms,
             window,
+            evidence_from,
             samples: WindowSamples { buckets, failures },
             state: decode_state(&state)?,
         })
@@ -97,7 +101,8 @@ impl RedisStore {
             .arg(batch.map_or(String::new(), |b| b.to_string()))
             .arg(settings_version)
             .arg(keep_ms(window_ms))
-            .arg(d.window_ms.max(1));
+            .arg(d.window_ms.max(1))
+            .arg(d.evidence_from);
         let stored: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
         Ok(stored == 1)
     }
@@ -122,5 +127,11 @@ fn decode_state(raw: &[Option<String>]) -> StoreResult<Option<AdaptiveState>> {
         failures: num(6, "failures")?,
         at: num(7, "at")?,
         window_ms: num(8, "windowMs")?,
+        // A decision stored before evidence could span windows covered
+        // its own window only.
+        evidence_from: match raw.get(9).cloned().flatten() {
+            Some(from) => from.parse().map_err(|_| bad("evidenceFrom"))?,
+            None => window.parse::<u64>().map_err(|_| bad("window"))? + 1,
+        },
     }))
 }

@@ -6,6 +6,7 @@
 -- ARGV[7] rollbacks  ARGV[8] new batch ('' unchanged)
 -- ARGV[9] the settings version the decision was made on
 -- ARGV[10] how long the adaptive hash lives, ms  ARGV[11] window length, ms
+-- ARGV[12] the first window whose orders count toward the next decision
 -- Returns 1 if stored, 0 if a decision reaching as far in store time
 -- ((window + 1) x length: comparable when the length changes) was stored
 -- already, or the settings changed since they were read.
@@ -28,12 +29,15 @@ if ARGV[8] ~= '' and redis.call('HGET', KEYS[2], 'batch') ~= ARGV[8] then
   redis.call('HINCRBY', KEYS[2], 'version', 1)
 end
 redis.call('HSET', KEYS[1], 'window', window, 'windowMs', len, 'rate', ARGV[2], 'holdUntil', ARGV[3],
-  'verdict', ARGV[4], 'p95', ARGV[5], 'commits', ARGV[6], 'failures', ARGV[7], 'at', now)
--- Samples of windows decided are done with.
+  'verdict', ARGV[4], 'p95', ARGV[5], 'commits', ARGV[6], 'failures', ARGV[7], 'at', now,
+  'evidenceFrom', ARGV[12])
+-- Samples of windows decided are done with; those still gathered for the
+-- next decision stay.
+local from = tonumber(ARGV[12])
 local stale = {}
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
   local w = string.match(field, '^(%d+):')
-  if w and tonumber(w) <= window then
+  if w and tonumber(w) < from then
     stale[#stale + 1] = field
   end
 end
