@@ -821,6 +821,23 @@ mod tests {
     }
 
     #[test]
+    fn adaptive_flags_whose_floor_never_decides_are_refused() {
+        // 1/s over 100-ms windows: 0.8 orders in the longest evidence, far
+        // from the 10 a decision needs.
+        let trap = Config::from_args([
+            "--adaptive",
+            "--adaptive-window-ms",
+            "100",
+            "--admission-interval-ms",
+            "1000",
+        ]);
+        let message = trap.unwrap().validate().unwrap_err().to_string();
+        assert!(message.contains("adaptive.minSamples"), "{message}");
+        let fine = Config::from_args(["--adaptive", "--admission-interval-ms", "1000"]);
+        fine.unwrap().validate().unwrap();
+    }
+
+    #[test]
     fn joins_are_grouped_unless_the_group_is_one() {
         let on = Config::default().join_batch().expect("grouped by default");
         assert!(on.window <= Duration::from_millis(2) && on.max > 1);
