@@ -94,6 +94,57 @@ fn the_api_does_not_reach_into_the_server() {
     );
 }
 
+/// Modules that hold a narrow store handle (one capability of the port),
+/// with the capability: naming the whole `Store` there would hand them
+/// every other capability again (a webhook deliverer able to admit).
+const NARROW: &[(&str, &str)] = &[
+    ("src/webhook", "AuditStore"),
+    ("src/challenge", "ChallengeStore"),
+];
+
+/// Lines of `text` whose code (not comments) names the whole store port.
+fn whole_store(text: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        let names_it = code
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == "Store" || word == "SharedStore");
+        if names_it {
+            found.push(n + 1);
+        }
+    }
+    found
+}
+
+#[test]
+fn narrow_consumers_do_not_name_the_whole_store() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut wrong = Vec::new();
+    for (part, capability) in NARROW {
+        let mut uses_it = false;
+        for file in sources(&root.join(part)) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            uses_it |= text.contains(capability);
+            for line in whole_store(&text) {
+                wrong.push(format!("{}:{line}: the whole store", file.display()));
+            }
+        }
+        assert!(uses_it, "{part} no longer uses {capability}: update NARROW");
+    }
+    assert!(
+        wrong.is_empty(),
+        "these modules take one capability of the store:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_narrow_check_sees_the_whole_store_but_not_a_capability() {
+    let text = "use crate::store::{AuditStore, MemoryStore};\nfn f(s: SharedStore) {}\n// Store\nfn g<S: Store>() {}";
+    assert_eq!(whole_store(text), [2, 4]);
+}
+
 #[test]
 fn the_check_sees_imports_and_paths_but_not_comments() {
     let text = "use crate::AppState;\nlet x = crate::http::f();\n// crate::server\nuse crate::{app::X, queue};";

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::buckets::Buckets;
+use super::limits::Buckets;
 use super::buyers::{Buyer, Buyers, Id, State, Token};
 use crate::queue::{EntryToken, Policy, Snapshot, Standing, UserId};
 use crate::store::Rate;
