@@ -110,7 +110,9 @@ impl Switch {
     /// Reports this instance's joins and reads the switch back, every
     /// [`REPORT_EVERY`] until `shutdown` (only in `auto` mode; returns at
     /// once otherwise).
-    pub async fn run(self: std::sync::Arc<Self>, store: std::sync::Arc<dyn ChallengeStore>,
+    pub async fn run(
+        self: std::sync::Arc<Self>,
+        store: std::sync::Arc<dyn ChallengeStore>,
         shutdown: CancellationToken,
     ) {
         if self.mode != Mode::Auto {

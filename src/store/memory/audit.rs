@@ -167,7 +167,6 @@ impl Log {
     }
 }
 
-
 #[async_trait]
 impl AuditStore for MemoryStore {
     async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {

@@ -114,7 +114,6 @@ impl Inner {
     }
 }
 
-
 #[async_trait]
 impl ChallengeStore for MemoryStore {
     async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {

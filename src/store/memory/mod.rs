@@ -127,7 +127,6 @@ impl MemoryStore {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;

@@ -92,11 +92,7 @@ impl AdaptiveStore for RedisStore {
         Ok(())
     }
 
-    async fn adaptive_read(
-        &self,
-        queue: &QueueName,
-        window_ms: u64,
-    ) -> StoreResult<AdaptiveRead> {
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
         let mut conn = self.conn.clone();
         let mut invocation = READ.key(self.adaptive_key(queue));
         invocation

@@ -207,11 +207,7 @@ pub(super) fn parse_entries(v: Value) -> StoreResult<Vec<AuditEntry>> {
 
 #[async_trait]
 impl AuditStore for RedisStore {
-    async fn audit_page(
-        &self,
-        queue: &QueueName,
-        query: AuditQuery,
-    ) -> StoreResult<AuditPage> {
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {
         let key = self.keys(queue).audit();
         let limit = query.limit.max(1);
         let mut conn = self.conn.clone();
@@ -333,12 +329,7 @@ impl AuditStore for RedisStore {
         Ok(())
     }
 
-    async fn audit_ack(
-        &self,
-        queue: &QueueName,
-        group: &str,
-        ids: &[AuditId],
-    ) -> StoreResult<()> {
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
         if ids.is_empty() {
             return Ok(());
         }

@@ -508,5 +508,3 @@ impl GroupKeys {
         }
     }
 }
-
-

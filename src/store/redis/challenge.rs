@@ -24,12 +24,7 @@ fn key(prefix: &str, queue: &QueueName, name: &str) -> String {
 
 #[async_trait]
 impl ChallengeStore for RedisStore {
-    async fn spend_once(
-        &self,
-        queue: &QueueName,
-        spent: &str,
-        ttl_ms: u64,
-    ) -> StoreResult<bool> {
+    async fn spend_once(&self, queue: &QueueName, spent: &str, ttl_ms: u64) -> StoreResult<bool> {
         let mut conn = self.conn.clone();
         // SET NX answers OK when set, nil when the key was there.
         let set: Option<String> = bounded(

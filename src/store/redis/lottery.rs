@@ -19,12 +19,12 @@ use crate::queue::lottery::{commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
 use crate::store::{AddressLimits, Limited};
 use crate::store::{
-    DrawStep, LotteryRefusal, LotteryState, LotteryStore, PreEntry, PreJoin, StoreError, StoreResult,
+    DrawStep, LotteryRefusal, LotteryState, LotteryStore, PreEntry, PreJoin, StoreError,
+    StoreResult,
 };
 
 /// Entries asked for per `HSCAN` page of the pre-queue.
 const SCAN_PAGE: usize = 5_000;
-
 
 /// A draw step's reply.
 fn step(script: &str, reply: &[String]) -> StoreResult<DrawStep> {
@@ -134,7 +134,6 @@ impl RedisStore {
     }
 }
 
-
 #[async_trait]
 impl LotteryStore for RedisStore {
     async fn schedule_lottery(
@@ -153,10 +152,7 @@ impl LotteryStore for RedisStore {
         }
     }
 
-    async fn clear_lottery(
-        &self,
-        queue: &QueueName,
-    ) -> StoreResult<Result<bool, LotteryRefusal>> {
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
         let reply = self.lottery_schedule(queue, None, "").await?;
         match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
             ["drawn"] => Ok(Err(LotteryRefusal::Drawn)),
@@ -206,11 +202,7 @@ impl LotteryStore for RedisStore {
         pre_join_reply(reply)
     }
 
-    async fn pre_entry(
-        &self,
-        queue: &QueueName,
-        user: &UserId,
-    ) -> StoreResult<Option<PreEntry>> {
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
         let [_, pre, _] = self.keys(queue).lottery();
         let mut conn = self.conn.clone();
         let raw: Option<String> = bounded(
@@ -246,10 +238,7 @@ impl LotteryStore for RedisStore {
     /// long it is: the version read before the scan is answered, and any
     /// change during the scan bumps it, so a draw computed from a scan
     /// that raced a change is refused (`Stale`) and recomputed.
-    async fn pre_queue(
-        &self,
-        queue: &QueueName,
-    ) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
         let Some((lottery, _)) = self.lottery_read(queue, false).await? else {
             return Ok((0, Vec::new()));
         };
@@ -325,11 +314,7 @@ impl LotteryStore for RedisStore {
         step("lottery_stage.lua", &reply)
     }
 
-    async fn draw_commit(
-        &self,
-        queue: &QueueName,
-        draw: &str,
-    ) -> StoreResult<DrawStep> {
+    async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep> {
         let keys = self.keys(queue).lottery_draw();
         let reply: Vec<String> = self
             .run_for(&self.scripts.lottery_commit, queue, &[], keys, |inv| {

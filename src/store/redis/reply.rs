@@ -9,7 +9,9 @@
 use redis::Value;
 
 use crate::queue::{EntryToken, Snapshot, Standing};
-use crate::store::{LimitKind, Limited, PLACES_RETRY_MS, PreEntry, PreJoin, StoreError, StoreResult};
+use crate::store::{
+    LimitKind, Limited, PLACES_RETRY_MS, PreEntry, PreJoin, StoreError, StoreResult,
+};
 
 /// What a join, a status read or a stream refresh answered for one user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,7 +247,10 @@ mod tests {
         };
         assert!(created && snapshot.sold_out);
         assert_eq!(snapshot.standing, Standing::Waiting { rank: 3, seq: 17 });
-        assert_eq!((snapshot.entry, snapshot.entered_at_ms), (Some(17), Some(1000)));
+        assert_eq!(
+            (snapshot.entry, snapshot.entered_at_ms),
+            (Some(17), Some(1000))
+        );
         let refused = row(&["limited", "0", "-1", "-1", "buyer", "250", "-1", "0", "0"]);
         assert_eq!(
             line_reply("t", refused).unwrap(),
@@ -266,7 +271,10 @@ mod tests {
         // A standing without its sold-out flag.
         let short = row(&["none", "0", "-1", "-1", "", "-1", "-1", "0", "0"]);
         let err = line_reply("status.lua", short).unwrap_err().to_string();
-        assert!(err.contains("status.lua") && err.contains("sold_out"), "{err}");
+        assert!(
+            err.contains("status.lua") && err.contains("sold_out"),
+            "{err}"
+        );
         let unknown = row(&["later", "0", "-1", "-1", "", "-1", "-1", "0", "0"]);
         assert!(line_reply("t", unknown).is_err());
         assert!(pre_join_reply(row(&["pre", "1", "5"])).is_err());
@@ -281,7 +289,10 @@ mod tests {
             panic!("a pre-queue entry");
         };
         assert!(created);
-        assert_eq!((entry.pre_entry, entry.nonce.as_str(), entry.entry), (5, "abcd", None));
+        assert_eq!(
+            (entry.pre_entry, entry.nonce.as_str(), entry.entry),
+            (5, "abcd", None)
+        );
         let refused = row(&[
             "limited",
             "0",

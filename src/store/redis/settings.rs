@@ -27,7 +27,6 @@ impl RedisStore {
     }
 }
 
-
 /// Reads a settings hash back; anything malformed is a protocol error (a
 /// hash written by hand), never a default.
 fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
@@ -91,10 +90,7 @@ impl SettingsStore for RedisStore {
         Ok(names)
     }
 
-    async fn queue_settings(
-        &self,
-        queue: &QueueName,
-    ) -> StoreResult<Option<StoredSettings>> {
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>> {
         let mut conn = self.conn.clone();
         let raw: HashMap<String, String> = bounded(
             redis::cmd("HGETALL")
