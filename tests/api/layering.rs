@@ -102,14 +102,26 @@ const NARROW: &[(&str, &str)] = &[
     ("src/challenge", "ChallengeStore"),
 ];
 
-/// Lines of `text` whose code (not comments) names the whole store port.
+/// Lines of `text` whose code (not comments) names the whole store port:
+/// `SharedStore`, or `Store` as a path, an import, a bound or a trait
+/// object (a variant such as `Refusal::Store` is something else).
 fn whole_store(text: &str) -> Vec<usize> {
     let mut found = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let code = line.split("//").next().unwrap_or_default();
-        let names_it = code
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .any(|word| word == "Store" || word == "SharedStore");
+        let imports = code.trim_start().starts_with("use crate::store::{");
+        let mut names_it = false;
+        let mut at = 0;
+        for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            let before = code[..at].trim_end();
+            names_it |= word == "SharedStore"
+                || (word == "Store"
+                    && (imports
+                        || ["store::", "dyn", "impl", ":", "+"]
+                            .iter()
+                            .any(|p| before.ends_with(p))));
+            at += word.len() + 1;
+        }
         if names_it {
             found.push(n + 1);
         }
@@ -141,8 +153,8 @@ fn narrow_consumers_do_not_name_the_whole_store() {
 
 #[test]
 fn the_narrow_check_sees_the_whole_store_but_not_a_capability() {
-    let text = "use crate::store::{AuditStore, MemoryStore};\nfn f(s: SharedStore) {}\n// Store\nfn g<S: Store>() {}";
-    assert_eq!(whole_store(text), [2, 4]);
+    let text = "use crate::store::{AuditStore, MemoryStore};\nfn f(s: SharedStore) {}\n// Store\nfn g<S: Store>() {}\n    Store(#[from] StoreError),\nlet s: Arc<dyn Store> = x;\nuse crate::store::{Store, X};\nlet s = crate::store::Store::ping;";
+    assert_eq!(whole_store(text), [2, 4, 6, 7, 8]);
 }
 
 #[test]
