@@ -245,6 +245,13 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_IDENTITY_COOKIE")]
     pub identity_cookie: Option<String>,
 
+    /// Signed mode: the longest life a token may have, `exp - iat`, in
+    /// seconds (1-31536000); a longer one is refused, and so is one
+    /// without `iat`. Unset: no maximum (`iat`, when present, must still
+    /// not be in the future).
+    #[arg(long, env = "WAITROOM_IDENTITY_MAX_LIFETIME_SECS")]
+    pub identity_max_lifetime_secs: Option<u64>,
+
     /// Seconds an idle keep-alive connection stays open. Keep it longer
     /// than the keep-alive of whatever stands in front (nginx `keepalive_timeout`
     /// upstream and AWS ALB idle timeout: 60 s), so the proxy always closes
@@ -393,6 +400,9 @@ pub const DEFAULT_ADMIN_ADDR: SocketAddr =
 /// default cap of Linux since 5.4, where std's and tokio's 128 would drop
 /// the connects of a sale's first millisecond.
 pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
+
+/// The longest `--identity-max-lifetime-secs`: a year.
+const MAX_IDENTITY_LIFETIME_SECS: u64 = 365 * 86_400;
 
 /// The longest ticket life accepted: a leaked ticket stays usable no
 /// longer than this, even while its place lasts.
@@ -623,7 +633,8 @@ impl Config {
             || self.identity_public_key.is_some()
             || self.identity_issuer.is_some()
             || self.identity_audience.is_some()
-            || self.identity_cookie.is_some();
+            || self.identity_cookie.is_some()
+            || self.identity_max_lifetime_secs.is_some();
         if self.identity != IdentityMode::Signed {
             if signed_flags {
                 return bad("the --identity-* flags need --identity signed");
@@ -638,6 +649,12 @@ impl Config {
                 "--identity signed needs --identity-secret (HS256) or --identity-public-key (RS256/EdDSA)",
             ),
             (Some(s), None) if s.len() < 32 => bad("--identity-secret must be at least 32 bytes"),
+            _ if self
+                .identity_max_lifetime_secs
+                .is_some_and(|secs| !(1..=MAX_IDENTITY_LIFETIME_SECS).contains(&secs)) =>
+            {
+                bad("--identity-max-lifetime-secs must be 1-31536000 (a year)")
+            }
             _ => Ok(()),
         }
     }
@@ -661,6 +678,7 @@ impl Config {
             issuer: self.identity_issuer.clone(),
             audience: self.identity_audience.clone(),
             cookie: self.identity_cookie.clone(),
+            max_lifetime_secs: self.identity_max_lifetime_secs,
         }))
     }
 
@@ -937,6 +955,28 @@ mod tests {
                 .unwrap()
                 .is_ok()
         );
+        assert!(
+            parse(&["--identity-max-lifetime-secs", "3600"])
+                .unwrap()
+                .is_err(),
+            "needs signed mode"
+        );
+        for (lifetime, ok) in [("0", false), ("31536001", false), ("3600", true)] {
+            assert_eq!(
+                parse(&[
+                    "--identity",
+                    "signed",
+                    "--identity-secret",
+                    &secret,
+                    "--identity-max-lifetime-secs",
+                    lifetime
+                ])
+                .unwrap()
+                .is_ok(),
+                ok,
+                "{lifetime}"
+            );
+        }
         assert!(parse(&["--idle-timeout-secs", "0"]).unwrap().is_err());
         assert!(parse(&["--idle-timeout-secs", "1"]).unwrap().is_ok());
         for good in ["", "/shop", "/a/b-c_d.e~"] {
