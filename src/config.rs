@@ -166,6 +166,38 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
 
+    /// Most open connections from one client address (IPv6: one /64) on
+    /// each listener, so one address cannot take every connection (idle
+    /// sockets included); one over it is answered `429
+    /// address_connections_limited` (with `Retry-After`) and closed. The
+    /// socket's peer is what is counted, so connections from
+    /// --trusted-proxies are not (a proxy holds them for all its clients:
+    /// cap those at the proxy). Unset: half of --max-connections, at most
+    /// 4096. The operator listener takes at most 32 (half its ordinary
+    /// slots) from one address. 0: off.
+    #[arg(long, env = "WAITROOM_CONNECTIONS_PER_ADDRESS")]
+    pub connections_per_address: Option<usize>,
+
+    /// Seconds a new connection has to send its first byte: one that sends
+    /// nothing is closed unanswered, so sockets that connect and never
+    /// speak hold a connection no longer than this (not
+    /// --idle-timeout-secs). 1-60.
+    #[arg(long, env = "WAITROOM_FIRST_BYTE_TIMEOUT_SECS", default_value_t = 5)]
+    pub first_byte_timeout_secs: u64,
+
+    /// Connections the operator listener keeps beyond its 64 for requests
+    /// that carry the admin or the service token: a connection over the 64
+    /// is served only if its requests carry one (any other request is
+    /// answered `503 server_busy` and the connection closed), so idle or
+    /// unauthenticated sockets cannot lock operators and order services
+    /// out. 0: none (over the 64, `503`). 0-1024.
+    #[arg(
+        long,
+        env = "WAITROOM_ADMIN_RESERVED_CONNECTIONS",
+        default_value_t = 16
+    )]
+    pub admin_reserved_connections: usize,
+
     /// Seconds a client has to send a whole request body once its head has
     /// arrived; slower ones get `408 request_timeout`. Must be shorter than
     /// --claim-lease-secs. Unset: 10, or half the claim lease if shorter.
@@ -401,6 +433,12 @@ pub const DEFAULT_ADMIN_ADDR: SocketAddr =
 /// the connects of a sale's first millisecond.
 pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
 
+/// The per-address connection cap's ceiling when `--connections-per-address`
+/// is unset: room for a large crowd behind one NAT address (above
+/// `--streams-per-address`'s default, so an address at its stream cap can
+/// still poll), while one address still never holds the instance.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 4096;
+
 /// The longest `--identity-max-lifetime-secs`: a year.
 const MAX_IDENTITY_LIFETIME_SECS: u64 = 365 * 86_400;
 
@@ -548,6 +586,18 @@ impl Config {
         {
             return bad("--max-connections must be at least --max-streams");
         }
+        if let (Some(per_address), Some(connections)) =
+            (self.connections_per_address, self.max_connections)
+            && per_address > connections
+        {
+            return bad("--connections-per-address must be at most --max-connections (0: off)");
+        }
+        if !(1..=60).contains(&self.first_byte_timeout_secs) {
+            return bad("--first-byte-timeout-secs must be 1-60");
+        }
+        if self.admin_reserved_connections > 1024 {
+            return bad("--admin-reserved-connections must be 0-1024");
+        }
         self.check_identity()?;
         if !(1..=3600).contains(&self.idle_timeout_secs) {
             return bad("--idle-timeout-secs must be 1-3600");
@@ -602,6 +652,24 @@ impl Config {
     /// How long an idle keep-alive connection stays open.
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// How long a new connection may wait before its first byte.
+    pub fn first_byte_timeout(&self) -> Duration {
+        Duration::from_secs(self.first_byte_timeout_secs)
+    }
+
+    /// Most connections one address may hold on the public listener, given
+    /// the instance's connection cap (`--max-connections` or its
+    /// default); `None`: not capped (`--connections-per-address 0`).
+    pub fn connections_per_address(&self, max_connections: usize) -> Option<usize> {
+        match self.connections_per_address {
+            Some(0) => None,
+            Some(n) => Some(n),
+            // Half: one address never holds the whole instance, and a
+            // crowd behind one NAT address still gets a large share.
+            None => Some((max_connections / 2).clamp(1, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)),
+        }
     }
 
     /// The challenge flags' ranges (checked in every mode, so a typo is
@@ -826,6 +894,13 @@ mod tests {
             "longer than 60 s proxies"
         );
         assert!(!c.ticket_in_query, "tickets stay out of access logs");
+        assert_eq!(c.first_byte_timeout(), Duration::from_secs(5));
+        assert_eq!(c.connections_per_address(40), Some(20), "half the cap");
+        assert_eq!(c.connections_per_address(1), Some(1));
+        assert_eq!(c.connections_per_address(1 << 20), Some(4096));
+        let off = Config::from_args(["--connections-per-address", "0"]).unwrap();
+        assert_eq!(off.connections_per_address(40), None);
+        assert_eq!(c.admin_reserved_connections, 16);
         assert_eq!(
             c.identity,
             IdentityMode::Visitor,
@@ -954,6 +1029,27 @@ mod tests {
             parse(&["--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
                 .unwrap()
                 .is_ok()
+        );
+        assert!(parse(&["--first-byte-timeout-secs", "0"]).unwrap().is_err());
+        assert!(parse(&["--first-byte-timeout-secs", "61"]).unwrap().is_err());
+        assert!(parse(&["--first-byte-timeout-secs", "60"]).unwrap().is_ok());
+        assert!(parse(&["--connections-per-address", "-1"]).is_err());
+        assert!(parse(&["--connections-per-address", "0"]).unwrap().is_ok());
+        assert!(
+            parse(&["--connections-per-address", "11", "--max-connections", "10"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--connections-per-address", "10", "--max-connections", "10"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(parse(&["--admin-reserved-connections", "0"]).unwrap().is_ok());
+        assert!(
+            parse(&["--admin-reserved-connections", "1025"])
+                .unwrap()
+                .is_err()
         );
         assert!(
             parse(&["--identity-max-lifetime-secs", "3600"])

@@ -7,7 +7,7 @@ pub mod extract;
 
 mod admin;
 mod audit;
-mod auth;
+pub(crate) mod auth;
 mod brand;
 mod challenge;
 mod console;

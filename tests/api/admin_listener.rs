@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{TestApp, clean_env, die_with_the_test, ready};
+use crate::common::{
+    TestApp, clean_env, die_with_the_test, get_from, read_to_close, ready, socket_from,
+};
 
 const ADMIN: &str = "admin-token-for-listener-tests-0123";
 const SERVICE: &str = "service-token-for-listener-tests-01";
@@ -501,5 +503,82 @@ async fn bad_product_input_is_refused_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    app.stop().await;
+}
+
+/// An instance on the defaults (not the tests' limits-off flags) with the
+/// admin and service tokens set.
+async fn operator_defaults() -> TestApp {
+    let config = waitroom::Config::from_args([
+        "--orders-db",
+        ":memory:",
+        "--admin-token",
+        ADMIN,
+        "--service-token",
+        SERVICE,
+    ])
+    .unwrap();
+    TestApp::memory_with(config).await
+}
+
+/// Idle sockets (connected, never a byte) cannot lock operators out of
+/// their listener. From one address they get at most its share, so any
+/// other address is served; from many addresses they may fill every
+/// ordinary slot, and then a connection over the cap is served only if
+/// its request carries the admin or the service token (the reserve), any
+/// other answered `503 server_busy`.
+#[tokio::test]
+async fn operators_reach_their_listener_through_an_idle_socket_flood() {
+    let app = operator_defaults().await;
+    let mut flood = Vec::new();
+    for _ in 0..64 {
+        flood.push(socket_from("127.0.0.21", app.admin_addr).await);
+    }
+    let (status, answer) = get_from("127.0.0.22", app.admin_addr, "/metrics", &[]).await;
+    assert_eq!(status, 200, "another address: {answer}");
+    let over = read_to_close(flood.last_mut().unwrap()).await;
+    assert!(over.starts_with("HTTP/1.1 429 "), "{over}");
+    drop(flood);
+    app.stop().await;
+
+    let app = operator_defaults().await;
+    let mut flood = Vec::new();
+    for address in 31..35 {
+        for _ in 0..20 {
+            flood.push(socket_from(&format!("127.0.0.{address}"), app.admin_addr).await);
+        }
+    }
+    let bearer = format!("Bearer {ADMIN}");
+    let (status, answer) = get_from(
+        "127.0.0.40",
+        app.admin_addr,
+        "/api/admin/queues",
+        &[("authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(status, 200, "the operator: {answer}");
+    let service = format!("Bearer {SERVICE}");
+    let (status, answer) = get_from(
+        "127.0.0.41",
+        app.admin_addr,
+        "/api/tokens/claim",
+        &[("authorization", &service)],
+    )
+    .await;
+    // Past the reserve's door: the router's own answer (the route takes
+    // POST only).
+    assert_eq!(status, 405, "the order service: {answer}");
+    let (status, answer) = get_from("127.0.0.42", app.admin_addr, "/metrics", &[]).await;
+    assert_eq!(status, 503, "no token, over the cap: {answer}");
+    assert!(answer.contains("\"error\":\"server_busy\""), "{answer}");
+    let (status, answer) = get_from(
+        "127.0.0.43",
+        app.admin_addr,
+        "/api/admin/queues",
+        &[("authorization", "Bearer not-the-admin-token-0123456")],
+    )
+    .await;
+    assert_eq!(status, 503, "a wrong token, over the cap: {answer}");
+    drop(flood);
     app.stop().await;
 }
