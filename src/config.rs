@@ -198,6 +198,15 @@ pub struct Config {
     )]
     pub admin_reserved_connections: usize,
 
+    /// Host names the operator listener answers besides `localhost` and IP
+    /// literals (comma-separated; the names Prometheus or operators use to
+    /// reach it): a request with any other `Host` gets `421
+    /// misdirected_request`, so a web page whose DNS name was rebound to
+    /// this address cannot read the operator listener through an
+    /// operator's browser.
+    #[arg(long, env = "WAITROOM_ADMIN_HOSTS", value_delimiter = ',')]
+    pub admin_hosts: Vec<String>,
+
     /// Seconds a client has to send a whole request body once its head has
     /// arrived; slower ones get `408 request_timeout`. Must be shorter than
     /// --claim-lease-secs. Unset: 10, or half the claim lease if shorter.
@@ -598,6 +607,7 @@ impl Config {
         if self.admin_reserved_connections > 1024 {
             return bad("--admin-reserved-connections must be 0-1024");
         }
+        self.admin_host_names()?;
         self.check_identity()?;
         if !(1..=3600).contains(&self.idle_timeout_secs) {
             return bad("--idle-timeout-secs must be 1-3600");
@@ -670,6 +680,36 @@ impl Config {
             // crowd behind one NAT address still gets a large share.
             None => Some((max_connections / 2).clamp(1, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)),
         }
+    }
+
+    /// `--admin-hosts`, each lower-case and without a trailing dot.
+    /// Refuses anything that is not a DNS name (a port, a scheme, a path,
+    /// an empty label).
+    pub fn admin_host_names(&self) -> Result<Vec<String>, ConfigError> {
+        let mut names = Vec::new();
+        for raw in &self.admin_hosts {
+            let name = raw.trim().to_ascii_lowercase();
+            let name = name.strip_suffix('.').unwrap_or(&name);
+            if name.is_empty() && raw.trim().is_empty() {
+                continue;
+            }
+            let ok = (1..=253).contains(&name.len())
+                && name.split('.').all(|label| {
+                    (1..=63).contains(&label.len())
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            if !ok {
+                return Err(ConfigError(format!(
+                    "--admin-hosts: {raw:?} is not a host name (no port, scheme or path)"
+                )));
+            }
+            names.push(name.to_owned());
+        }
+        Ok(names)
     }
 
     /// The challenge flags' ranges (checked in every mode, so a typo is
@@ -901,6 +941,7 @@ mod tests {
         let off = Config::from_args(["--connections-per-address", "0"]).unwrap();
         assert_eq!(off.connections_per_address(40), None);
         assert_eq!(c.admin_reserved_connections, 16);
+        assert!(c.admin_hosts.is_empty(), "loopback names and IP literals only");
         assert_eq!(
             c.identity,
             IdentityMode::Visitor,
@@ -1051,6 +1092,22 @@ mod tests {
                 .unwrap()
                 .is_err()
         );
+        for good in ["ops.internal", "Waitroom-0.Example.COM.", "a,b.c,", "10.0.0.1"] {
+            assert!(parse(&["--admin-hosts", good]).unwrap().is_ok(), "{good}");
+        }
+        for bad in [
+            "ops.internal:9090",
+            "https://ops.internal",
+            "ops.internal/metrics",
+            "a..b",
+            "a-.b",
+            "[::1]",
+            "*.example",
+            ".",
+        ] {
+            let refused = parse(&["--admin-hosts", bad]).unwrap().unwrap_err();
+            assert!(refused.to_string().contains("--admin-hosts"), "{bad}: {refused}");
+        }
         assert!(
             parse(&["--identity-max-lifetime-secs", "3600"])
                 .unwrap()

@@ -582,3 +582,85 @@ async fn operators_reach_their_listener_through_an_idle_socket_flood() {
     drop(flood);
     app.stop().await;
 }
+
+/// DNS rebinding: a page on another name whose DNS now points at the
+/// operator listener would reach it with that name in `Host`. Only
+/// loopback names, IP literals and `--admin-hosts` are answered; any other
+/// `Host` gets `421 misdirected_request` on every path, token or not.
+#[tokio::test]
+async fn the_operator_listener_answers_only_its_own_host_names() {
+    let app = TestApp::memory(&["--admin-token", ADMIN]).await;
+    let port = app.admin_addr.port();
+    let send = |host: String, path: &'static str| {
+        let client = app.client.clone();
+        let url = app.admin_url(path);
+        async move {
+            let r = client
+                .get(url)
+                .header("host", host)
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    for host in [
+        "rebind.attacker.example".to_owned(),
+        format!("rebind.attacker.example:{port}"),
+        format!("localhost.attacker.example:{port}"),
+        format!("127.0.0.1.nip.io:{port}"),
+    ] {
+        for path in ["/metrics", "/api/admin/queues", "/readyz"] {
+            let (status, body) = send(host.clone(), path).await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (421, Some("misdirected_request")),
+                "{host} {path}: {body}"
+            );
+        }
+    }
+    for host in [
+        format!("localhost:{port}"),
+        "LocalHost".to_owned(),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        format!("10.1.2.3:{port}"),
+        format!("[2001:db8::1]:{port}"),
+    ] {
+        for path in ["/metrics", "/api/admin/queues"] {
+            let (status, _) = send(host.clone(), path).await;
+            assert_eq!(status, 200, "{host} {path}");
+        }
+    }
+    app.stop().await;
+
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--admin-hosts",
+        "ops.internal,Waitroom-0.Metrics.Example.",
+    ])
+    .await;
+    let port = app.admin_addr.port();
+    for (host, expected) in [
+        (format!("ops.internal:{port}"), 200),
+        ("OPS.INTERNAL".to_owned(), 200),
+        (format!("waitroom-0.metrics.example.:{port}"), 200),
+        ("waitroom-0.metrics.example".to_owned(), 200),
+        (format!("localhost:{port}"), 200),
+        ("other.internal".to_owned(), 421),
+        ("ops.internal.attacker.example".to_owned(), 421),
+    ] {
+        let r = app
+            .client
+            .get(app.admin_url("/metrics"))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), expected, "{host}");
+    }
+    app.stop().await;
+}
