@@ -941,7 +941,10 @@ mod tests {
         let off = Config::from_args(["--connections-per-address", "0"]).unwrap();
         assert_eq!(off.connections_per_address(40), None);
         assert_eq!(c.admin_reserved_connections, 16);
-        assert!(c.admin_hosts.is_empty(), "loopback names and IP literals only");
+        assert!(
+            c.admin_hosts.is_empty(),
+            "loopback names and IP literals only"
+        );
         assert_eq!(
             c.identity,
             IdentityMode::Visitor,
@@ -1072,7 +1075,11 @@ mod tests {
                 .is_ok()
         );
         assert!(parse(&["--first-byte-timeout-secs", "0"]).unwrap().is_err());
-        assert!(parse(&["--first-byte-timeout-secs", "61"]).unwrap().is_err());
+        assert!(
+            parse(&["--first-byte-timeout-secs", "61"])
+                .unwrap()
+                .is_err()
+        );
         assert!(parse(&["--first-byte-timeout-secs", "60"]).unwrap().is_ok());
         assert!(parse(&["--connections-per-address", "-1"]).is_err());
         assert!(parse(&["--connections-per-address", "0"]).unwrap().is_ok());
@@ -1086,13 +1093,22 @@ mod tests {
                 .unwrap()
                 .is_ok()
         );
-        assert!(parse(&["--admin-reserved-connections", "0"]).unwrap().is_ok());
+        assert!(
+            parse(&["--admin-reserved-connections", "0"])
+                .unwrap()
+                .is_ok()
+        );
         assert!(
             parse(&["--admin-reserved-connections", "1025"])
                 .unwrap()
                 .is_err()
         );
-        for good in ["ops.internal", "Waitroom-0.Example.COM.", "a,b.c,", "10.0.0.1"] {
+        for good in [
+            "ops.internal",
+            "Waitroom-0.Example.COM.",
+            "a,b.c,",
+            "10.0.0.1",
+        ] {
             assert!(parse(&["--admin-hosts", good]).unwrap().is_ok(), "{good}");
         }
         for bad in [
@@ -1106,7 +1122,10 @@ mod tests {
             ".",
         ] {
             let refused = parse(&["--admin-hosts", bad]).unwrap().unwrap_err();
-            assert!(refused.to_string().contains("--admin-hosts"), "{bad}: {refused}");
+            assert!(
+                refused.to_string().contains("--admin-hosts"),
+                "{bad}: {refused}"
+            );
         }
         assert!(
             parse(&["--identity-max-lifetime-secs", "3600"])

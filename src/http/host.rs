@@ -126,9 +126,15 @@ mod tests {
                 "{refused:?}"
             );
         }
-        assert!(hosts.admits(&request(None, "/metrics")), "HTTP/1.0, no Host");
         assert!(
-            !hosts.admits(&request(Some("localhost"), "http://attacker.example/metrics")),
+            hosts.admits(&request(None, "/metrics")),
+            "HTTP/1.0, no Host"
+        );
+        assert!(
+            !hosts.admits(&request(
+                Some("localhost"),
+                "http://attacker.example/metrics"
+            )),
             "the absolute-form target counts too"
         );
         let mut two = request(Some("localhost"), "/metrics");

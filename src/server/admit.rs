@@ -281,9 +281,15 @@ mod tests {
             admission.admit(peer("::ffff:192.0.2.1")),
             Admitted::AddressFull
         ));
-        assert!(matches!(admission.admit(peer("192.0.2.2")), Admitted::Open(_)));
+        assert!(matches!(
+            admission.admit(peer("192.0.2.2")),
+            Admitted::Open(_)
+        ));
         drop(a);
-        assert!(matches!(admission.admit(peer("192.0.2.1")), Admitted::Open(_)));
+        assert!(matches!(
+            admission.admit(peer("192.0.2.1")),
+            Admitted::Open(_)
+        ));
 
         let one = admission.admit(peer("2001:db8:1:2::1"));
         let two = admission.admit(peer("2001:db8:1:2:ffff::9"));

@@ -669,8 +669,14 @@ async fn idle_sockets_from_one_address_leave_room_for_other_addresses() {
     assert_eq!(status, 200, "{answer}");
     let over = read_to_close(idle.last_mut().unwrap()).await;
     assert!(over.starts_with("HTTP/1.1 429 "), "{over}");
-    assert!(over.contains("\"error\":\"address_connections_limited\""), "{over}");
-    assert!(over.to_ascii_lowercase().contains("\r\nretry-after: "), "{over}");
+    assert!(
+        over.contains("\"error\":\"address_connections_limited\""),
+        "{over}"
+    );
+    assert!(
+        over.to_ascii_lowercase().contains("\r\nretry-after: "),
+        "{over}"
+    );
     drop(idle);
     app.stop().await;
 }

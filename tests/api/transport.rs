@@ -1042,7 +1042,9 @@ async fn a_socket_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
     let started = Instant::now();
     let mut silent = Raw::connect(app.addr).await;
     let mut spoke = Raw::connect(app.addr).await;
-    spoke.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    spoke
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
     let got = spoke
         .read_until(5 * SECS, |r| r.first().is_some_and(|r| r.complete))
         .await
@@ -1052,13 +1054,19 @@ async fn a_socket_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
     silent.read_until(20 * SECS, |_| false).await.unwrap();
     let after = started.elapsed();
     assert!(silent.closed, "still open after {after:?}");
-    assert!(silent.got.is_empty(), "closed unanswered: {}", silent.text());
+    assert!(
+        silent.got.is_empty(),
+        "closed unanswered: {}",
+        silent.text()
+    );
     assert!(
         (Duration::from_millis(4_500)..15 * SECS).contains(&after),
         "closed after {after:?}"
     );
     // The connection that spoke is still open, and served.
-    spoke.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    spoke
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
     let got = spoke
         .read_until(5 * SECS, |r| r.get(1).is_some_and(|r| r.complete))
         .await

@@ -307,7 +307,11 @@ pub async fn read_to_close(socket: &mut tokio::net::TcpStream) -> String {
     use tokio::io::AsyncReadExt;
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "the server did not close: {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        read.is_ok(),
+        "the server did not close: {:?}",
+        String::from_utf8_lossy(&got)
+    );
     String::from_utf8_lossy(&got).into_owned()
 }
 
