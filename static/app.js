@@ -78,6 +78,9 @@ storage.remove('sessionStorage', `waitroom.ticket.${queue}`);
 const keys = {
   start: `waitroom.start.${queue}`,
   order: `waitroom.order.${queue}`,
+  // Kept after the draw, leaving and joining again: it is what the buyer
+  // checks the published seed against.
+  lottery: `waitroom.lottery.${queue}`,
 };
 
 const bus = new TabBus(`waitroom-${queue}`);
@@ -299,12 +302,84 @@ function showPreQueue(p) {
   setText('prequeue-fingerprint', lottery.fingerprint ?? '–');
   setText('prequeue-commitment', lottery.commitment ?? '–');
   setText('prequeue-nonce', lottery.nonce ?? '–');
+  showReceipt(keepReceipt(lottery));
   setTitle(t('title.prequeue'));
   tickPreQueue();
   clearInterval(app.preQueueTimer);
   app.preQueueTimer = setInterval(tickPreQueue, 1000);
   app.redraw = () => showPreQueue(p);
   if (firstTime) announce(t('prequeue.announce'));
+}
+
+/**
+ * The commitment as this page first showed it for this entry, kept on this
+ * device before the draw. The documents published after the draw cannot
+ * prove the seed on their own: a server that swapped the seed could publish
+ * a commitment to match. So the first one seen is saved (and offered as a
+ * receipt to copy or download, for `scripts/lottery-verify --commitment`),
+ * never overwritten for the same entry code; a different one shown later is
+ * flagged, not saved. Returns the receipt and whether the commitment shown
+ * now differs from it; `null` without a commitment to keep.
+ */
+function keepReceipt(lottery) {
+  if (!lottery.commitment || !lottery.nonce) return null;
+  let receipt = storage.getJSON('localStorage', keys.lottery);
+  if (receipt?.nonce !== lottery.nonce || !receipt?.commitment) {
+    receipt = {
+      queue,
+      commitment: lottery.commitment,
+      nonce: lottery.nonce,
+      fingerprint: lottery.fingerprint,
+      opensAt: lottery.opensAt,
+      savedAt: new Date().toISOString(),
+    };
+    storage.setJSON('localStorage', keys.lottery, receipt);
+  }
+  return { receipt, changed: receipt.commitment !== lottery.commitment };
+}
+
+/** The receipt as a text file: what was promised, and how to check it. */
+function receiptText(receipt) {
+  // The service's root as the page sees it (a base path included).
+  const base = new URL('.', document.baseURI).href.replace(/\/$/, '');
+  return [
+    'waitroom lottery receipt',
+    `queue: ${receipt.queue}`,
+    `commitment (saved ${receipt.savedAt}, before the draw): ${receipt.commitment}`,
+    `entry code: ${receipt.nonce}`,
+    `fingerprint: ${receipt.fingerprint}`,
+    '',
+    'After the draw, check the published seed against the saved commitment:',
+    `lottery-verify --url ${base} --queue ${receipt.queue} --nonce ${receipt.nonce} --commitment ${receipt.commitment}`,
+    '',
+  ].join('\n');
+}
+
+function showReceipt(kept) {
+  const box = el('prequeue-receipt');
+  box.hidden = !kept;
+  if (!kept) return;
+  const { receipt, changed } = kept;
+  const text = receiptText(receipt);
+  const download = el('prequeue-download');
+  download.href = `data:text/plain;charset=utf-8,${encodeURIComponent(text)}`;
+  download.download = `waitroom-lottery-${receipt.queue}.txt`;
+  download.dataset.commitment = receipt.commitment;
+  el('prequeue-copy').hidden = !navigator.clipboard;
+  app.receiptText = text;
+  const warning = el('prequeue-changed');
+  warning.hidden = !changed;
+  if (changed) setText('prequeue-changed', t('prequeue.changed', { saved: receipt.commitment }));
+}
+
+async function copyReceipt() {
+  if (!app.receiptText) return;
+  try {
+    await navigator.clipboard.writeText(app.receiptText);
+    announce(t('prequeue.copied'));
+  } catch {
+    // No permission: the download is still there.
+  }
 }
 
 function tickPreQueue() {
@@ -877,6 +952,7 @@ async function boot() {
   el('confirmed-rejoin').addEventListener('click', joinAgain);
   el('error-retry').addEventListener('click', () => join());
   el('joining-retry').addEventListener('click', () => join());
+  el('prequeue-copy').addEventListener('click', copyReceipt);
   el('order-form').addEventListener('submit', placeOrder);
   el('qty-minus').addEventListener('click', () => {
     el('quantity').value = String(clampQuantity() - 1);

@@ -7,7 +7,7 @@ pub mod extract;
 
 mod admin;
 mod audit;
-mod auth;
+pub(crate) mod auth;
 mod brand;
 mod challenge;
 mod console;
@@ -16,6 +16,7 @@ mod events;
 mod handoff;
 mod headers;
 mod health;
+mod host;
 mod identity;
 pub mod limit;
 mod lottery;
@@ -119,13 +120,20 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// What the operator listener (`--admin-addr`) serves; any other path is
-/// `404 not_found`. No base path: operators reach each instance directly.
+/// `404 not_found`, any request not naming the listener in `Host` `421`
+/// (`host.rs`). No base path: operators reach each instance directly.
 pub fn admin_router(state: AppState) -> Router {
     let (documented, _) = operator_routes().split_for_parts();
+    // Validated at start-up (`Config::validate`).
+    let hosts = host::OperatorHosts::new(state.config().admin_host_names().unwrap_or_default());
     documented
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(axum::middleware::from_fn_with_state(
+            hosts,
+            host::refuse_foreign_hosts,
+        ))
         .layer(axum::middleware::from_fn(security::add_headers))
         .layer(crate::telemetry::trace_layer())
         .with_state(state)

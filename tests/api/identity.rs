@@ -695,6 +695,142 @@ async fn signed_mode_refuses_bad_tokens_with_401_json() {
     app.stop().await;
 }
 
+/// `claims(sub)` with `set` merged in and the fields of `unset` taken out.
+fn claims_with(sub: &str, set: Value, unset: &[&str]) -> Value {
+    let mut c = claims(sub);
+    for (k, v) in set.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    for k in unset {
+        c.as_object_mut().unwrap().remove(*k);
+    }
+    c
+}
+
+/// Joins with each token: (what, claims, refused?). A refused join is
+/// `401 invalid_identity` with a message and no ticket; an accepted one
+/// joins as its `sub`.
+async fn joins_as_expected(app: &TestApp, cases: &[(&str, Value, bool)]) {
+    for (what, claims, refused) in cases {
+        let jwt = hs256(claims, SECRET);
+        let r = join(
+            app,
+            &As {
+                bearer: Some(&jwt),
+                ..As::default()
+            },
+        )
+        .await;
+        if *refused {
+            assert_eq!(
+                (r.status, r.error()),
+                (401, "invalid_identity"),
+                "{what}: {}",
+                r.body
+            );
+            assert!(r.body["message"].as_str().is_some_and(|m| !m.is_empty()));
+            assert!(r.body.get("ticket").is_none(), "{what}: nothing joined");
+        } else {
+            assert_eq!(r.status, 201, "{what}: {}", r.body);
+        }
+    }
+}
+
+/// `nbf` is honoured and `iat` may not be in the future, both with the
+/// leeway `exp` has (30 s); `--identity-max-lifetime-secs` refuses a token
+/// whose `exp - iat` is longer, and one without `iat`.
+#[tokio::test]
+async fn signed_mode_honours_nbf_iat_and_a_maximum_lifetime() {
+    let app = signed_app(&[]).await;
+    let t = now();
+    joins_as_expected(
+        &app,
+        &[
+            (
+                "valid from tomorrow",
+                claims_with("nbf1", json!({"nbf": t + 86_400}), &[]),
+                true,
+            ),
+            (
+                "valid in a minute",
+                claims_with("nbf2", json!({"nbf": t + 60}), &[]),
+                true,
+            ),
+            (
+                "nbf within the leeway",
+                claims_with("nbf3", json!({"nbf": t + 10}), &[]),
+                false,
+            ),
+            (
+                "nbf past",
+                claims_with("nbf4", json!({"nbf": t - 60}), &[]),
+                false,
+            ),
+            (
+                "nbf not a number",
+                claims_with("nbf5", json!({"nbf": "tomorrow"}), &[]),
+                true,
+            ),
+            (
+                "issued in an hour",
+                claims_with("iat1", json!({"iat": t + 3_600}), &[]),
+                true,
+            ),
+            (
+                "iat within the leeway",
+                claims_with("iat2", json!({"iat": t + 10}), &[]),
+                false,
+            ),
+            (
+                "iat not a number",
+                claims_with("iat3", json!({"iat": "now"}), &[]),
+                true,
+            ),
+            (
+                "a week long without a maximum",
+                claims_with("life1", json!({"iat": t, "exp": t + 7 * 86_400}), &[]),
+                false,
+            ),
+            (
+                "no iat without a maximum",
+                claims_with("life2", json!({}), &["iat"]),
+                false,
+            ),
+        ],
+    )
+    .await;
+    app.stop().await;
+
+    let app = signed_app(&["--identity-max-lifetime-secs", "3600"]).await;
+    joins_as_expected(
+        &app,
+        &[
+            (
+                "two hours long",
+                claims_with("max1", json!({"iat": t, "exp": t + 7_200}), &[]),
+                true,
+            ),
+            (
+                "no iat",
+                claims_with("max2", json!({"exp": t + 600}), &["iat"]),
+                true,
+            ),
+            (
+                "exactly the maximum",
+                claims_with("max3", json!({"iat": t - 100, "exp": t + 3_500}), &[]),
+                false,
+            ),
+            (
+                "short",
+                claims_with("max4", json!({"iat": t, "exp": t + 300}), &[]),
+                false,
+            ),
+        ],
+    )
+    .await;
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn signed_tokens_may_come_in_the_named_cookie() {
     let app = signed_app(&["--identity-cookie", "shop_session"]).await;

@@ -1030,3 +1030,49 @@ async fn a_poll_then_a_stream_on_one_socket_and_both_transports_close_within_the
         );
     }
 }
+
+/// A socket that connects and sends nothing is closed after the
+/// first-byte timeout (5 s by default), without a byte of answer: it does
+/// not hold a connection for the 75 s idle timeout. One that sent its
+/// request at once is answered and then kept alive as usual, past that
+/// moment.
+#[tokio::test]
+async fn a_socket_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
+    let app = TestApp::memory(IDLE).await;
+    let started = Instant::now();
+    let mut silent = Raw::connect(app.addr).await;
+    let mut spoke = Raw::connect(app.addr).await;
+    spoke
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let got = spoke
+        .read_until(5 * SECS, |r| r.first().is_some_and(|r| r.complete))
+        .await
+        .unwrap();
+    assert_eq!(got[0].status, 200, "{}", spoke.text());
+
+    silent.read_until(20 * SECS, |_| false).await.unwrap();
+    let after = started.elapsed();
+    assert!(silent.closed, "still open after {after:?}");
+    assert!(
+        silent.got.is_empty(),
+        "closed unanswered: {}",
+        silent.text()
+    );
+    assert!(
+        (Duration::from_millis(4_500)..15 * SECS).contains(&after),
+        "closed after {after:?}"
+    );
+    // The connection that spoke is still open, and served.
+    spoke
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let got = spoke
+        .read_until(5 * SECS, |r| r.get(1).is_some_and(|r| r.complete))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "{}", spoke.text());
+    assert_eq!(got[1].status, 200);
+    assert!(!spoke.closed);
+    app.stop().await;
+}
