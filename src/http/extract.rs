@@ -54,8 +54,8 @@ pub fn raw_ticket<'a>(
     {
         return Some(v.into_owned());
     }
-    // Both names, the Secure one first (a site moving to HTTPS keeps its
-    // tickets).
+    // Both names, the Secure one first. Over HTTPS the plain name never
+    // gets here (`cookies::only_prefixed_names` drops it).
     let mut plain = None;
     for text in cookie_headers {
         for cookie in cookie::Cookie::split_parse(text).flatten() {

@@ -100,6 +100,10 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            cookies::only_prefixed_names,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             origin::refuse_cross_origin,
         ))
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))

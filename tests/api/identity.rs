@@ -819,3 +819,179 @@ async fn the_page_makes_the_visitor_so_tabs_opened_together_join_as_one() {
     );
     header.stop().await;
 }
+
+// ------------------------------------------------ cookies over HTTPS, tickets
+
+/// Like [`call`], as a client that spoke HTTPS to the trusted proxy in
+/// front (`X-Forwarded-Proto: https` from a peer in `--trusted-proxies`).
+async fn call_https(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    cookie: Option<&str>,
+) -> Answer {
+    let mut req = app
+        .client
+        .request(method, app.url(path))
+        .header("x-forwarded-proto", "https");
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let cookies = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let body = r.json().await.unwrap_or(Value::Null);
+    Answer {
+        status,
+        cookies,
+        body,
+    }
+}
+
+/// The `value` of the `name=value; ...` cookie `name` set by `answer`.
+fn set_value(answer: &Answer, name: &str) -> Option<String> {
+    answer
+        .set_cookie(name)
+        .and_then(|c| c.split(';').next())
+        .and_then(|pair| pair.split_once('='))
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Cookie tossing: a page on a sibling subdomain (or any plain-HTTP page
+/// of the site) can set `waitroom_visitor` for the whole domain, but never
+/// `__Host-waitroom_visitor`. Over HTTPS only the prefixed name counts, so
+/// a buyer carrying a planted cookie becomes a new visitor of their own
+/// rather than joining as the attacker, who would then read their token.
+#[tokio::test]
+async fn over_https_a_planted_unprefixed_visitor_cookie_is_ignored() {
+    let app = TestApp::memory_with(mode(
+        IdentityMode::Visitor,
+        &["--trusted-proxies", "127.0.0.0/8"],
+    ))
+    .await;
+    // The attacker gets a valid visitor of their own from the page.
+    let page = call_https(&app, reqwest::Method::GET, "/", None).await;
+    let planted = set_value(&page, "__Host-waitroom_visitor").expect("a __Host- visitor");
+
+    // The buyer's browser carries the planted cookie under the plain name.
+    let tossed = format!("waitroom_visitor={planted}");
+    let victim = call_https(
+        &app,
+        reqwest::Method::POST,
+        "/api/queues/default/entries",
+        Some(&tossed),
+    )
+    .await;
+    assert_eq!(victim.status, 201, "{}", victim.body);
+    let own = set_value(&victim, "__Host-waitroom_visitor")
+        .expect("a fresh __Host- visitor for the buyer");
+    assert_ne!(own, planted, "the buyer must not join as the planted visitor");
+    assert!(
+        victim.set_cookie("waitroom_visitor").is_none(),
+        "never an unprefixed cookie over HTTPS: {:?}",
+        victim.cookies
+    );
+    let victim_token = victim.body["entryToken"]
+        .as_str()
+        .expect("the first joiner is fast-tracked")
+        .to_owned();
+
+    // The attacker, as the planted visitor, holds a place of their own:
+    // neither the buyer's place nor the buyer's token.
+    let mine = format!("__Host-waitroom_visitor={planted}");
+    let attacker = call_https(
+        &app,
+        reqwest::Method::POST,
+        "/api/queues/default/entries",
+        Some(&mine),
+    )
+    .await;
+    assert_eq!(attacker.status, 201, "a new place: {}", attacker.body);
+    assert_ne!(attacker.body["enteredAt"], victim.body["enteredAt"]);
+    assert_ne!(
+        attacker.body["entryToken"].as_str(),
+        Some(victim_token.as_str())
+    );
+    assert!(
+        !attacker.body.to_string().contains(&victim_token),
+        "{}",
+        attacker.body
+    );
+
+    // Over plain HTTP the plain name is the one in force, as before.
+    let plain = format!("waitroom_visitor={planted}");
+    let again = join(
+        &app,
+        &As {
+            cookie: Some(&plain),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(again.status, 200, "the planted visitor's own place");
+    assert!(again.visitor().is_none());
+    app.stop().await;
+}
+
+/// The same for the ticket cookie: over HTTPS only
+/// `__Secure-waitroom_ticket` is read, so a ticket planted under the
+/// plain name is not a ticket at all.
+#[tokio::test]
+async fn over_https_an_unprefixed_ticket_cookie_is_not_read() {
+    let app = TestApp::memory_with(mode(
+        IdentityMode::Header,
+        &["--trusted-proxies", "127.0.0.0/8"],
+    ))
+    .await;
+    let r = app
+        .client
+        .post(app.url("/api/queues/default/entries"))
+        .header("x-forwarded-proto", "https")
+        .header("x-user-id", "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let ticket = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find_map(|c| {
+            c.strip_prefix("__Secure-waitroom_ticket=")
+                .map(|rest| rest.split(';').next().unwrap().to_owned())
+        })
+        .expect("a __Secure- ticket cookie");
+    let read = |cookie: String, https: bool| {
+        let mut req = app
+            .client
+            .get(app.url("/api/queues/default/position"))
+            .header("x-user-id", "alice")
+            .header("cookie", cookie);
+        if https {
+            req = req.header("x-forwarded-proto", "https");
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, body) = read(format!("waitroom_ticket={ticket}"), true).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("missing_ticket")),
+        "{body}"
+    );
+    let (status, body) = read(format!("__Secure-waitroom_ticket={ticket}"), true).await;
+    assert_eq!(status, 200, "{body}");
+    // Plain HTTP reads the plain name, as before.
+    let (status, body) = read(format!("waitroom_ticket={ticket}"), false).await;
+    assert_eq!(status, 200, "{body}");
+    app.stop().await;
+}
