@@ -79,8 +79,8 @@ pub(crate) fn now_ms() -> u64 {
 
 /// A queue member authenticated by their ticket: the queue in the path, the
 /// user the ticket was issued to and the entry it stands for. A forged,
-/// foreign or expired ticket, or an `X-User-Id` other than the ticket's
-/// user, is `401`. Whether the entry is still the user's current one needs
+/// foreign or expired ticket, a request identity other than the ticket's
+/// user, or (visitor and signed modes) none at all, is `401`. Whether the entry is still the user's current one needs
 /// the store: see [`Member::check_entry`].
 pub struct Member {
     pub queue: QueueName,
@@ -111,7 +111,8 @@ impl Member {
     /// Authenticates a request for `queue_raw` (the path segment) carrying
     /// `ticket`, with `headers` for the identity source: the signature and
     /// the expiry, without the store, then the ticket's user against the
-    /// request's identity when it names one (signed mode requires one).
+    /// request's identity ([`crate::identity::Identity::ticket_holder`]:
+    /// required in visitor and signed modes).
     pub fn authenticate(
         state: &AppState,
         queue_raw: &str,
@@ -138,10 +139,10 @@ impl Member {
                 }
                 TicketError::Expired => ApiError::unauthorized("ticket_expired", e.to_string()),
             })?;
-        // A visitor cookie that does not verify names nobody: the ticket
-        // alone then proves the place, as it does for a client without
-        // cookies. A valid identity must be the ticket's own.
-        if let Some(claimed) = state.identity().presented(headers)?
+        // Visitor and signed modes insist on the request's own identity
+        // (a leaked ticket alone must not read the token); header mode
+        // checks it when the gateway names one.
+        if let Some(claimed) = state.identity().ticket_holder(headers)?
             && claimed != ticket.user
         {
             return Err(ApiError::unauthorized(

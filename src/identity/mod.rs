@@ -10,7 +10,8 @@
 //!   random visitor id on first contact and keeps it in an HMAC-signed,
 //!   `HttpOnly`, `SameSite=Lax` cookie. `X-User-Id` is ignored. A forged or
 //!   altered cookie is simply not an identity: its bearer becomes a new
-//!   visitor, never someone else.
+//!   visitor, never someone else. A queue ticket is good only together
+//!   with its visitor's cookie ([`Identity::ticket_holder`]).
 //! - **header**: a trusted gateway authenticates the buyer and sets
 //!   `X-User-Id` (stripping any client-sent value).
 //! - **signed**: the site's own login vouches for the buyer with a JWT
@@ -156,6 +157,28 @@ impl Identity {
                 IdentityError::Missing("no visitor cookie: join the queue first (the join sets it)")
             }
         })
+    }
+
+    /// Who a queue ticket presented with `headers` must belong to. A ticket
+    /// alone is a bearer credential that leaks easily (a log line, a
+    /// screenshot, a shared link), so wherever the request itself says
+    /// who it is for, the ticket must be theirs: in visitor mode the
+    /// visitor cookie is required (a browser sends it with every request
+    /// of the page, EventSource included), in signed mode the login token.
+    /// `Ok(None)` only in header mode without `X-User-Id`: the gateway
+    /// decides who reaches waitroom, and an API client's ticket alone
+    /// proves its place.
+    pub fn ticket_holder(&self, headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {
+        match &*self.source {
+            Source::Header => header_user(headers),
+            Source::Visitor(key) => key.verify_request(headers).map(Some).ok_or(
+                IdentityError::Missing(
+                    "send the visitor cookie with the ticket: a ticket is good only \
+                     together with the cookie of the visitor it was issued to",
+                ),
+            ),
+            Source::Signed(verifier) => verifier.verify_request(headers).map(Some),
+        }
     }
 
     /// The buyer of a join: the presented one, or in visitor mode a new

@@ -259,10 +259,13 @@ async fn visitor_mode_ignores_x_user_id() {
     assert_ne!(a.visitor(), b.visitor());
     assert_eq!(b.body["position"], 1, "b waits behind a: {}", b.body);
 
-    // A's ticket with X-User-Id naming someone else is still A's place.
+    // A's ticket and cookie with X-User-Id naming someone else is still
+    // A's place.
+    let a_cookie = a.visitor().unwrap();
     let mine = position(
         &app,
         &As {
+            cookie: Some(&a_cookie),
             ticket: a.body["ticket"].as_str(),
             user: Some("mallory"),
             ..As::default()
@@ -993,5 +996,77 @@ async fn over_https_an_unprefixed_ticket_cookie_is_not_read() {
     // Plain HTTP reads the plain name, as before.
     let (status, body) = read(format!("waitroom_ticket={ticket}"), false).await;
     assert_eq!(status, 200, "{body}");
+    app.stop().await;
+}
+
+/// Visitor mode: a ticket is only good with its own visitor's cookie. A
+/// ticket alone (copied out of a log, a screenshot, a shared link) or
+/// with someone else's cookie neither reads the place (and its entry
+/// token) nor leaves it, nor opens its stream.
+#[tokio::test]
+async fn visitor_tickets_need_their_own_visitor_cookie() {
+    let app = visitor_app().await;
+    let victim = join(&app, &As::default()).await;
+    assert_eq!(victim.status, 201, "{}", victim.body);
+    let cookie = victim.visitor().unwrap();
+    let ticket = victim.body["ticket"].as_str().unwrap().to_owned();
+    let token = victim.body["entryToken"].as_str().unwrap().to_owned();
+    let other = join(&app, &As::default()).await.visitor().unwrap();
+    let forged = altered(&cookie).remove(1);
+
+    let cases = [
+        (None, "missing_identity"),
+        (Some(forged.as_str()), "missing_identity"),
+        (Some(other.as_str()), "ticket_user_mismatch"),
+    ];
+    for (with, code) in cases {
+        let who = As {
+            cookie: with,
+            ticket: Some(&ticket),
+            ..As::default()
+        };
+        let read = position(&app, &who).await;
+        assert_eq!((read.status, read.error()), (401, code), "{with:?}: {}", read.body);
+        assert!(!read.body.to_string().contains(&token), "{}", read.body);
+        assert!(read.body["message"].as_str().is_some_and(|m| !m.is_empty()));
+        let left = leave(&app, &who).await;
+        assert_eq!((left.status, left.error()), (401, code), "{with:?}: {}", left.body);
+
+        // The stream, as EventSource would open it.
+        let mut req = app
+            .client
+            .get(app.url("/api/queues/default/events"))
+            .header("accept", "text/event-stream")
+            .header("x-queue-ticket", &ticket);
+        if let Some(c) = with {
+            req = req.header("cookie", c);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401, "stream with {with:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], code, "stream with {with:?}");
+    }
+
+    // With its own cookie the ticket still reads, streams and leaves.
+    let mine = As {
+        cookie: Some(&cookie),
+        ticket: Some(&ticket),
+        ..As::default()
+    };
+    let read = position(&app, &mine).await;
+    assert_eq!(read.status, 200, "the place stands: {}", read.body);
+    assert_eq!(read.body["entryToken"], token.as_str());
+    let stream = app
+        .client
+        .get(app.url("/api/queues/default/events"))
+        .header("accept", "text/event-stream")
+        .header("x-queue-ticket", &ticket)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    drop(stream);
+    assert_eq!(leave(&app, &mine).await.status, 204);
     app.stop().await;
 }
