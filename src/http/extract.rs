@@ -250,32 +250,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Reads a whole body of at most [`BODY_LIMIT`] bytes: `413` past it, `408`
-/// when it did not arrive within the body timeout (the server's deadline
-/// on request bodies), `400` when the client broke it off.
+/// Reads a whole body of at most [`BODY_LIMIT`] bytes (`413` past it,
+/// `408` when it did not arrive in time, `400` when broken off).
 async fn read_limited(req: Request) -> Result<Bytes, ApiError> {
-    use http_body_util::BodyExt;
-    match http_body_util::Limited::new(req.into_body(), BODY_LIMIT)
-        .collect()
-        .await
-    {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(body_error(&*e)),
-    }
-}
-
-/// The error a body read failed with, found anywhere in its cause chain
-/// (axum and the limits each wrap it once more).
-fn body_error(error: &(dyn std::error::Error + 'static)) -> ApiError {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge;
-        }
-        if e.is::<tower_http::timeout::TimeoutError>() {
-            return ApiError::RequestTimeout;
-        }
-        cause = e.source();
-    }
-    ApiError::bad_request("invalid_body", "the body could not be read")
+    Ok(super::body::read_whole(req.into_body(), BODY_LIMIT).await?)
 }

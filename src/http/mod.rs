@@ -1,5 +1,6 @@
 //! The HTTP API, one module per resource, each with its own `router()`.
 
+pub(crate) mod body;
 pub mod client;
 pub mod cookies;
 pub mod error;
