@@ -124,13 +124,19 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// What the operator listener (`--admin-addr`) serves; any other path is
-/// `404 not_found`. No base path: operators reach each instance directly.
+/// `404 not_found`, and under `/api/admin` or `/api/tokens` only once the
+/// scope's token is given (`401` before). No base path: operators reach
+/// each instance directly.
 pub fn admin_router(state: AppState) -> Router {
     let (documented, _) = operator_routes().split_for_parts();
     documented
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_scope,
+        ))
         .layer(axum::middleware::from_fn(security::add_headers))
         .layer(crate::telemetry::trace_layer())
         .with_state(state)
