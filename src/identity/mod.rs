@@ -207,13 +207,6 @@ impl Identity {
             _ => None,
         }
     }
-
-    /// Whether a request that names nobody may read what is otherwise
-    /// bound to a buyer (an order by its 128-bit id). Only behind a
-    /// gateway, where the gateway decides who reaches waitroom at all.
-    pub fn anonymous_reads(&self) -> bool {
-        matches!(&*self.source, Source::Header)
-    }
 }
 
 /// The one `X-User-Id` of `headers`: absent is `None`, malformed an error.

@@ -441,18 +441,25 @@ async fn visitor_orders_are_the_visitors_own() {
     assert_eq!(placed.body["userId"], visitor_id.as_str());
     let id = placed.body["orderId"].as_str().unwrap();
     assert_eq!(read_order(&app, id, &mine).await.status, 200);
-    for who in [
-        As {
+    let theirs = read_order(
+        &app,
+        id,
+        &As {
             cookie: Some(&other),
             ..As::default()
         },
+    )
+    .await;
+    assert_eq!((theirs.status, theirs.error()), (404, "unknown_order"));
+    for who in [
         As::default(),
         As {
             user: Some(&visitor_id),
             ..As::default()
         },
     ] {
-        assert_eq!(read_order(&app, id, &who).await.status, 404);
+        let r = read_order(&app, id, &who).await;
+        assert_eq!((r.status, r.error()), (401, "missing_identity"));
     }
     app.stop().await;
 }
