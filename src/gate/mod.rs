@@ -353,6 +353,27 @@ impl Gate {
         user: &UserId,
         token: &str,
     ) -> Result<Claim, GateError> {
+        self.claim_as(queue, Some(user), token).await
+    }
+
+    /// Claims `token` for whoever it was issued to, found by the token
+    /// itself; the claim names them ([`Claim::user`]). For callers that
+    /// cannot know the buyer (an order service behind visitor cookies).
+    pub async fn claim_token(
+        &self,
+        queue: Option<&QueueName>,
+        token: &str,
+    ) -> Result<Claim, GateError> {
+        self.claim_as(queue, None, token).await
+    }
+
+    /// [`Gate::claim`] with `user`, else [`Gate::claim_token`].
+    async fn claim_as(
+        &self,
+        queue: Option<&QueueName>,
+        user: Option<&UserId>,
+        token: &str,
+    ) -> Result<Claim, GateError> {
         // Tokens are 43 characters; anything far off is not worth a round trip.
         if token.is_empty() || token.len() > 128 {
             return Err(GateError::InvalidToken);
@@ -368,6 +389,17 @@ impl Gate {
         let mut in_use = false;
         for (q, lease) in candidates {
             let lease_ms = lease.as_millis() as u64;
+            let found;
+            let user = match user {
+                Some(user) => user,
+                None => match self.store.token_holder(q, token).await? {
+                    Some(holder) => {
+                        found = holder;
+                        &found
+                    }
+                    None => continue,
+                },
+            };
             match self.store.claim(q, user, token, lease_ms).await? {
                 ClaimOutcome::Claimed { claim_id } => {
                     metrics::counter!("waitroom_token_claims_total", "result" => "claimed")

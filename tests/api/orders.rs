@@ -299,6 +299,119 @@ async fn header_mode_order_reads_need_the_buyer() {
     }
 }
 
+/// An order service that only knows the buyer's entry token (visitor
+/// mode: the buyer is a visitor cookie the service cannot read) claims
+/// with the token alone and learns the buyer from the answer, then
+/// settles with it. A `userId` sent with the token must still be the
+/// token's own.
+#[tokio::test]
+async fn the_token_api_claims_with_the_token_alone() {
+    for kind in ["memory", "redis"] {
+        let args = fast(&[]);
+        let config = waitroom::Config {
+            identity: waitroom::config::IdentityMode::Visitor,
+            ..config(&args)
+        };
+        let app = match kind {
+            "memory" => TestApp::memory_with(config).await,
+            _ => TestApp::redis_with("orders-by-token", config).await,
+        };
+        // A visitor joins as the page would; the service never sees the
+        // cookie, only the token the buyer hands over.
+        let joined = app
+            .client
+            .post(app.url("/api/queues/default/entries"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(joined.status(), 201, "{kind}");
+        let visitor = joined
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|c| c.strip_prefix("waitroom_visitor="))
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|value| value.rsplit_once('.'))
+            .map(|(id, _)| id.to_owned())
+            .expect("a visitor cookie");
+        let joined: Value = joined.json().await.unwrap();
+        let token = joined["entryToken"]
+            .as_str()
+            .expect("fast-tracked")
+            .to_owned();
+        let claim = |body: Value| {
+            app.client
+                .post(app.admin_url("/api/tokens/claim"))
+                .bearer_auth(SERVICE)
+                .json(&body)
+                .send()
+        };
+
+        // Refused, changing nothing: a made-up token, and another user's id
+        // with the real token.
+        for body in [
+            json!({"token": "A".repeat(43)}),
+            json!({"token": token, "userId": "someone-else"}),
+        ] {
+            let r = claim(body.clone()).await.unwrap();
+            assert_eq!(r.status(), 401, "{kind}: {body}");
+            let err: Value = r.json().await.unwrap();
+            assert_eq!(err["error"], "invalid_token", "{kind}: {body}");
+        }
+
+        let r = claim(json!({"token": token})).await.unwrap();
+        assert_eq!(r.status(), 200, "{kind}: the token alone claims");
+        let granted: Value = r.json().await.unwrap();
+        assert_eq!(granted["userId"], visitor.as_str(), "{kind}: {granted}");
+        assert_eq!(granted["queue"], "default", "{kind}");
+        // Held: a second claim by the token alone is refused as in use.
+        let r = claim(json!({"token": token, "queue": "default"}))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 409, "{kind}");
+        let reference = json!({
+            "userId": granted["userId"],
+            "queue": granted["queue"],
+            "claimId": granted["claimId"],
+        });
+        let released = app
+            .client
+            .post(app.admin_url("/api/tokens/release"))
+            .bearer_auth(SERVICE)
+            .json(&reference)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(released.status(), 204, "{kind}");
+
+        // The caller that knows the user claims as before.
+        let r = claim(json!({"token": token, "userId": visitor}))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{kind}: with the user");
+        let granted: Value = r.json().await.unwrap();
+        let reference = json!({
+            "userId": granted["userId"],
+            "queue": granted["queue"],
+            "claimId": granted["claimId"],
+        });
+        let consumed = app
+            .client
+            .post(app.admin_url("/api/tokens/consume"))
+            .bearer_auth(SERVICE)
+            .json(&reference)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(consumed.status(), 204, "{kind}");
+        // Used up: the token alone no longer claims.
+        let r = claim(json!({"token": token})).await.unwrap();
+        assert_eq!(r.status(), 401, "{kind}: consumed");
+        app.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn bad_body_releases_the_claim_at_once() {
     let app = app_of("redis", &[]).await;
