@@ -95,7 +95,11 @@ fn under(path: &str, prefix: &str) -> bool {
 /// Middleware of the operator listener: the admin token for every path
 /// under `/api/admin`, the service token for every path under
 /// `/api/tokens`, checked before routing answers anything.
-pub async fn require_scope(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn require_scope(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let path = request.uri().path();
     let checked = if under(path, "/api/admin") {
         require_bearer(request.headers(), state.admin_token())

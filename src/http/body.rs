@@ -53,7 +53,9 @@ impl From<BodyError> for ApiError {
         match e {
             BodyError::TooLarge => ApiError::PayloadTooLarge,
             BodyError::TimedOut => ApiError::RequestTimeout,
-            BodyError::Broken => ApiError::bad_request("invalid_body", "the body could not be read"),
+            BodyError::Broken => {
+                ApiError::bad_request("invalid_body", "the body could not be read")
+            }
         }
     }
 }

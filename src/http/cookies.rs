@@ -210,7 +210,10 @@ mod tests {
             .collect();
         assert_eq!(
             left,
-            ["a=1; __Host-waitroom_visitor=v-z.w", "b=2; waitroom_visitorx=3"]
+            [
+                "a=1; __Host-waitroom_visitor=v-z.w",
+                "b=2; waitroom_visitorx=3"
+            ]
         );
         assert!(!carries_plain_names(&h));
     }

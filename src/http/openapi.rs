@@ -453,7 +453,10 @@ mod tests {
             let text = paths[path][method]["responses"][status]["description"]
                 .as_str()
                 .unwrap_or_default();
-            assert!(text.contains(code), "{method} {path} {status}: {code} in {text:?}");
+            assert!(
+                text.contains(code),
+                "{method} {path} {status}: {code} in {text:?}"
+            );
         };
         for (path, method) in [
             ("/api/queues/{queue}/position", "get"),

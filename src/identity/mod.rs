@@ -171,12 +171,10 @@ impl Identity {
     pub fn ticket_holder(&self, headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {
         match &*self.source {
             Source::Header => header_user(headers),
-            Source::Visitor(key) => key.verify_request(headers).map(Some).ok_or(
-                IdentityError::Missing(
-                    "send the visitor cookie with the ticket: a ticket is good only \
-                     together with the cookie of the visitor it was issued to",
-                ),
-            ),
+            Source::Visitor(key) => key
+                .verify_request(headers)
+                .map(Some)
+                .ok_or(IdentityError::Missing(TICKET_WITHOUT_VISITOR)),
             Source::Signed(verifier) => verifier.verify_request(headers).map(Some),
         }
     }
@@ -208,6 +206,10 @@ impl Identity {
         }
     }
 }
+
+/// Visitor mode's refusal of a ticket that comes without a valid cookie.
+const TICKET_WITHOUT_VISITOR: &str = "send the visitor cookie with the ticket: a ticket is \
+    good only together with the cookie of the visitor it was issued to";
 
 /// The one `X-User-Id` of `headers`: absent is `None`, malformed an error.
 fn header_user(headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {

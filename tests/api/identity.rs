@@ -900,7 +900,10 @@ async fn over_https_a_planted_unprefixed_visitor_cookie_is_ignored() {
     assert_eq!(victim.status, 201, "{}", victim.body);
     let own = set_value(&victim, "__Host-waitroom_visitor")
         .expect("a fresh __Host- visitor for the buyer");
-    assert_ne!(own, planted, "the buyer must not join as the planted visitor");
+    assert_ne!(
+        own, planted,
+        "the buyer must not join as the planted visitor"
+    );
     assert!(
         victim.set_cookie("waitroom_visitor").is_none(),
         "never an unprefixed cookie over HTTPS: {:?}",
@@ -1033,11 +1036,21 @@ async fn visitor_tickets_need_their_own_visitor_cookie() {
             ..As::default()
         };
         let read = position(&app, &who).await;
-        assert_eq!((read.status, read.error()), (401, code), "{with:?}: {}", read.body);
+        assert_eq!(
+            (read.status, read.error()),
+            (401, code),
+            "{with:?}: {}",
+            read.body
+        );
         assert!(!read.body.to_string().contains(&token), "{}", read.body);
         assert!(read.body["message"].as_str().is_some_and(|m| !m.is_empty()));
         let left = leave(&app, &who).await;
-        assert_eq!((left.status, left.error()), (401, code), "{with:?}: {}", left.body);
+        assert_eq!(
+            (left.status, left.error()),
+            (401, code),
+            "{with:?}: {}",
+            left.body
+        );
 
         // The stream, as EventSource would open it.
         let mut req = app

@@ -281,7 +281,10 @@ async fn header_mode_order_reads_need_the_buyer() {
             (401, Some("missing_user_id")),
             "{kind}: {anonymous}"
         );
-        assert!(!anonymous.to_string().contains(PRODUCT), "{kind}: {anonymous}");
+        assert!(
+            !anonymous.to_string().contains(PRODUCT),
+            "{kind}: {anonymous}"
+        );
         // Nobody named, for an order that does not exist: the same 401,
         // so the answer tells nothing about which ids exist.
         let (status, _) = read(None, "ord_does-not-exist".into()).await;
