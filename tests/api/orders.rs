@@ -415,6 +415,33 @@ async fn the_token_api_claims_with_the_token_alone() {
     }
 }
 
+/// A claim by the token alone fails closed when the store is away: `503`,
+/// never a claim granted on a guess.
+#[tokio::test]
+async fn a_claim_by_token_alone_with_redis_down_is_503() {
+    let mut redis = RedisProcess::start(false);
+    let store: SharedStore = Arc::new(
+        RedisStore::connect(&redis.url(), "claim-by-token")
+            .await
+            .unwrap(),
+    );
+    let app = TestApp::spawn_with(config(&fast(&[])), store).await;
+    let token = ready(&app, "offline").await;
+    redis.kill();
+    let r = app
+        .client
+        .post(app.admin_url("/api/tokens/claim"))
+        .bearer_auth(SERVICE)
+        .json(&json!({"token": token}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "store_unavailable");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn bad_body_releases_the_claim_at_once() {
     let app = app_of("redis", &[]).await;
