@@ -6,7 +6,9 @@
 //! gateway unless told otherwise) and the `X-Entry-Token` header (`401`
 //! when missing, `400 duplicate_header` when sent twice), then the whole
 //! request body
-//! (bounded, see [`Gate::with_body_limit`]), and only then claims the token
+//! (bounded, see [`Gate::with_body_limit`]: `413` past it; `408` when it
+//! does not arrive within a `tower_http` body timeout in front, as
+//! waitroom's `--body-timeout-secs`), and only then claims the token
 //! (`401` for a wrong, foreign or expired token, `409 token_in_use` while
 //! another order holds it, `503` when the store is away). Claiming after
 //! the body is in means a slow upload never holds a claim; a bad token is
@@ -194,8 +196,11 @@ pub enum GateError {
     /// `413`: the order body is larger than the gate reads.
     #[error("the request body is too large")]
     BodyTooLarge,
-    /// `400`: the order body could not be read (the client broke off or
-    /// was too slow).
+    /// `408`: the order body did not arrive within the server's body
+    /// timeout (the claim taken meanwhile is released).
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
+    /// `400`: the order body could not be read (the client broke it off).
     #[error("the request body could not be read")]
     BodyUnreadable,
     /// `409`: another order holds a live claim on the token.
@@ -348,6 +353,27 @@ impl Gate {
         user: &UserId,
         token: &str,
     ) -> Result<Claim, GateError> {
+        self.claim_as(queue, Some(user), token).await
+    }
+
+    /// Claims `token` for whoever it was issued to, found by the token
+    /// itself; the claim names them ([`Claim::user`]). For callers that
+    /// cannot know the buyer (an order service behind visitor cookies).
+    pub async fn claim_token(
+        &self,
+        queue: Option<&QueueName>,
+        token: &str,
+    ) -> Result<Claim, GateError> {
+        self.claim_as(queue, None, token).await
+    }
+
+    /// [`Gate::claim`] with `user`, else [`Gate::claim_token`].
+    async fn claim_as(
+        &self,
+        queue: Option<&QueueName>,
+        user: Option<&UserId>,
+        token: &str,
+    ) -> Result<Claim, GateError> {
         // Tokens are 43 characters; anything far off is not worth a round trip.
         if token.is_empty() || token.len() > 128 {
             return Err(GateError::InvalidToken);
@@ -363,6 +389,17 @@ impl Gate {
         let mut in_use = false;
         for (q, lease) in candidates {
             let lease_ms = lease.as_millis() as u64;
+            let found;
+            let user = match user {
+                Some(user) => user,
+                None => match self.store.token_holder(q, token).await? {
+                    Some(holder) => {
+                        found = holder;
+                        &found
+                    }
+                    None => continue,
+                },
+            };
             match self.store.claim(q, user, token, lease_ms).await? {
                 ClaimOutcome::Claimed { claim_id } => {
                     metrics::counter!("waitroom_token_claims_total", "result" => "claimed")

@@ -7,12 +7,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use super::{Claim, Gate, GateError, PendingConsume};
 use crate::http::ApiError;
+use crate::http::body::{BodyError, read_whole};
 use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
 use crate::store::{OrderSignal, StoreError};
@@ -213,24 +213,14 @@ impl Presented {
     }
 }
 
+/// The whole order body, through the API's one body reader, so a slow
+/// upload is the same `408` here as on every other endpoint.
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, GateError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => {
-            // The limit error may come wrapped by layers in front.
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
-            let mut too_large = false;
-            while let Some(c) = cause {
-                too_large |= c.is::<LengthLimitError>();
-                cause = c.source();
-            }
-            Err(if too_large {
-                GateError::BodyTooLarge
-            } else {
-                GateError::BodyUnreadable
-            })
-        }
-    }
+    read_whole(body, limit).await.map_err(|e| match e {
+        BodyError::TooLarge => GateError::BodyTooLarge,
+        BodyError::TimedOut => GateError::BodyTimeout,
+        BodyError::Broken => GateError::BodyUnreadable,
+    })
 }
 
 impl<S> FromRequest<S> for EntryPass
@@ -283,6 +273,7 @@ impl GateError {
             Self::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             Self::DuplicateHeader(_) => (StatusCode::BAD_REQUEST, "duplicate_header"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::BodyUnreadable => (StatusCode::BAD_REQUEST, "invalid_body"),
             Self::InUse => (StatusCode::CONFLICT, "token_in_use"),
             Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
@@ -306,6 +297,7 @@ impl From<GateError> for ApiError {
                 Self::bad_request(code, e.to_string())
             }
             GateError::BodyTooLarge => Self::PayloadTooLarge,
+            GateError::BodyTimeout => Self::RequestTimeout,
             GateError::InUse => Self::conflict(code, e.to_string()),
             GateError::Store(e) => Self::Unavailable(e),
         }

@@ -281,6 +281,7 @@ mod tests {
             GateError::InvalidToken,
             GateError::DuplicateHeader("X-User-Id"),
             GateError::BodyTooLarge,
+            GateError::BodyTimeout,
             GateError::BodyUnreadable,
             GateError::InUse,
             GateError::Store(StoreError::Unavailable("down".into())),

@@ -204,6 +204,54 @@ async fn admin_and_service_tokens_are_separate_scopes() {
     off.stop().await;
 }
 
+/// Every path under `/api/admin/` and `/api/tokens/` asks for its token
+/// first, known or not: without the right bearer, `401` (an unknown path
+/// or a wrong method tells an unauthenticated caller nothing about which
+/// paths exist); with it, an unknown path is `404` and a wrong method
+/// `405`, as anywhere.
+#[tokio::test]
+async fn unknown_operator_paths_ask_for_the_token_first() {
+    let app = TestApp::memory(&["--admin-token", ADMIN, "--service-token", SERVICE]).await;
+    let cases: [(&str, &str, &str, u16); 9] = [
+        ("GET", "/api/admin/nope", ADMIN, 404),
+        ("GET", "/api/admin", ADMIN, 404),
+        ("POST", "/api/admin/queues/default/nope", ADMIN, 404),
+        ("GET", "/api/admin/queues/default/pause/more", ADMIN, 404),
+        ("DELETE", "/api/admin/products", ADMIN, 405),
+        ("POST", "/api/tokens/nope", SERVICE, 404),
+        ("GET", "/api/tokens", SERVICE, 404),
+        ("GET", "/api/tokens/claim", SERVICE, 405),
+        ("PUT", "/api/tokens/claim/extra", SERVICE, 404),
+    ];
+    for (method, path, right, with_token) in cases {
+        let wrong = if right == ADMIN { SERVICE } else { ADMIN };
+        for bearer in [None, Some("not-a-token-of-this-instance-0123"), Some(wrong)] {
+            let (status, json) = send(&app, app.admin_url(path), method, None, bearer).await;
+            assert_eq!(
+                (status, json["error"].as_str()),
+                (401, Some("unauthorized")),
+                "{method} {path} with {bearer:?}"
+            );
+        }
+        let (status, json) = send(&app, app.admin_url(path), method, None, Some(right)).await;
+        assert_eq!(status, with_token, "{method} {path} with its token: {json}");
+        assert!(json["error"].is_string(), "{method} {path}: {json}");
+    }
+    // Other unknown paths of the operator listener are `404` to anyone.
+    let (status, _) = send(&app, app.admin_url("/api/nope"), "GET", None, None).await;
+    assert_eq!(status, 404);
+    app.stop().await;
+
+    // Without --service-token the token API is off, unknown paths too.
+    let off = TestApp::memory(&["--admin-token", ADMIN]).await;
+    let (status, json) = send(&off, off.admin_url("/api/tokens/nope"), "POST", None, None).await;
+    assert_eq!(
+        (status, json["error"].as_str()),
+        (404, Some("token_api_disabled"))
+    );
+    off.stop().await;
+}
+
 /// The same token for both scopes is refused at start.
 #[tokio::test]
 async fn one_token_for_both_scopes_is_refused() {

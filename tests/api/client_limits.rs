@@ -432,6 +432,16 @@ async fn a_dead_redis_is_503_not_an_open_door() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
+    // A ticket reads its place only with its visitor's cookie.
+    let visitor = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("waitroom_visitor="))
+        .and_then(|c| c.split(';').next())
+        .expect("a visitor cookie")
+        .to_owned();
     let ticket = r.json::<Value>().await.unwrap()["ticket"]
         .as_str()
         .unwrap()
@@ -451,6 +461,7 @@ async fn a_dead_redis_is_503_not_an_open_door() {
     let r = client
         .get(app.url("/api/queues/default/position"))
         .header("x-queue-ticket", &ticket)
+        .header("cookie", &visitor)
         .send()
         .await
         .unwrap();

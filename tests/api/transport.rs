@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::common::{IDLE, TestApp, eventually};
+use crate::common::{IDLE, TestApp, eventually, ready};
 
 /// One response as read off the wire.
 #[derive(Debug, Clone)]
@@ -583,6 +583,52 @@ async fn a_stalled_body_gets_408() {
     // The stalled join changed nothing: joining now creates the entry.
     let (code, body) = app.enter("default", "slow").await;
     assert_eq!(code, 201, "{body}");
+    app.stop().await;
+}
+
+/// An order's body that stops arriving gets the same `408` as a join's:
+/// the order gate reads its body through the shared reader, which tells a
+/// timeout from a broken body. The claim taken meanwhile is released, so
+/// the token still buys.
+#[tokio::test]
+async fn a_stalled_order_body_gets_408_and_keeps_the_token() {
+    let mut args = IDLE.to_vec();
+    args.extend(["--body-timeout-secs", "1"]);
+    let app = TestApp::memory(&args).await;
+    let token = ready(&app, "slow-buyer").await;
+    let mut raw = Raw::connect(app.addr).await;
+    raw.send(
+        format!(
+            "POST /api/orders HTTP/1.1\r\nHost: x\r\nX-User-Id: slow-buyer\r\n\
+             X-Entry-Token: {token}\r\nContent-Type: application/json\r\n\
+             Content-Length: 100\r\n\r\n{{\"productId\""
+        )
+        .as_bytes(),
+    )
+    .await;
+    let started = Instant::now();
+    let got = raw.read_until(8 * SECS, |r| !r.is_empty()).await.unwrap();
+    let answer = got
+        .first()
+        .unwrap_or_else(|| panic!("no answer within 8 s"));
+    assert_eq!(answer.status, 408, "{}", raw.text());
+    assert!(
+        answer.text().contains("\"error\":\"request_timeout\""),
+        "{}",
+        answer.text()
+    );
+    assert!(started.elapsed() < 5 * SECS, "{:?}", started.elapsed());
+    // Nothing was sold and the token was not held: it buys now.
+    let placed = app
+        .client
+        .post(app.url("/api/orders"))
+        .header("x-user-id", "slow-buyer")
+        .header("x-entry-token", &token)
+        .json(&serde_json::json!({"productId": "demo-sneaker", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(placed.status(), 201);
     app.stop().await;
 }
 

@@ -814,6 +814,24 @@ impl Store for RedisStore {
         }
     }
 
+    async fn token_holder(
+        &self,
+        queue: &QueueName,
+        presented: &str,
+    ) -> StoreResult<Option<UserId>> {
+        let user: Option<String> = self
+            .run_for(&self.scripts.token_holder, queue, &[], Vec::new(), |inv| {
+                inv.arg(presented);
+            })
+            .await?;
+        user.map(|u| {
+            UserId::parse(&u).map_err(|e| {
+                StoreError::Protocol(format!("token_holder returned a bad user id: {}", e.0))
+            })
+        })
+        .transpose()
+    }
+
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let stock = vec![self.keys(queue).stock(), self.keys(queue).audit()];
         let n: i64 = self
