@@ -125,8 +125,9 @@ pub struct QueueLive {
     /// `admittedSeen` by path.
     admitted_by_path: AdmittedByPath,
     /// Seconds the last in line can expect to wait at the observed rate
-    /// (`null`: nobody waits, admission is held, or nobody was admitted in
-    /// the last half minute).
+    /// (`null`: nobody waits, nobody can be admitted now (`state` held,
+    /// sold out, stock blocked, store away), or nobody was admitted in the
+    /// last half minute).
     wait_for_last_secs: Option<u64>,
     /// The stock admission follows (`null`: none reported, or the store
     /// did not answer).
@@ -228,9 +229,12 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
         let rate = state.hub().observed_rate(queue);
         let paused = stats.as_ref().map(|s| s.paused);
         let waiting = stats.as_ref().map(|s| s.waiting);
+        let admission = admission_state(stats.as_ref(), stock.as_ref(), lottery.as_ref(), settings);
         // At the rate admissions were observed, on either path; none while
-        // held (nobody is admitted until the operator resumes).
-        let forecast = crate::queue::Forecast::at_rate(rate).with_held(paused == Some(true));
+        // nobody can be admitted (held, or the stock lets nobody more in)
+        // whatever the rate was a moment ago.
+        let stopped = matches!(admission, "storeAway" | "held" | "soldOut" | "stockBlocked");
+        let forecast = crate::queue::Forecast::at_rate(rate).with_held(stopped);
         let (pass, fast_track) = state.hub().admitted_seen(queue);
         let labelled = |name| sum_of_queue(&metrics, name, queue.as_str());
         queues.push(QueueLive {
@@ -238,7 +242,7 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
             waiting,
             active: stats.as_ref().map(|s| s.active),
             paused,
-            state: admission_state(stats.as_ref(), stock.as_ref(), lottery.as_ref(), settings),
+            state: admission,
             observed_rate: rate,
             admitted_seen: pass + fast_track,
             admitted_by_path: AdmittedByPath { pass, fast_track },

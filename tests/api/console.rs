@@ -431,6 +431,8 @@ async fn stock_that_blocks_admission_is_shown() {
         "{q}"
     );
     assert_eq!(q["waiting"], 1);
+    // Two were admitted a moment ago, but nobody more can be: no wait.
+    assert!(q["waitForLastSecs"].is_null(), "{q}");
     // Sold out is said so.
     admin(
         &app,
