@@ -84,7 +84,8 @@ pub struct QueueSettings {
     /// shown instead, in every language), served with its branding.
     pub texts: BTreeMap<String, String>,
     /// Where a READY buyer is sent to buy when the order service lives
-    /// elsewhere (see [`check_shop_url`]); absent: `--shop-url`, if set.
+    /// elsewhere: an absolute `https://` URL whose `{token}` and `{queue}`
+    /// the page fills in; absent: `--shop-url`, if set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shop_url: Option<String>,
     /// Admission that follows the order service (`batch` is then set by
