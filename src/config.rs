@@ -248,6 +248,15 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ORDERS_DB", default_value = "waitroom-orders.db")]
     pub orders_db: String,
 
+    /// Where a READY buyer is sent to buy when the order service lives
+    /// elsewhere (`--orders off`): an absolute https:// URL whose `{token}`
+    /// and `{queue}` the page fills in, URL-encoded. Put the token in the
+    /// fragment (`https://shop.example/buy#token={token}`): browsers send a
+    /// fragment to no server and in no `Referer`. A queue's `shopUrl`
+    /// setting overrides it.
+    #[arg(long, env = "WAITROOM_SHOP_URL")]
+    pub shop_url: Option<String>,
+
     /// Links every queue to the demo order service's stock: the units its
     /// products have left (and their largest `maxPerOrder`) are reported
     /// at start, after every order and after every restock, so admission
@@ -511,6 +520,10 @@ impl Config {
         }
         if self.claim_lease_secs == 0 {
             return bad("--claim-lease-secs must be at least 1");
+        }
+        if let Some(url) = &self.shop_url {
+            crate::queue::check_shop_url(url)
+                .map_err(|m| ConfigError(format!("--shop-url: {m}")))?;
         }
         if let Some(a) = self.adaptive_settings() {
             a.validate(self.admission_interval_ms)

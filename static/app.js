@@ -430,8 +430,19 @@ function showWaiting(w) {
   const rank = Number.isFinite(w.rank) ? w.rank : position === null ? null : position - 1;
   setText('ahead', fmt.peopleAhead(rank));
   const range = w.estimatedWaitRange;
-  const words = range ? fmt.waitRangeInWords(range.low, range.high) : fmt.waitInWords(w.estimatedWaitSeconds);
+  // Held by an operator: nobody is admitted, so there is no estimate to
+  // give, only that the line is paused.
+  const held = w.held === true;
+  const wasHeld = el('view-waiting').dataset.held === 'true';
+  el('view-waiting').dataset.held = String(held);
+  el('held-note').hidden = !held;
+  const words = held
+    ? t('waiting.held')
+    : range
+      ? fmt.waitRangeInWords(range.low, range.high)
+      : fmt.waitInWords(w.estimatedWaitSeconds);
   setText('eta', words);
+  if (held !== wasHeld && !firstTime) announce(held ? t('waiting.heldNote') : t('waiting.resumed'));
   el('eta').dataset.low = range ? String(range.low) : '';
   el('eta').dataset.high = range ? String(range.high) : '';
   setText('total', fmt.formatCount(w.totalWaiting));
@@ -450,6 +461,7 @@ function showWaiting(w) {
   const spoken = fmt.formatCount(position);
   if (firstTime) {
     announce(t('waiting.announceJoined', { position: spoken, wait: words }));
+    if (held) announce(t('waiting.heldNote'));
     app.lastMilestone = mark;
   } else if (mark !== null && (app.lastMilestone === null || mark < app.lastMilestone)) {
     announce(
@@ -515,15 +527,36 @@ function showReady(r) {
     hideOrderError();
     setTitle(t('title.ready'));
     announce(t('ready.announce', { duration: fmt.durationInWords(seconds) }));
-    loadProducts();
-    updateOrderButton();
+    if (app.shopUrl) {
+      showShopHandoff(r.entryToken);
+    } else {
+      loadProducts();
+      updateOrderButton();
+    }
+  } else if (app.shopUrl && isNew) {
+    showShopHandoff(r.entryToken);
   }
   app.redraw = () => {
     setTitle(t('title.ready'));
+    if (app.shopUrl) return;
     if (app.products) renderProducts();
     updateOrderButton();
   };
   startCountdown();
+}
+
+/**
+ * The order service lives elsewhere (the queue's shop link): the buyer is
+ * handed on with a link in place of the order form, the entry token (and
+ * the queue) filled in where the operator's link has {token} ({queue}).
+ */
+function showShopHandoff(token) {
+  const href = app.shopUrl
+    .replaceAll('{token}', encodeURIComponent(token ?? ''))
+    .replaceAll('{queue}', encodeURIComponent(queue));
+  el('shop-link').href = href;
+  el('shop-handoff').hidden = false;
+  el('order-form').hidden = true;
 }
 
 function startCountdown() {
@@ -934,6 +967,8 @@ async function boot() {
   // (English, unbranded) until both are in, and keeps them if either fails.
   const words = loadLanguage(startLanguage());
   const brand = valid ? await api.page(queue).catch(() => ({})) : {};
+  // Checked again here: only an absolute http(s) link is followed.
+  app.shopUrl = typeof brand?.shopUrl === 'string' && /^https?:\/\/[^/?#]/.test(brand.shopUrl) ? brand.shopUrl : null;
   await words.ready(applyBrand(brand));
   onLanguageChange(redraw);
   if (queue !== 'default') {

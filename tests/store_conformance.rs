@@ -754,6 +754,33 @@ async fn a_lapsed_claim_returns_to_ready(store: SharedStore) {
     ));
 }
 
+/// A hold is read with every standing (a buyer is told the queue is
+/// paused rather than an estimate) and marks the passes it emptied.
+async fn a_hold_is_read_with_every_standing(store: SharedStore) {
+    let p = slow(1);
+    assert!(store.set_paused(&q(), true).await.unwrap());
+    let user = u("held1");
+    let e = store
+        .enter(&q(), &user, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(matches!(e.snapshot.standing, Standing::Waiting { .. }));
+    assert!(e.snapshot.paused);
+    assert!(store.status(&q(), &user, false).await.unwrap().paused);
+    let all = store
+        .statuses(&q(), std::slice::from_ref(&user))
+        .await
+        .unwrap();
+    assert!(all[0].paused);
+    let pass = store.admit(&q(), &p, &tokens(1)).await.unwrap();
+    assert!(pass.held && pass.admitted.is_empty(), "{pass:?}");
+    assert!(store.set_paused(&q(), false).await.unwrap());
+    let pass = store.admit(&q(), &p, &tokens(1)).await.unwrap();
+    assert!(!pass.held && pass.admitted.len() == 1, "{pass:?}");
+    let s = store.status(&q(), &user, false).await.unwrap();
+    assert!(!s.paused && matches!(s.standing, Standing::Ready { .. }));
+}
+
 async fn passes_and_changes_are_published(store: SharedStore) {
     let mut events = subscribed(&store).await;
     let p = slow(2);
@@ -769,7 +796,10 @@ async fn passes_and_changes_are_published(store: SharedStore) {
     let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
     assert_eq!(pass.admitted.len(), 2);
 
+    // The budget was drained on the fast track: one event for each, so
+    // every instance counts those admissions too.
     let mut got = Vec::new();
+    let mut fast_tracked = 0;
     while got.len() < 2 {
         let ev = tokio::time::timeout(Duration::from_secs(3), events.next())
             .await
@@ -777,9 +807,16 @@ async fn passes_and_changes_are_published(store: SharedStore) {
             .expect("stream open");
         if let StoreEvent::Queue { queue, event } = ev {
             assert_eq!(queue, q());
-            got.push(event);
+            match event {
+                QueueEvent::FastTracked { at } => {
+                    assert!(at > 0 && got.is_empty(), "{got:?}");
+                    fast_tracked += 1;
+                }
+                event => got.push(event),
+            }
         }
     }
+    assert_eq!(fast_tracked, p.batch);
     assert_eq!(
         got[0],
         QueueEvent::Left {
@@ -844,6 +881,7 @@ macro_rules! conformance {
 
 conformance!(
     reenter_keeps_the_place,
+    a_hold_is_read_with_every_standing,
     concurrent_enters_get_distinct_ranks,
     concurrent_enters_of_one_user_make_one_entry,
     admission_issues_at_most_batch_tokens_once_each,
@@ -1794,7 +1832,10 @@ mod stock {
                 .expect("stream open");
             if let StoreEvent::Queue { queue, event } = ev {
                 assert_eq!(queue, q());
-                got.push(event);
+                // The one admission of the fast track is announced too.
+                if !matches!(event, QueueEvent::FastTracked { .. }) {
+                    got.push(event);
+                }
             }
         }
         assert_eq!(got[0], QueueEvent::SoldOut);
@@ -1872,6 +1913,7 @@ fn settings(batch: u32) -> QueueSettings {
         abandon_after_ms: None,
         claim_lease_ms: 30_000,
         texts: Default::default(),
+        shop_url: None,
         adaptive: None,
     }
 }

@@ -15,7 +15,7 @@ use crate::http::ApiError;
 use crate::http::body::{BodyError, read_whole};
 use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
-use crate::store::{OrderSignal, StoreError};
+use crate::store::StoreError;
 
 /// A claimed entry token for one order, with the order's body. Call
 /// [`commit_succeeded`] after the order's transaction commits, or
@@ -107,9 +107,9 @@ impl EntryPass {
     /// The order committed: delete the token (durably; see [`Gate::consume`]).
     pub async fn commit_succeeded(mut self) {
         self.renewal.cancel();
-        self.observe_commit();
+        let claimed_ms = self.claimed_ms();
         if let Some(claim) = self.claim.take() {
-            self.gate.consume(claim).await;
+            self.gate.consume(claim, Some(claimed_ms)).await;
         }
     }
 
@@ -121,32 +121,28 @@ impl EntryPass {
     /// record is the retry, and it survives a restart.
     pub async fn commit_recorded(mut self) -> Result<bool, StoreError> {
         self.renewal.cancel();
-        self.observe_commit();
+        let claimed_ms = self.claimed_ms();
         let pending = self.pending_consume();
         // Taken first: a pass dropped mid-consume must not release a claim
         // whose order committed.
         self.claim.take();
-        self.gate.consume_pending(&pending).await
+        self.gate.consume_pending(&pending, Some(claimed_ms)).await
     }
 
     /// The order rolled back: keep the token so the buyer can retry.
     pub async fn rolled_back(mut self) {
         self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
-            self.gate.observe(&claim.queue, OrderSignal::RolledBack);
             self.gate.release(claim).await;
         }
     }
 }
 
 impl EntryPass {
-    /// Counts the claim-to-commit time for adaptive admission.
-    fn observe_commit(&self) {
-        if let Some(claim) = &self.claim {
-            let ms = self.claimed_at.elapsed().as_millis() as u64;
-            self.gate
-                .observe(&claim.queue, OrderSignal::Committed { ms });
-        }
+    /// The claim-to-commit time, for adaptive admission (counted by the
+    /// settle, `Gate::settle`).
+    fn claimed_ms(&self) -> u64 {
+        self.claimed_at.elapsed().as_millis() as u64
     }
 }
 
@@ -154,8 +150,8 @@ impl Drop for EntryPass {
     fn drop(&mut self) {
         self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
-            // A pass dropped unsettled is an order that did not go through.
-            self.gate.observe(&claim.queue, OrderSignal::RolledBack);
+            // A pass dropped unsettled is an order that did not go through
+            // (the release counts it so).
             let gate = self.gate.clone();
             // Drop cannot await; outside a runtime the lease lapses instead.
             if let Ok(handle) = tokio::runtime::Handle::try_current() {

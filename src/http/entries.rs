@@ -24,7 +24,7 @@ use super::lottery::PreTicket;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
 use crate::app::AppState;
-use crate::queue::{EntryToken, QueueName, UserId};
+use crate::queue::{EntryToken, QueueName, Standing, UserId};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -148,6 +148,12 @@ async fn enter(
         scheduled = true;
     };
     count_enter(&queue, outcome.created);
+    if outcome.created && matches!(outcome.snapshot.standing, Standing::Ready { .. }) {
+        // The fast track: admitted by this join, not by a pass, and
+        // counted with the passes' admissions all the same.
+        metrics::counter!("waitroom_admitted_total", "queue" => queue.to_string(), "path" => "fast_track")
+            .increment(1);
+    }
     let entry = outcome
         .snapshot
         .entry

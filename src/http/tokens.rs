@@ -24,8 +24,8 @@ use super::auth::ServiceAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use crate::app::AppState;
+use crate::gate::Settle;
 use crate::queue::{QueueName, UserId};
-use crate::store::OrderSignal;
 
 /// `/api/tokens/claim`, `/api/tokens/consume`, `/api/tokens/release`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -155,15 +155,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// What to do with a held claim.
-#[derive(Clone, Copy)]
-enum Settle {
-    /// The order committed: delete the token.
-    Consume,
-    /// The order rolled back: return the token to READY.
-    Release,
-}
-
 /// After the order committed: deletes the token.
 #[utoipa::path(
     post,
@@ -188,7 +179,7 @@ async fn consume(
     state: State<AppState>,
     body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    settle(state, body, Settle::Consume).await
+    settle(state, body, true).await
 }
 
 /// After the order rolled back: the token is READY again.
@@ -215,33 +206,29 @@ async fn release(
     state: State<AppState>,
     body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    settle(state, body, Settle::Release).await
+    settle(state, body, false).await
 }
 
-/// Settles a claim; the caller is already authenticated.
+/// Settles a claim (`committed`: consume, else release) through the
+/// gate's one settle path, the one the Rust extractor takes too, so both
+/// are counted alike; the caller is already authenticated.
 async fn settle(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<ClaimRef>,
-    how: Settle,
+    committed: bool,
 ) -> Result<Response, ApiError> {
     let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
-    let store = state.store();
     let (claim_id, claimed_at) = unstamp(&req.claim_id);
-    let held = match how {
-        Settle::Consume => store.consume(&queue, &user, claim_id).await?,
-        Settle::Release => store.release(&queue, &user, claim_id).await?,
-    };
-    if held {
-        let signal = match how {
-            // Clocks of two instances may differ a little: never negative.
-            Settle::Consume => claimed_at.map(|at| OrderSignal::Committed {
-                ms: now_ms().saturating_sub(at),
-            }),
-            Settle::Release => Some(OrderSignal::RolledBack),
-        };
-        if let Some(signal) = signal {
-            state.gate().observe(&queue, signal);
+    let how = if committed {
+        // Clocks of two instances may differ a little: never negative.
+        Settle::Consume {
+            claimed_ms: claimed_at.map(|at| now_ms().saturating_sub(at)),
         }
+    } else {
+        Settle::Release
+    };
+    let held = state.gate().settle(&queue, &user, claim_id, how).await?;
+    if held {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::conflict(

@@ -58,6 +58,7 @@ impl EnterOutcome {
                 pass: 0,
                 entry: None,
                 sold_out: false,
+                paused: false,
             },
             pre_queue: true,
         }
@@ -99,6 +100,11 @@ pub struct Pass {
     /// True when someone was waiting at the start of the pass, so the pass
     /// says something about throughput.
     pub busy: bool,
+    /// True when an operator held admission: the pass admitted nobody by
+    /// design, which says nothing about throughput either (absent from
+    /// older instances' events: not held).
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// A change that streams on any instance may need to hear about.
@@ -109,6 +115,10 @@ pub enum QueueEvent {
     Pass(Pass),
     /// A user left the line or gave up their token (`seq` when they waited).
     Left { user: UserId, seq: Option<u64> },
+    /// A join into an empty line took the fast track: READY at once, with
+    /// no pass (`at`: store clock, ms). Published so every instance counts
+    /// every admission, not only those of passes.
+    FastTracked { at: u64 },
     /// A user's token was used for an order.
     Consumed { user: UserId },
     /// The queue's stock ran out: every waiting stream ends `sold_out`

@@ -387,6 +387,7 @@ impl QueueData {
                 pass: self.pass,
                 entry: None,
                 sold_out: super::stock::sold_out(&self.stock),
+                paused: self.paused,
             };
         };
         let standing = match &buyer.state {
@@ -406,6 +407,7 @@ impl QueueData {
             pass: self.pass,
             entry: Some(buyer.entry),
             sold_out: super::stock::sold_out(&self.stock),
+            paused: self.paused,
         }
     }
 }

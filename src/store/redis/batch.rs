@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::conn::Conn;
-use super::{CALL_TIMEOUT, QueueKeys, Row, send_durable, split_row};
+use super::{CALL_TIMEOUT, Flags, QueueKeys, Row, send_durable, split_row};
 use crate::queue::{EntryToken, QueueName, UserId};
 use crate::store::{StoreError, StoreResult};
 
@@ -137,8 +137,8 @@ impl JoinShared {
     }
 }
 
-/// A join's row and whether the queue is sold out (`split_row`).
-type Joined = (Row, bool);
+/// A join's row and the queue's flags (`split_row`).
+type Joined = (Row, Flags);
 
 type Pending = (JoinCall, oneshot::Sender<StoreResult<Joined>>);
 
@@ -454,7 +454,11 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
     };
     let now = int(values.next())?;
     let pass = int(values.next())?.max(0) as u64;
-    let sold_out = int(values.next())? == 1;
+    let bits = int(values.next())?;
+    let flags = Flags {
+        sold_out: bits & 1 == 1,
+        paused: bits & 2 == 2,
+    };
     let mut rows = Vec::with_capacity(n);
     while let Some(v) = values.next() {
         rows.push(match v {
@@ -477,7 +481,7 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
                         rank.max(0) as u64 + 1,
                         pass,
                     );
-                    rows.push((row, sold_out));
+                    rows.push((row, flags));
                 }
                 continue;
             }

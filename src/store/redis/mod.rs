@@ -193,17 +193,28 @@ impl From<RedisError> for StoreError {
 /// One row of `describe()` in `common.lua`.
 type Row = (String, i64, i64, i64, String, i64, i64, u64, u64);
 
-/// A reply row: `describe()` with the sold-out flag `with_stock()` appends
+/// A reply row: `describe()` with the flags `with_stock()` appends
 /// (`common.lua`), or a refusal of `gcra.lua`, which has none.
-fn split_row(mut values: Vec<redis::Value>) -> StoreResult<(Row, bool)> {
-    let sold_out = if values.len() == 10 {
+fn split_row(mut values: Vec<redis::Value>) -> StoreResult<(Row, Flags)> {
+    let flags = if values.len() == 10 {
         let flag = values.pop().unwrap_or(redis::Value::Nil);
-        redis::from_redis_value::<i64>(flag).map_err(RedisError::from)? == 1
+        let bits = redis::from_redis_value::<i64>(flag).map_err(RedisError::from)?;
+        Flags {
+            sold_out: bits & 1 == 1,
+            paused: bits & 2 == 2,
+        }
     } else {
-        false
+        Flags::default()
     };
     let row = redis::from_redis_value(redis::Value::Array(values)).map_err(RedisError::from)?;
-    Ok((row, sold_out))
+    Ok((row, flags))
+}
+
+/// The flags `row_flags()` (`common.lua`) appends to a row.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Flags {
+    pub sold_out: bool,
+    pub paused: bool,
 }
 
 impl RedisStore {
@@ -557,7 +568,7 @@ fn rate_args(rate: Option<Rate>) -> (u64, u32) {
     rate.map_or((0, 0), |r| (r.period_ms.max(1), r.burst.max(1)))
 }
 
-fn snapshot((row, sold_out): (Row, bool)) -> StoreResult<(bool, Snapshot)> {
+fn snapshot((row, flags): (Row, Flags)) -> StoreResult<(bool, Snapshot)> {
     // `seq` is the entry id: the line's order while waiting, the entry the
     // token was issued to once admitted.
     let (kind, created, rank, seq, token, ttl_ms, entered_at, total, pass) = row;
@@ -584,7 +595,8 @@ fn snapshot((row, sold_out): (Row, bool)) -> StoreResult<(bool, Snapshot)> {
             entered_at_ms,
             pass,
             entry,
-            sold_out,
+            sold_out: flags.sold_out,
+            paused: flags.paused,
         },
     ))
 }

@@ -287,9 +287,15 @@ local function sold_out(key)
   return redis.call('HGET', key, 'soldout') == '1'
 end
 
--- A describe() row with the sold-out flag appended (1/0).
+-- The flags a describe() row carries: bit 0 sold out, bit 1 held by an
+-- operator (the buyer is told the line is paused rather than an estimate).
+local function row_flags(key)
+  return (sold_out(key) and 1 or 0) + (redis.call('EXISTS', K.paused) == 1 and 2 or 0)
+end
+
+-- A describe() row with its flags appended (row_flags).
 local function with_stock(row, key)
-  row[#row + 1] = sold_out(key) and 1 or 0
+  row[#row + 1] = row_flags(key)
   return row
 end
 
