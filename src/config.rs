@@ -180,8 +180,8 @@ pub struct Config {
 
     /// Seconds a new connection has to send its first byte: one that sends
     /// nothing is closed unanswered, so sockets that connect and never
-    /// speak hold a connection no longer than this (not
-    /// --idle-timeout-secs). 1-60.
+    /// speak hold a connection no longer than this (or
+    /// --idle-timeout-secs when that is shorter). 1-60.
     #[arg(long, env = "WAITROOM_FIRST_BYTE_TIMEOUT_SECS", default_value_t = 5)]
     pub first_byte_timeout_secs: u64,
 

@@ -164,7 +164,12 @@ pub async fn serve(
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
     let route = Arc::new(lean::stream_route(&state.config().base_path));
     let timeouts = Timeouts {
-        first_byte: state.config().first_byte_timeout(),
+        // A connection that has sent nothing yet is at least as idle as a
+        // kept-alive one: never kept longer.
+        first_byte: state
+            .config()
+            .first_byte_timeout()
+            .min(state.config().idle_timeout()),
         idle: state.config().idle_timeout(),
         head: HEAD_TIMEOUT,
     };
