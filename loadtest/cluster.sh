@@ -164,7 +164,8 @@ done
 log "queues ${QUEUES[*]} on masters ${QMASTERS[*]}"
 
 ADDRESS_LIMIT_FLAGS=(--joins-per-address-per-minute 0 --places-per-address 0
-  --visitors-per-address-per-minute 0 --streams-per-address 0)
+  --visitors-per-address-per-minute 0 --streams-per-address 0
+  --connections-per-address 0)
 # start NAME PREFIX [flags…]: an instance on the cluster; sets S_PID,
 # S_ADDR and S_ADMIN (its operator listener).
 start() {

@@ -85,7 +85,8 @@ start_redis() {
 # The crowd comes from a handful of loopback addresses (thousands of buyers
 # each), so the per-address limits are off: they are not what is measured.
 ADDRESS_LIMIT_FLAGS=(--joins-per-address-per-minute 0 --places-per-address 0
-  --visitors-per-address-per-minute 0 --streams-per-address 0)
+  --visitors-per-address-per-minute 0 --streams-per-address 0
+  --connections-per-address 0)
 
 # start_server NAME [extra flags…]: a fresh $SERVER_BIN with its own prefix
 # and orders DB; sets SERVER_PID, SERVER_ADDR, ADMIN_ADDR (its operator

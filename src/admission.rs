@@ -101,7 +101,7 @@ pub async fn run(
                         tracing::info!(%queue, "admission resumed");
                         failing = false;
                     }
-                    metrics::counter!("waitroom_admitted_total", &labels)
+                    metrics::counter!("waitroom_admitted_total", "queue" => queue.to_string(), "path" => "pass")
                         .increment(pass.admitted.len() as u64);
                     metrics::counter!("waitroom_abandoned_total", &labels)
                         .increment(pass.abandoned.len() as u64);

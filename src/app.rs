@@ -365,12 +365,6 @@ impl AppState {
         &self.inner.shutdown
     }
 
-    /// Admissions per second to estimate waits with: observed, or the
-    /// configured rate until there is data.
-    pub fn admission_rate(&self, queue: &QueueName) -> f64 {
-        self.forecast(queue).rate()
-    }
-
     /// The wait forecast of `queue`: from its observed passes, or a point
     /// estimate at the configured rate until there is data.
     pub fn forecast(&self, queue: &QueueName) -> crate::queue::Forecast {

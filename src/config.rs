@@ -166,6 +166,47 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
 
+    /// Most open connections from one client address (IPv6: one /64) on
+    /// each listener, so one address cannot take every connection (idle
+    /// sockets included); one over it is answered `429
+    /// address_connections_limited` (with `Retry-After`) and closed. The
+    /// socket's peer is what is counted, so connections from
+    /// --trusted-proxies are not (a proxy holds them for all its clients:
+    /// cap those at the proxy). Unset: half of --max-connections, at most
+    /// 4096. The operator listener takes at most 32 (half its ordinary
+    /// slots) from one address. 0: off.
+    #[arg(long, env = "WAITROOM_CONNECTIONS_PER_ADDRESS")]
+    pub connections_per_address: Option<usize>,
+
+    /// Seconds a new connection has to send its first byte: one that sends
+    /// nothing is closed unanswered, so sockets that connect and never
+    /// speak hold a connection no longer than this (or
+    /// --idle-timeout-secs when that is shorter). 1-60.
+    #[arg(long, env = "WAITROOM_FIRST_BYTE_TIMEOUT_SECS", default_value_t = 5)]
+    pub first_byte_timeout_secs: u64,
+
+    /// Connections the operator listener keeps beyond its 64 for requests
+    /// that carry the admin or the service token: a connection over the 64
+    /// is served only if its requests carry one (any other request is
+    /// answered `503 server_busy` and the connection closed), so idle or
+    /// unauthenticated sockets cannot lock operators and order services
+    /// out. 0: none (over the 64, `503`). 0-1024.
+    #[arg(
+        long,
+        env = "WAITROOM_ADMIN_RESERVED_CONNECTIONS",
+        default_value_t = 16
+    )]
+    pub admin_reserved_connections: usize,
+
+    /// Host names the operator listener answers besides `localhost` and IP
+    /// literals (comma-separated; the names Prometheus or operators use to
+    /// reach it): a request with any other `Host` gets `421
+    /// misdirected_request`, so a web page whose DNS name was rebound to
+    /// this address cannot read the operator listener through an
+    /// operator's browser.
+    #[arg(long, env = "WAITROOM_ADMIN_HOSTS", value_delimiter = ',')]
+    pub admin_hosts: Vec<String>,
+
     /// Seconds a client has to send a whole request body once its head has
     /// arrived; slower ones get `408 request_timeout`. Must be shorter than
     /// --claim-lease-secs. Unset: 10, or half the claim lease if shorter.
@@ -207,6 +248,15 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ORDERS_DB", default_value = "waitroom-orders.db")]
     pub orders_db: String,
 
+    /// Where a READY buyer is sent to buy when the order service lives
+    /// elsewhere (`--orders off`): an absolute https:// URL whose `{token}`
+    /// and `{queue}` the page fills in, URL-encoded. Put the token in the
+    /// fragment (`https://shop.example/buy#token={token}`): browsers send a
+    /// fragment to no server and in no `Referer`. A queue's `shopUrl`
+    /// setting overrides it.
+    #[arg(long, env = "WAITROOM_SHOP_URL")]
+    pub shop_url: Option<String>,
+
     /// Links every queue to the demo order service's stock: the units its
     /// products have left (and their largest `maxPerOrder`) are reported
     /// at start, after every order and after every restock, so admission
@@ -244,6 +294,13 @@ pub struct Config {
     /// `Authorization: Bearer` header carries one.
     #[arg(long, env = "WAITROOM_IDENTITY_COOKIE")]
     pub identity_cookie: Option<String>,
+
+    /// Signed mode: the longest life a token may have, `exp - iat`, in
+    /// seconds (1-31536000); a longer one is refused, and so is one
+    /// without `iat`. Unset: no maximum (`iat`, when present, must still
+    /// not be in the future).
+    #[arg(long, env = "WAITROOM_IDENTITY_MAX_LIFETIME_SECS")]
+    pub identity_max_lifetime_secs: Option<u64>,
 
     /// Seconds an idle keep-alive connection stays open. Keep it longer
     /// than the keep-alive of whatever stands in front (nginx `keepalive_timeout`
@@ -394,6 +451,15 @@ pub const DEFAULT_ADMIN_ADDR: SocketAddr =
 /// the connects of a sale's first millisecond.
 pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
 
+/// The per-address connection cap's ceiling when `--connections-per-address`
+/// is unset: room for a large crowd behind one NAT address (above
+/// `--streams-per-address`'s default, so an address at its stream cap can
+/// still poll), while one address still never holds the instance.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 4096;
+
+/// The longest `--identity-max-lifetime-secs`: a year.
+const MAX_IDENTITY_LIFETIME_SECS: u64 = 365 * 86_400;
+
 /// The longest ticket life accepted: a leaked ticket stays usable no
 /// longer than this, even while its place lasts.
 const MAX_TICKET_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -454,6 +520,10 @@ impl Config {
         }
         if self.claim_lease_secs == 0 {
             return bad("--claim-lease-secs must be at least 1");
+        }
+        if let Some(url) = &self.shop_url {
+            crate::queue::check_shop_url(url)
+                .map_err(|m| ConfigError(format!("--shop-url: {m}")))?;
         }
         if let Some(a) = self.adaptive_settings() {
             a.validate(self.admission_interval_ms)
@@ -538,6 +608,19 @@ impl Config {
         {
             return bad("--max-connections must be at least --max-streams");
         }
+        if let (Some(per_address), Some(connections)) =
+            (self.connections_per_address, self.max_connections)
+            && per_address > connections
+        {
+            return bad("--connections-per-address must be at most --max-connections (0: off)");
+        }
+        if !(1..=60).contains(&self.first_byte_timeout_secs) {
+            return bad("--first-byte-timeout-secs must be 1-60");
+        }
+        if self.admin_reserved_connections > 1024 {
+            return bad("--admin-reserved-connections must be 0-1024");
+        }
+        self.admin_host_names()?;
         self.check_identity()?;
         if !(1..=3600).contains(&self.idle_timeout_secs) {
             return bad("--idle-timeout-secs must be 1-3600");
@@ -594,6 +677,54 @@ impl Config {
         Duration::from_secs(self.idle_timeout_secs)
     }
 
+    /// How long a new connection may wait before its first byte.
+    pub fn first_byte_timeout(&self) -> Duration {
+        Duration::from_secs(self.first_byte_timeout_secs)
+    }
+
+    /// Most connections one address may hold on the public listener, given
+    /// the instance's connection cap (`--max-connections` or its
+    /// default); `None`: not capped (`--connections-per-address 0`).
+    pub fn connections_per_address(&self, max_connections: usize) -> Option<usize> {
+        match self.connections_per_address {
+            Some(0) => None,
+            Some(n) => Some(n),
+            // Half: one address never holds the whole instance, and a
+            // crowd behind one NAT address still gets a large share.
+            None => Some((max_connections / 2).clamp(1, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)),
+        }
+    }
+
+    /// `--admin-hosts`, each lower-case and without a trailing dot.
+    /// Refuses anything that is not a DNS name (a port, a scheme, a path,
+    /// an empty label).
+    pub fn admin_host_names(&self) -> Result<Vec<String>, ConfigError> {
+        let mut names = Vec::new();
+        for raw in &self.admin_hosts {
+            let name = raw.trim().to_ascii_lowercase();
+            let name = name.strip_suffix('.').unwrap_or(&name);
+            if name.is_empty() && raw.trim().is_empty() {
+                continue;
+            }
+            let ok = (1..=253).contains(&name.len())
+                && name.split('.').all(|label| {
+                    (1..=63).contains(&label.len())
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            if !ok {
+                return Err(ConfigError(format!(
+                    "--admin-hosts: {raw:?} is not a host name (no port, scheme or path)"
+                )));
+            }
+            names.push(name.to_owned());
+        }
+        Ok(names)
+    }
+
     /// The challenge flags' ranges (checked in every mode, so a typo is
     /// found before the day `auto` switches on).
     fn check_join_challenge(&self) -> Result<(), ConfigError> {
@@ -623,7 +754,8 @@ impl Config {
             || self.identity_public_key.is_some()
             || self.identity_issuer.is_some()
             || self.identity_audience.is_some()
-            || self.identity_cookie.is_some();
+            || self.identity_cookie.is_some()
+            || self.identity_max_lifetime_secs.is_some();
         if self.identity != IdentityMode::Signed {
             if signed_flags {
                 return bad("the --identity-* flags need --identity signed");
@@ -638,6 +770,12 @@ impl Config {
                 "--identity signed needs --identity-secret (HS256) or --identity-public-key (RS256/EdDSA)",
             ),
             (Some(s), None) if s.len() < 32 => bad("--identity-secret must be at least 32 bytes"),
+            _ if self
+                .identity_max_lifetime_secs
+                .is_some_and(|secs| !(1..=MAX_IDENTITY_LIFETIME_SECS).contains(&secs)) =>
+            {
+                bad("--identity-max-lifetime-secs must be 1-31536000 (a year)")
+            }
             _ => Ok(()),
         }
     }
@@ -661,6 +799,7 @@ impl Config {
             issuer: self.identity_issuer.clone(),
             audience: self.identity_audience.clone(),
             cookie: self.identity_cookie.clone(),
+            max_lifetime_secs: self.identity_max_lifetime_secs,
         }))
     }
 
@@ -808,6 +947,17 @@ mod tests {
             "longer than 60 s proxies"
         );
         assert!(!c.ticket_in_query, "tickets stay out of access logs");
+        assert_eq!(c.first_byte_timeout(), Duration::from_secs(5));
+        assert_eq!(c.connections_per_address(40), Some(20), "half the cap");
+        assert_eq!(c.connections_per_address(1), Some(1));
+        assert_eq!(c.connections_per_address(1 << 20), Some(4096));
+        let off = Config::from_args(["--connections-per-address", "0"]).unwrap();
+        assert_eq!(off.connections_per_address(40), None);
+        assert_eq!(c.admin_reserved_connections, 16);
+        assert!(
+            c.admin_hosts.is_empty(),
+            "loopback names and IP literals only"
+        );
         assert_eq!(
             c.identity,
             IdentityMode::Visitor,
@@ -954,6 +1104,81 @@ mod tests {
                 .unwrap()
                 .is_ok()
         );
+        assert!(parse(&["--first-byte-timeout-secs", "0"]).unwrap().is_err());
+        assert!(
+            parse(&["--first-byte-timeout-secs", "61"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(parse(&["--first-byte-timeout-secs", "60"]).unwrap().is_ok());
+        assert!(parse(&["--connections-per-address", "-1"]).is_err());
+        assert!(parse(&["--connections-per-address", "0"]).unwrap().is_ok());
+        assert!(
+            parse(&["--connections-per-address", "11", "--max-connections", "10"])
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            parse(&["--connections-per-address", "10", "--max-connections", "10"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(
+            parse(&["--admin-reserved-connections", "0"])
+                .unwrap()
+                .is_ok()
+        );
+        assert!(
+            parse(&["--admin-reserved-connections", "1025"])
+                .unwrap()
+                .is_err()
+        );
+        for good in [
+            "ops.internal",
+            "Waitroom-0.Example.COM.",
+            "a,b.c,",
+            "10.0.0.1",
+        ] {
+            assert!(parse(&["--admin-hosts", good]).unwrap().is_ok(), "{good}");
+        }
+        for bad in [
+            "ops.internal:9090",
+            "https://ops.internal",
+            "ops.internal/metrics",
+            "a..b",
+            "a-.b",
+            "[::1]",
+            "*.example",
+            ".",
+        ] {
+            let refused = parse(&["--admin-hosts", bad]).unwrap().unwrap_err();
+            assert!(
+                refused.to_string().contains("--admin-hosts"),
+                "{bad}: {refused}"
+            );
+        }
+        assert!(
+            parse(&["--identity-max-lifetime-secs", "3600"])
+                .unwrap()
+                .is_err(),
+            "needs signed mode"
+        );
+        for (lifetime, ok) in [("0", false), ("31536001", false), ("3600", true)] {
+            assert_eq!(
+                parse(&[
+                    "--identity",
+                    "signed",
+                    "--identity-secret",
+                    &secret,
+                    "--identity-max-lifetime-secs",
+                    lifetime
+                ])
+                .unwrap()
+                .is_ok(),
+                ok,
+                "{lifetime}"
+            );
+        }
         assert!(parse(&["--idle-timeout-secs", "0"]).unwrap().is_err());
         assert!(parse(&["--idle-timeout-secs", "1"]).unwrap().is_ok());
         for good in ["", "/shop", "/a/b-c_d.e~"] {

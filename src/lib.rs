@@ -190,11 +190,10 @@ pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartErr
         state.clone(),
         admin,
         http::admin_router(state.clone()),
-        server::ADMIN_MAX_CONNECTIONS,
+        server::Listener::Operator,
     ));
-    let max_connections = state.max_connections();
     let router = http::router(state.clone());
-    let served = server::serve(state, listener, router, max_connections).await;
+    let served = server::serve(state, listener, router, server::Listener::Public).await;
     shutdown.cancel();
     let stop_by = stop_by
         .await

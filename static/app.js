@@ -78,6 +78,9 @@ storage.remove('sessionStorage', `waitroom.ticket.${queue}`);
 const keys = {
   start: `waitroom.start.${queue}`,
   order: `waitroom.order.${queue}`,
+  // Kept after the draw, leaving and joining again: it is what the buyer
+  // checks the published seed against.
+  lottery: `waitroom.lottery.${queue}`,
 };
 
 const bus = new TabBus(`waitroom-${queue}`);
@@ -299,12 +302,84 @@ function showPreQueue(p) {
   setText('prequeue-fingerprint', lottery.fingerprint ?? '–');
   setText('prequeue-commitment', lottery.commitment ?? '–');
   setText('prequeue-nonce', lottery.nonce ?? '–');
+  showReceipt(keepReceipt(lottery));
   setTitle(t('title.prequeue'));
   tickPreQueue();
   clearInterval(app.preQueueTimer);
   app.preQueueTimer = setInterval(tickPreQueue, 1000);
   app.redraw = () => showPreQueue(p);
   if (firstTime) announce(t('prequeue.announce'));
+}
+
+/**
+ * The commitment as this page first showed it for this entry, kept on this
+ * device before the draw. The documents published after the draw cannot
+ * prove the seed on their own: a server that swapped the seed could publish
+ * a commitment to match. So the first one seen is saved (and offered as a
+ * receipt to copy or download, for `scripts/lottery-verify --commitment`),
+ * never overwritten for the same entry code; a different one shown later is
+ * flagged, not saved. Returns the receipt and whether the commitment shown
+ * now differs from it; `null` without a commitment to keep.
+ */
+function keepReceipt(lottery) {
+  if (!lottery.commitment || !lottery.nonce) return null;
+  let receipt = storage.getJSON('localStorage', keys.lottery);
+  if (receipt?.nonce !== lottery.nonce || !receipt?.commitment) {
+    receipt = {
+      queue,
+      commitment: lottery.commitment,
+      nonce: lottery.nonce,
+      fingerprint: lottery.fingerprint,
+      opensAt: lottery.opensAt,
+      savedAt: new Date().toISOString(),
+    };
+    storage.setJSON('localStorage', keys.lottery, receipt);
+  }
+  return { receipt, changed: receipt.commitment !== lottery.commitment };
+}
+
+/** The receipt as a text file: what was promised, and how to check it. */
+function receiptText(receipt) {
+  // The service's root as the page sees it (a base path included).
+  const base = new URL('.', document.baseURI).href.replace(/\/$/, '');
+  return [
+    'waitroom lottery receipt',
+    `queue: ${receipt.queue}`,
+    `commitment (saved ${receipt.savedAt}, before the draw): ${receipt.commitment}`,
+    `entry code: ${receipt.nonce}`,
+    `fingerprint: ${receipt.fingerprint}`,
+    '',
+    'After the draw, check the published seed against the saved commitment:',
+    `lottery-verify --url ${base} --queue ${receipt.queue} --nonce ${receipt.nonce} --commitment ${receipt.commitment}`,
+    '',
+  ].join('\n');
+}
+
+function showReceipt(kept) {
+  const box = el('prequeue-receipt');
+  box.hidden = !kept;
+  if (!kept) return;
+  const { receipt, changed } = kept;
+  const text = receiptText(receipt);
+  const download = el('prequeue-download');
+  download.href = `data:text/plain;charset=utf-8,${encodeURIComponent(text)}`;
+  download.download = `waitroom-lottery-${receipt.queue}.txt`;
+  download.dataset.commitment = receipt.commitment;
+  el('prequeue-copy').hidden = !navigator.clipboard;
+  app.receiptText = text;
+  const warning = el('prequeue-changed');
+  warning.hidden = !changed;
+  if (changed) setText('prequeue-changed', t('prequeue.changed', { saved: receipt.commitment }));
+}
+
+async function copyReceipt() {
+  if (!app.receiptText) return;
+  try {
+    await navigator.clipboard.writeText(app.receiptText);
+    announce(t('prequeue.copied'));
+  } catch {
+    // No permission: the download is still there.
+  }
 }
 
 function tickPreQueue() {
@@ -355,8 +430,19 @@ function showWaiting(w) {
   const rank = Number.isFinite(w.rank) ? w.rank : position === null ? null : position - 1;
   setText('ahead', fmt.peopleAhead(rank));
   const range = w.estimatedWaitRange;
-  const words = range ? fmt.waitRangeInWords(range.low, range.high) : fmt.waitInWords(w.estimatedWaitSeconds);
+  // Held by an operator: nobody is admitted, so there is no estimate to
+  // give, only that the line is paused.
+  const held = w.held === true;
+  const wasHeld = el('view-waiting').dataset.held === 'true';
+  el('view-waiting').dataset.held = String(held);
+  el('held-note').hidden = !held;
+  const words = held
+    ? t('waiting.held')
+    : range
+      ? fmt.waitRangeInWords(range.low, range.high)
+      : fmt.waitInWords(w.estimatedWaitSeconds);
   setText('eta', words);
+  if (held !== wasHeld && !firstTime) announce(held ? t('waiting.heldNote') : t('waiting.resumed'));
   el('eta').dataset.low = range ? String(range.low) : '';
   el('eta').dataset.high = range ? String(range.high) : '';
   setText('total', fmt.formatCount(w.totalWaiting));
@@ -375,6 +461,7 @@ function showWaiting(w) {
   const spoken = fmt.formatCount(position);
   if (firstTime) {
     announce(t('waiting.announceJoined', { position: spoken, wait: words }));
+    if (held) announce(t('waiting.heldNote'));
     app.lastMilestone = mark;
   } else if (mark !== null && (app.lastMilestone === null || mark < app.lastMilestone)) {
     announce(
@@ -440,15 +527,36 @@ function showReady(r) {
     hideOrderError();
     setTitle(t('title.ready'));
     announce(t('ready.announce', { duration: fmt.durationInWords(seconds) }));
-    loadProducts();
-    updateOrderButton();
+    if (app.shopUrl) {
+      showShopHandoff(r.entryToken);
+    } else {
+      loadProducts();
+      updateOrderButton();
+    }
+  } else if (app.shopUrl && isNew) {
+    showShopHandoff(r.entryToken);
   }
   app.redraw = () => {
     setTitle(t('title.ready'));
+    if (app.shopUrl) return;
     if (app.products) renderProducts();
     updateOrderButton();
   };
   startCountdown();
+}
+
+/**
+ * The order service lives elsewhere (the queue's shop link): the buyer is
+ * handed on with a link in place of the order form, the entry token (and
+ * the queue) filled in where the operator's link has {token} ({queue}).
+ */
+function showShopHandoff(token) {
+  const href = app.shopUrl
+    .replaceAll('{token}', encodeURIComponent(token ?? ''))
+    .replaceAll('{queue}', encodeURIComponent(queue));
+  el('shop-link').href = href;
+  el('shop-handoff').hidden = false;
+  el('order-form').hidden = true;
 }
 
 function startCountdown() {
@@ -859,6 +967,8 @@ async function boot() {
   // (English, unbranded) until both are in, and keeps them if either fails.
   const words = loadLanguage(startLanguage());
   const brand = valid ? await api.page(queue).catch(() => ({})) : {};
+  // Checked again here: only an absolute http(s) link is followed.
+  app.shopUrl = typeof brand?.shopUrl === 'string' && /^https?:\/\/[^/?#]/.test(brand.shopUrl) ? brand.shopUrl : null;
   await words.ready(applyBrand(brand));
   onLanguageChange(redraw);
   if (queue !== 'default') {
@@ -877,6 +987,7 @@ async function boot() {
   el('confirmed-rejoin').addEventListener('click', joinAgain);
   el('error-retry').addEventListener('click', () => join());
   el('joining-retry').addEventListener('click', () => join());
+  el('prequeue-copy').addEventListener('click', copyReceipt);
   el('order-form').addEventListener('submit', placeOrder);
   el('qty-minus').addEventListener('click', () => {
     el('quantity').value = String(clampQuantity() - 1);

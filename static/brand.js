@@ -53,6 +53,9 @@ export function applyBrand(brand) {
   applyColors(brand.colors);
   applyLogo(brand.logo);
   const texts = { ...(brand.texts ?? {}) };
+  // The queue's live texts (PUT /api/admin/queues/<queue>): one set for
+  // every language, over the branding's (i18n.js).
+  if (brand.queueTexts && typeof brand.queueTexts === 'object') texts['*'] = { ...brand.queueTexts };
   if (typeof brand.name === 'string' && brand.name) {
     document.documentElement.dataset.branded = 'true';
     texts.en = { 'brand.name': brand.name, ...(texts.en ?? {}) };

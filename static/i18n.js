@@ -69,7 +69,15 @@ function use(tag, [base, own]) {
   // The brand's English texts stand in for the defaults, its texts in the
   // buyer's language for those: a brand that speaks only English does not
   // turn a Korean page English.
-  const messages = { ...base, ...brandTexts[FALLBACK], ...own, ...(tag === FALLBACK ? {} : brandTexts[tag]) };
+  // The queue's live texts (its settings, '*') stand over all of them, in
+  // every language.
+  const messages = {
+    ...base,
+    ...brandTexts[FALLBACK],
+    ...own,
+    ...(tag === FALLBACK ? {} : brandTexts[tag]),
+    ...brandTexts['*'],
+  };
   translate = translator(messages, tag);
   useMessages(translate, tag);
   document.documentElement.lang = tag;

@@ -6,7 +6,9 @@
 //! gateway unless told otherwise) and the `X-Entry-Token` header (`401`
 //! when missing, `400 duplicate_header` when sent twice), then the whole
 //! request body
-//! (bounded, see [`Gate::with_body_limit`]), and only then claims the token
+//! (bounded, see [`Gate::with_body_limit`]: `413` past it; `408` when it
+//! does not arrive within a `tower_http` body timeout in front, as
+//! waitroom's `--body-timeout-secs`), and only then claims the token
 //! (`401` for a wrong, foreign or expired token, `409 token_in_use` while
 //! another order holds it, `503` when the store is away). Claiming after
 //! the body is in means a slow upload never holds a claim; a bad token is
@@ -194,8 +196,11 @@ pub enum GateError {
     /// `413`: the order body is larger than the gate reads.
     #[error("the request body is too large")]
     BodyTooLarge,
-    /// `400`: the order body could not be read (the client broke off or
-    /// was too slow).
+    /// `408`: the order body did not arrive within the server's body
+    /// timeout (the claim taken meanwhile is released).
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
+    /// `400`: the order body could not be read (the client broke it off).
     #[error("the request body could not be read")]
     BodyUnreadable,
     /// `409`: another order holds a live claim on the token.
@@ -226,9 +231,14 @@ pub struct Claim {
     pub idempotency_key: String,
 }
 
-/// Counts a token used up by a committed order (one per order).
-fn consumed(queue: &QueueName) {
-    metrics::counter!("waitroom_tokens_consumed_total", "queue" => queue.to_string()).increment(1);
+/// How a claim is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// The order committed: delete the token. `claimed_ms`: how long
+    /// after the claim, when known (for adaptive admission).
+    Consume { claimed_ms: Option<u64> },
+    /// The order rolled back: the token is READY again.
+    Release,
 }
 
 /// The idempotency key of an entry token: its SHA-256, hex. Order services
@@ -348,6 +358,27 @@ impl Gate {
         user: &UserId,
         token: &str,
     ) -> Result<Claim, GateError> {
+        self.claim_as(queue, Some(user), token).await
+    }
+
+    /// Claims `token` for whoever it was issued to, found by the token
+    /// itself; the claim names them ([`Claim::user`]). For callers that
+    /// cannot know the buyer (an order service behind visitor cookies).
+    pub async fn claim_token(
+        &self,
+        queue: Option<&QueueName>,
+        token: &str,
+    ) -> Result<Claim, GateError> {
+        self.claim_as(queue, None, token).await
+    }
+
+    /// [`Gate::claim`] with `user`, else [`Gate::claim_token`].
+    async fn claim_as(
+        &self,
+        queue: Option<&QueueName>,
+        user: Option<&UserId>,
+        token: &str,
+    ) -> Result<Claim, GateError> {
         // Tokens are 43 characters; anything far off is not worth a round trip.
         if token.is_empty() || token.len() > 128 {
             return Err(GateError::InvalidToken);
@@ -363,6 +394,17 @@ impl Gate {
         let mut in_use = false;
         for (q, lease) in candidates {
             let lease_ms = lease.as_millis() as u64;
+            let found;
+            let user = match user {
+                Some(user) => user,
+                None => match self.store.token_holder(q, token).await? {
+                    Some(holder) => {
+                        found = holder;
+                        &found
+                    }
+                    None => continue,
+                },
+            };
             match self.store.claim(q, user, token, lease_ms).await? {
                 ClaimOutcome::Claimed { claim_id } => {
                     metrics::counter!("waitroom_token_claims_total", "result" => "claimed")
@@ -387,23 +429,61 @@ impl Gate {
         })
     }
 
-    /// Deletes the claimed token after its order committed. If the store
-    /// is away, the delete is retried in the background until it succeeds
-    /// or the token could no longer exist; the caller's answer does not wait.
-    pub async fn consume(&self, claim: Claim) {
+    /// Settles a claim: the one way every settle goes, the extractor's
+    /// (`EntryPass`), the token API's and the reconciler's, so each is
+    /// counted alike. The store's consume or release, then, only if the
+    /// claim still held the token, its counter
+    /// (`waitroom_tokens_consumed_total` or `waitroom_tokens_released_total`,
+    /// which the console shows) and the order's outcome for adaptive
+    /// admission. `Ok(false)`: the claim no longer held the token (already
+    /// settled, lapsed and taken, expired): nothing done, nothing counted.
+    pub async fn settle(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        claim_id: &str,
+        how: Settle,
+    ) -> Result<bool, StoreError> {
+        let held = match how {
+            Settle::Consume { .. } => self.store.consume(queue, user, claim_id).await?,
+            Settle::Release => self.store.release(queue, user, claim_id).await?,
+        };
+        if held {
+            let labels = [("queue", queue.to_string())];
+            match how {
+                Settle::Consume { claimed_ms } => {
+                    metrics::counter!("waitroom_tokens_consumed_total", &labels).increment(1);
+                    if let Some(ms) = claimed_ms {
+                        self.observe(queue, OrderSignal::Committed { ms });
+                    }
+                }
+                Settle::Release => {
+                    metrics::counter!("waitroom_tokens_released_total", &labels).increment(1);
+                    self.observe(queue, OrderSignal::RolledBack);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes the claimed token after its order committed (`claimed_ms`
+    /// after the claim). If the store is away, the delete is retried in the
+    /// background until it succeeds or the token could no longer exist; the
+    /// caller's answer does not wait.
+    pub async fn consume(&self, claim: Claim, claimed_ms: Option<u64>) {
+        let how = Settle::Consume { claimed_ms };
         match self
-            .store
-            .consume(&claim.queue, &claim.user, &claim.claim_id)
+            .settle(&claim.queue, &claim.user, &claim.claim_id, how)
             .await
         {
-            Ok(true) => consumed(&claim.queue),
+            Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(queue = %claim.queue, user = %claim.user, "token already gone at consume")
             }
             Err(e) => {
                 tracing::warn!(queue = %claim.queue, user = %claim.user, error = %e, "consume failed after commit; retrying");
                 metrics::counter!("waitroom_consume_retries_total").increment(1);
-                self.retries.spawn(retry_consume(self.clone(), claim));
+                self.retries.spawn(retry_consume(self.clone(), claim, how));
             }
         }
     }
@@ -416,14 +496,16 @@ impl Gate {
     /// still deletes its token while no other order has claimed it, so a
     /// record retried after a restart still finishes the job. `Err`: the
     /// store did not answer (bounded by its call timeout); try again later.
-    pub async fn consume_pending(&self, pending: &PendingConsume) -> Result<bool, StoreError> {
+    pub async fn consume_pending(
+        &self,
+        pending: &PendingConsume,
+        claimed_ms: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let how = Settle::Consume { claimed_ms };
         let deleted = self
-            .store
-            .consume(&pending.queue, &pending.user, &pending.claim_id)
+            .settle(&pending.queue, &pending.user, &pending.claim_id, how)
             .await?;
-        if deleted {
-            consumed(&pending.queue);
-        } else {
+        if !deleted {
             tracing::debug!(queue = %pending.queue, user = %pending.user, "recorded consume: nothing left to delete");
         }
         Ok(deleted)
@@ -432,13 +514,8 @@ impl Gate {
     /// Returns a claimed token to READY after its order rolled back.
     pub async fn release(&self, claim: Claim) {
         let released = self
-            .store
-            .release(&claim.queue, &claim.user, &claim.claim_id)
+            .settle(&claim.queue, &claim.user, &claim.claim_id, Settle::Release)
             .await;
-        if let Ok(true) = released {
-            metrics::counter!("waitroom_tokens_released_total", "queue" => claim.queue.to_string())
-                .increment(1);
-        }
         if let Err(e) = released {
             // The lease lapses by itself; the token comes back then.
             tracing::warn!(queue = %claim.queue, user = %claim.user, error = %e, "release failed; the claim lease will lapse");
@@ -498,7 +575,7 @@ impl Gate {
     }
 }
 
-async fn retry_consume(gate: Gate, claim: Claim) {
+async fn retry_consume(gate: Gate, claim: Claim, how: Settle) {
     let deadline = tokio::time::Instant::now() + gate.retry_for;
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -507,8 +584,7 @@ async fn retry_consume(gate: Gate, claim: Claim) {
             _ = tokio::time::sleep(backoff) => false,
         };
         match gate
-            .store
-            .consume(&claim.queue, &claim.user, &claim.claim_id)
+            .settle(&claim.queue, &claim.user, &claim.claim_id, how)
             .await
         {
             Ok(deleted) => {

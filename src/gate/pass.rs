@@ -7,15 +7,15 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use super::{Claim, Gate, GateError, PendingConsume};
 use crate::http::ApiError;
+use crate::http::body::{BodyError, read_whole};
 use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
-use crate::store::{OrderSignal, StoreError};
+use crate::store::StoreError;
 
 /// A claimed entry token for one order, with the order's body. Call
 /// [`commit_succeeded`] after the order's transaction commits, or
@@ -107,9 +107,9 @@ impl EntryPass {
     /// The order committed: delete the token (durably; see [`Gate::consume`]).
     pub async fn commit_succeeded(mut self) {
         self.renewal.cancel();
-        self.observe_commit();
+        let claimed_ms = self.claimed_ms();
         if let Some(claim) = self.claim.take() {
-            self.gate.consume(claim).await;
+            self.gate.consume(claim, Some(claimed_ms)).await;
         }
     }
 
@@ -121,32 +121,28 @@ impl EntryPass {
     /// record is the retry, and it survives a restart.
     pub async fn commit_recorded(mut self) -> Result<bool, StoreError> {
         self.renewal.cancel();
-        self.observe_commit();
+        let claimed_ms = self.claimed_ms();
         let pending = self.pending_consume();
         // Taken first: a pass dropped mid-consume must not release a claim
         // whose order committed.
         self.claim.take();
-        self.gate.consume_pending(&pending).await
+        self.gate.consume_pending(&pending, Some(claimed_ms)).await
     }
 
     /// The order rolled back: keep the token so the buyer can retry.
     pub async fn rolled_back(mut self) {
         self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
-            self.gate.observe(&claim.queue, OrderSignal::RolledBack);
             self.gate.release(claim).await;
         }
     }
 }
 
 impl EntryPass {
-    /// Counts the claim-to-commit time for adaptive admission.
-    fn observe_commit(&self) {
-        if let Some(claim) = &self.claim {
-            let ms = self.claimed_at.elapsed().as_millis() as u64;
-            self.gate
-                .observe(&claim.queue, OrderSignal::Committed { ms });
-        }
+    /// The claim-to-commit time, for adaptive admission (counted by the
+    /// settle, `Gate::settle`).
+    fn claimed_ms(&self) -> u64 {
+        self.claimed_at.elapsed().as_millis() as u64
     }
 }
 
@@ -154,8 +150,8 @@ impl Drop for EntryPass {
     fn drop(&mut self) {
         self.renewal.cancel();
         if let Some(claim) = self.claim.take() {
-            // A pass dropped unsettled is an order that did not go through.
-            self.gate.observe(&claim.queue, OrderSignal::RolledBack);
+            // A pass dropped unsettled is an order that did not go through
+            // (the release counts it so).
             let gate = self.gate.clone();
             // Drop cannot await; outside a runtime the lease lapses instead.
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -213,24 +209,14 @@ impl Presented {
     }
 }
 
+/// The whole order body, through the API's one body reader, so a slow
+/// upload is the same `408` here as on every other endpoint.
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, GateError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => {
-            // The limit error may come wrapped by layers in front.
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
-            let mut too_large = false;
-            while let Some(c) = cause {
-                too_large |= c.is::<LengthLimitError>();
-                cause = c.source();
-            }
-            Err(if too_large {
-                GateError::BodyTooLarge
-            } else {
-                GateError::BodyUnreadable
-            })
-        }
-    }
+    read_whole(body, limit).await.map_err(|e| match e {
+        BodyError::TooLarge => GateError::BodyTooLarge,
+        BodyError::TimedOut => GateError::BodyTimeout,
+        BodyError::Broken => GateError::BodyUnreadable,
+    })
 }
 
 impl<S> FromRequest<S> for EntryPass
@@ -283,6 +269,7 @@ impl GateError {
             Self::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             Self::DuplicateHeader(_) => (StatusCode::BAD_REQUEST, "duplicate_header"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::BodyUnreadable => (StatusCode::BAD_REQUEST, "invalid_body"),
             Self::InUse => (StatusCode::CONFLICT, "token_in_use"),
             Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
@@ -306,6 +293,7 @@ impl From<GateError> for ApiError {
                 Self::bad_request(code, e.to_string())
             }
             GateError::BodyTooLarge => Self::PayloadTooLarge,
+            GateError::BodyTimeout => Self::RequestTimeout,
             GateError::InUse => Self::conflict(code, e.to_string()),
             GateError::Store(e) => Self::Unavailable(e),
         }

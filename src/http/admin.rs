@@ -27,11 +27,14 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_products))
 }
 
-/// Every queue's counts, the admission policy and this instance's streams.
+/// Every queue's counts and live policy, the policy new queues start from
+/// and this instance's streams.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Overview {
     queues: Vec<QueueCounts>,
+    /// The policy a queue opened through the admin API starts from (the
+    /// start-up flags). A queue's own, live one is its `policy`.
     policy: PolicyView,
     /// Streams open on this instance.
     streams_open: usize,
@@ -51,11 +54,16 @@ struct QueueCounts {
     pass: u64,
     /// Admission held by an operator.
     paused: bool,
+    /// Admissions per second over the last half minute, by passes and on
+    /// the fast track, as observed (every instance's): 0 when nobody was
+    /// admitted, never the configured rate standing in for it.
     observed_admissions_per_second: f64,
     streams_on_this_instance: usize,
+    /// The queue's admission policy as it is now (its live settings).
+    policy: PolicyView,
 }
 
-/// The admission policy new queues start from (the start-up flags).
+/// An admission policy.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct PolicyView {
@@ -88,7 +96,6 @@ struct HoldState {
     )
 )]
 async fn queues(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Overview>, ApiError> {
-    let policy = state.catalog().defaults().policy();
     let mut out = Vec::new();
     for queue in &state.queue_names() {
         let stats = state.store().stats(queue).await?;
@@ -98,22 +105,29 @@ async fn queues(_: AdminAuth, State(state): State<AppState>) -> Result<Json<Over
             active: stats.active,
             pass: stats.pass,
             paused: stats.paused,
-            observed_admissions_per_second: state.admission_rate(queue),
+            observed_admissions_per_second: state.hub().observed_rate(queue),
             streams_on_this_instance: state.hub().registered(queue),
+            policy: PolicyView::of(&state.policy(queue)),
         });
     }
     Ok(Json(Overview {
         queues: out,
-        policy: PolicyView {
+        policy: PolicyView::of(&state.catalog().defaults().policy()),
+        streams_open: state.hub().open_streams(),
+        max_streams: state.max_streams(),
+    }))
+}
+
+impl PolicyView {
+    fn of(policy: &crate::queue::Policy) -> Self {
+        Self {
             admission_batch: policy.batch,
             admission_interval_ms: policy.interval_ms,
             token_ttl_seconds: policy.token_ttl_ms / 1000,
             max_active: policy.max_active,
             abandon_after_seconds: policy.abandon_after_ms.map(|m| m / 1000),
-        },
-        streams_open: state.hub().open_streams(),
-        max_streams: state.max_streams(),
-    }))
+        }
+    }
 }
 
 /// Holds admission on every instance (buyers keep places and streams).

@@ -90,7 +90,8 @@ impl TrustedProxies {
         Self { nets, header }
     }
 
-    fn trusts(&self, addr: IpAddr) -> bool {
+    /// Whether `addr` is one of the trusted proxies.
+    pub fn trusts(&self, addr: IpAddr) -> bool {
         let addr = canonical(addr);
         self.nets.iter().any(|n| n.contains(&addr))
     }

@@ -10,10 +10,11 @@
 //! everyone, and shows nothing until the API accepts the token.
 //!
 //! The feed sends one `snapshot` event a second: every queue's counts and
-//! settings from the store, the observed admission rate, this instance's
-//! streams, and the instance's counters of orders, released tokens and
-//! errors (read from its own metrics, so the console and `/metrics`
-//! never disagree).
+//! settings from the store, the admissions observed on either path (passes
+//! and the fast track), what admission does now and why (held, a lottery's
+//! pre-queue, stock, `maxActive`), this instance's streams, and the
+//! instance's counters of orders, released tokens and errors (read from its
+//! own metrics, so the console and `/metrics` never disagree).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -107,16 +108,80 @@ pub struct QueueLive {
     /// Token holders.
     active: Option<u64>,
     paused: Option<bool>,
-    /// Admissions per second over the last half minute (every instance's).
+    /// What admission does now, the first that applies: `storeAway`,
+    /// `held` (an operator holds it), `preQueue` (a lottery's draw is
+    /// ahead: joins wait in its pre-queue), `soldOut`, `stockBlocked`
+    /// (units are left but every one may go to a token holder), `full`
+    /// (`maxActive` holders), else `admitting`.
+    #[schema(example = "admitting")]
+    state: &'static str,
+    /// Admissions per second over the last half minute, by passes and on
+    /// the fast track (every instance's); 0 when nobody was admitted.
     observed_rate: f64,
-    /// Users admitted by passes this instance heard of since it started
-    /// (every instance's passes): the page charts per-minute differences.
+    /// Users admitted that this instance heard of since it started, on
+    /// either path (every instance's): the page charts per-minute
+    /// differences.
     admitted_seen: u64,
+    /// `admittedSeen` by path.
+    admitted_by_path: AdmittedByPath,
     /// Seconds the last in line can expect to wait at the observed rate
-    /// (`null`: nobody waits, or nothing is being admitted).
+    /// (`null`: nobody waits, nobody can be admitted now (`state` held,
+    /// sold out, stock blocked, store away), or nobody was admitted in the
+    /// last half minute).
     wait_for_last_secs: Option<u64>,
+    /// The stock admission follows (`null`: none reported, or the store
+    /// did not answer).
+    stock: Option<StockLive>,
+    /// The queue's scheduled opening (`null`: none).
+    lottery: Option<LotteryLive>,
+    /// Orders committed through this queue's tokens on this instance
+    /// since it started (the Rust extractor and the token API alike).
+    orders_committed: u64,
+    /// Tokens returned to READY after a rollback, likewise.
+    tokens_released: u64,
     streams_on_this_instance: usize,
     settings: StoredSettings,
+}
+
+/// Admissions by the path they took.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmittedByPath {
+    /// By admission passes.
+    pass: u64,
+    /// On the fast track of a join into an empty line.
+    fast_track: u64,
+}
+
+/// A queue's stock, in units and in buyers.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StockLive {
+    /// Units left, as last reported.
+    remaining: u64,
+    /// The most one buyer may take.
+    max_per_buyer: u64,
+    /// Buyers the units left can serve: `ceil(remaining / maxPerBuyer)`.
+    buyers_served: u64,
+    /// Buyers holding a token (each may still take `maxPerBuyer`).
+    holders: u64,
+    /// Tokens used for orders since the last report.
+    consumed_since_report: u64,
+    /// Buyers admission may still admit: 0 blocks it.
+    admissible: u64,
+    sold_out: bool,
+}
+
+/// A queue's scheduled opening.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LotteryLive {
+    /// `scheduled` until the draw, then `drawn`.
+    state: &'static str,
+    /// When the draw places the pre-queue in line, ms since the epoch.
+    opens_at: u64,
+    /// Buyers in the pre-queue (once drawn: placed in line by the draw).
+    entries: u64,
 }
 
 /// The live feed of the console: a `snapshot` event every second.
@@ -157,18 +222,49 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
     let metrics = crate::telemetry::render();
     let mut queues = Vec::new();
     for (queue, settings) in state.catalog().current().iter() {
-        let stats = state.store().stats(queue).await.ok();
-        let forecast = state.forecast(queue);
-        let rate = forecast.rate();
+        let store = state.store();
+        let stats = store.stats(queue).await.ok();
+        let stock = store.stock(queue).await.ok().flatten();
+        let lottery = store.lottery(queue).await.ok().flatten();
+        let rate = state.hub().observed_rate(queue);
+        let paused = stats.as_ref().map(|s| s.paused);
         let waiting = stats.as_ref().map(|s| s.waiting);
+        let admission = admission_state(stats.as_ref(), stock.as_ref(), lottery.as_ref(), settings);
+        // At the rate admissions were observed, on either path; none while
+        // nobody can be admitted (held, or the stock lets nobody more in)
+        // whatever the rate was a moment ago.
+        let stopped = matches!(admission, "storeAway" | "held" | "soldOut" | "stockBlocked");
+        let forecast = crate::queue::Forecast::at_rate(rate).with_held(stopped);
+        let (pass, fast_track) = state.hub().admitted_seen(queue);
+        let labelled = |name| sum_of_queue(&metrics, name, queue.as_str());
         queues.push(QueueLive {
             queue: queue.as_str().to_owned(),
             waiting,
             active: stats.as_ref().map(|s| s.active),
-            paused: stats.as_ref().map(|s| s.paused),
+            paused,
+            state: admission,
             observed_rate: rate,
-            admitted_seen: state.hub().admitted_seen(queue),
-            wait_for_last_secs: waiting.and_then(|w| forecast.wait_secs(w.saturating_sub(1))),
+            admitted_seen: pass + fast_track,
+            admitted_by_path: AdmittedByPath { pass, fast_track },
+            wait_for_last_secs: waiting
+                .filter(|w| *w > 0)
+                .and_then(|w| forecast.wait_secs(w - 1)),
+            stock: stock.map(|s| StockLive {
+                remaining: s.remaining,
+                max_per_buyer: s.per_buyer,
+                buyers_served: s.remaining.div_ceil(s.per_buyer.max(1)),
+                holders: s.holders,
+                consumed_since_report: s.consumed_since_report,
+                admissible: s.admissible,
+                sold_out: s.sold_out,
+            }),
+            lottery: lottery.map(|l| LotteryLive {
+                state: if l.drawn { "drawn" } else { "scheduled" },
+                opens_at: l.opens_at,
+                entries: l.entries,
+            }),
+            orders_committed: labelled("waitroom_tokens_consumed_total"),
+            tokens_released: labelled("waitroom_tokens_released_total"),
             streams_on_this_instance: state.hub().registered(queue),
             settings: settings.clone(),
         });
@@ -204,6 +300,51 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
     }
 }
 
+/// What admission does now, and so why nobody may be let in: see
+/// [`QueueLive::state`].
+fn admission_state(
+    stats: Option<&crate::store::QueueStats>,
+    stock: Option<&crate::store::StockState>,
+    lottery: Option<&crate::store::LotteryState>,
+    settings: &StoredSettings,
+) -> &'static str {
+    let Some(stats) = stats else {
+        return "storeAway";
+    };
+    if stats.paused {
+        "held"
+    } else if lottery.is_some_and(|l| !l.drawn) {
+        "preQueue"
+    } else if stock.is_some_and(|s| s.sold_out) {
+        "soldOut"
+    } else if stock.is_some_and(|s| s.admissible == 0) {
+        "stockBlocked"
+    } else if settings
+        .settings
+        .max_active
+        .is_some_and(|max| stats.active >= max)
+    {
+        "full"
+    } else {
+        "admitting"
+    }
+}
+
+/// The sum of the series of the counter `name` labelled `queue="<queue>"`.
+fn sum_of_queue(text: &str, name: &str, queue: &str) -> u64 {
+    let wanted = format!("queue=\"{queue}\"");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = series.split_once('{')?;
+            let labels = labels.strip_suffix('}')?;
+            (metric == name && labels.split(',').any(|kv| kv == wanted))
+                .then(|| value.parse::<f64>().ok())?
+        })
+        .sum::<f64>() as u64
+}
+
 /// The sum of every series of the counter `name` in Prometheus' text.
 fn sum(text: &str, name: &str) -> u64 {
     text.lines()
@@ -224,5 +365,13 @@ mod tests {
         assert_eq!(super::sum(text, "a"), 6);
         assert_eq!(super::sum(text, "ab"), 100);
         assert_eq!(super::sum(text, "none"), 0);
+    }
+
+    #[test]
+    fn a_queue_s_series_are_summed_by_its_label_only() {
+        let text = "a{queue=\"x\"} 2\na{path=\"p\",queue=\"x\"} 3\na{queue=\"xy\"} 100\nb{queue=\"x\"} 7\n";
+        assert_eq!(super::sum_of_queue(text, "a", "x"), 5);
+        assert_eq!(super::sum_of_queue(text, "a", "xy"), 100);
+        assert_eq!(super::sum_of_queue(text, "a", "z"), 0);
     }
 }

@@ -8,12 +8,26 @@
 //! `__Host-waitroom_visitor` (Secure, `Path=/`, no `Domain`: no sibling
 //! subdomain or plain-HTTP page can plant or shadow it) and
 //! `__Secure-waitroom_ticket` (the ticket's `Path` is its queue's, so
-//! `__Host-` is not open to it). Both names are read, the prefixed one
-//! first, so a site that turns on HTTPS keeps its visitors and tickets.
+//! `__Host-` is not open to it).
+//!
+//! Where the prefixed names are in force, the plain ones are not read at
+//! all ([`only_prefixed_names`]): any page of the site, a sibling
+//! subdomain or plain HTTP included, can set a plain `waitroom_visitor`
+//! for the whole domain. Read as a fallback, a planted cookie would make
+//! a first-time buyer join as the attacker's visitor, whose own browser
+//! then reads the place and its entry token ("cookie tossing"). Such a
+//! buyer is a new visitor instead and gets a prefixed cookie of their
+//! own. The price: a site that turns on HTTPS starts its visitors and
+//! tickets anew.
 
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::Response;
 use cookie::{Cookie, SameSite};
 
-use super::client::ClientInfo;
+use super::client::{ClientInfo, client_of};
+use crate::app::AppState;
 use crate::config::CookieSecure;
 use crate::identity::{VISITOR_COOKIE, VISITOR_COOKIE_SECURE, VISITOR_MAX_AGE_SECS};
 use crate::queue::QueueName;
@@ -100,6 +114,71 @@ pub fn visitor(value: String, secure: bool) -> String {
         .to_string()
 }
 
+/// Middleware: where cookies are `Secure` (the names are prefixed), takes
+/// every plain-named visitor and ticket cookie out of the request before
+/// anything reads it, so each reader (the join, the page, tickets, the
+/// order gate) sees the prefixed names only. Other cookies pass untouched.
+pub async fn only_prefixed_names(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if carries_plain_names(&parts.headers) && state.cookie_secure(&client_of(&parts, &state)) {
+        drop_plain_names(&mut parts.headers);
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// The unprefixed names: what a page without HTTPS, or on a sibling
+/// subdomain, can set.
+const PLAIN_NAMES: [&str; 2] = [VISITOR_COOKIE, TICKET_COOKIE];
+
+/// Whether one `name=value` pair of a `Cookie` header is a plain-named
+/// visitor or ticket cookie (names compared as the readers parse them:
+/// trimmed, not percent-decoded).
+fn is_plain(pair: &str) -> bool {
+    let name = pair.split_once('=').map_or(pair, |(name, _)| name).trim();
+    PLAIN_NAMES.contains(&name)
+}
+
+/// A cheap first look, so requests without such a cookie cost no more.
+fn carries_plain_names(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|text| text.split(';').any(is_plain))
+}
+
+/// Rewrites the `Cookie` headers without the plain-named pairs, keeping
+/// every other pair byte for byte. A value that is not text is kept as
+/// is: no reader looks into it either.
+fn drop_plain_names(headers: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| {
+            let Ok(text) = value.to_str() else {
+                return Some(value.clone());
+            };
+            let rest: Vec<&str> = text
+                .split(';')
+                .map(str::trim)
+                .filter(|pair| !pair.is_empty() && !is_plain(pair))
+                .collect();
+            if rest.is_empty() {
+                return None;
+            }
+            HeaderValue::from_str(&rest.join("; ")).ok()
+        })
+        .collect();
+    headers.remove(header::COOKIE);
+    for value in kept {
+        headers.append(header::COOKIE, value);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +188,34 @@ mod tests {
             addr: "192.0.2.1".parse().unwrap(),
             https,
         }
+    }
+
+    #[test]
+    fn plain_names_are_dropped_and_nothing_else() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            "a=1; waitroom_visitor=v-x.y;__Host-waitroom_visitor=v-z.w"
+                .parse()
+                .unwrap(),
+        );
+        h.append(header::COOKIE, " waitroom_ticket = t ".parse().unwrap());
+        h.append(header::COOKIE, "b=2;waitroom_visitorx=3".parse().unwrap());
+        assert!(carries_plain_names(&h));
+        drop_plain_names(&mut h);
+        let left: Vec<&str> = h
+            .get_all(header::COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            left,
+            [
+                "a=1; __Host-waitroom_visitor=v-z.w",
+                "b=2; waitroom_visitorx=3"
+            ]
+        );
+        assert!(!carries_plain_names(&h));
     }
 
     #[test]

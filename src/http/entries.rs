@@ -24,7 +24,7 @@ use super::lottery::PreTicket;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
 use crate::app::AppState;
-use crate::queue::{EntryToken, QueueName, UserId};
+use crate::queue::{EntryToken, QueueName, Standing, UserId};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -148,6 +148,12 @@ async fn enter(
         scheduled = true;
     };
     count_enter(&queue, outcome.created);
+    if outcome.created && matches!(outcome.snapshot.standing, Standing::Ready { .. }) {
+        // The fast track: admitted by this join, not by a pass, and
+        // counted with the passes' admissions all the same.
+        metrics::counter!("waitroom_admitted_total", "queue" => queue.to_string(), "path" => "fast_track")
+            .increment(1);
+    }
     let entry = outcome
         .snapshot
         .entry
@@ -216,7 +222,7 @@ impl Answer {
     responses(
         (status = 200, description = "The buyer's state.", body = QueueStatus),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
-        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`, or `ticket_ended` once the place is over.", body = ErrorBody),
+        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch` (the request's identity is not the ticket's user), `missing_identity` (visitor mode: no valid visitor cookie with the ticket; signed mode: no login token), `invalid_identity`, `identity_expired` (signed mode), or `ticket_ended` once the place is over.", body = ErrorBody),
         (status = 404, description = "`unknown_queue`.", body = ErrorBody),
         (status = 429, description = "`rate_limited` (`Retry-After`).", body = ErrorBody),
         (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
@@ -257,7 +263,7 @@ async fn position(
     responses(
         (status = 204, description = "Left."),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
-        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`, or `ticket_ended` once the place is over.", body = ErrorBody),
+        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch` (the request's identity is not the ticket's user), `missing_identity` (visitor mode: no valid visitor cookie with the ticket; signed mode: no login token), `invalid_identity`, `identity_expired` (signed mode), or `ticket_ended` once the place is over.", body = ErrorBody),
         (status = 404, description = "`unknown_queue`.", body = ErrorBody),
         (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )

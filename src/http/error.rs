@@ -26,6 +26,10 @@ pub enum ApiError {
     /// that acts on the buyer's cookies; nothing was changed.
     #[error("cross-origin request refused")]
     CrossOrigin,
+    /// `421 misdirected_request`: the operator listener does not answer for
+    /// the request's `Host` (a DNS-rebinding page names its own).
+    #[error("misdirected request")]
+    MisdirectedHost,
     /// `404`: no such queue, product or order.
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
@@ -134,6 +138,11 @@ impl ApiError {
                 StatusCode::FORBIDDEN,
                 "cross_origin",
                 "requests from another origin may not act for the buyer".into(),
+            ),
+            Self::MisdirectedHost => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected_request",
+                "this listener does not answer for this host name (see --admin-hosts)".into(),
             ),
             Self::NotFound { code, message } => (StatusCode::NOT_FOUND, code, message.clone()),
             Self::MethodNotAllowed => (
@@ -272,6 +281,7 @@ mod tests {
             GateError::InvalidToken,
             GateError::DuplicateHeader("X-User-Id"),
             GateError::BodyTooLarge,
+            GateError::BodyTimeout,
             GateError::BodyUnreadable,
             GateError::InUse,
             GateError::Store(StoreError::Unavailable("down".into())),

@@ -144,7 +144,7 @@ pub const STREAM_HEADERS: [(&str, &str); 3] = [
             content_type = "text/event-stream", body = StreamEvent),
         (status = 204, description = "Neither waiting nor holding a token: nothing to stream (EventSource stops)."),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
-        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`, or `ticket_ended` once the place is over.", body = ErrorBody),
+        (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch` (the request's identity is not the ticket's user), `missing_identity` (visitor mode: no valid visitor cookie with the ticket; signed mode: no login token), `invalid_identity`, `identity_expired` (signed mode), or `ticket_ended` once the place is over.", body = ErrorBody),
         (status = 404, description = "`unknown_queue`.", body = ErrorBody),
         (status = 429, description = "`rate_limited` (`Retry-After`).", body = ErrorBody),
         (status = 503, description = "`store_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),

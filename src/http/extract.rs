@@ -54,8 +54,8 @@ pub fn raw_ticket<'a>(
     {
         return Some(v.into_owned());
     }
-    // Both names, the Secure one first (a site moving to HTTPS keeps its
-    // tickets).
+    // Both names, the Secure one first. Over HTTPS the plain name never
+    // gets here (`cookies::only_prefixed_names` drops it).
     let mut plain = None;
     for text in cookie_headers {
         for cookie in cookie::Cookie::split_parse(text).flatten() {
@@ -79,8 +79,8 @@ pub(crate) fn now_ms() -> u64 {
 
 /// A queue member authenticated by their ticket: the queue in the path, the
 /// user the ticket was issued to and the entry it stands for. A forged,
-/// foreign or expired ticket, or an `X-User-Id` other than the ticket's
-/// user, is `401`. Whether the entry is still the user's current one needs
+/// foreign or expired ticket, a request identity other than the ticket's
+/// user, or (visitor and signed modes) none at all, is `401`. Whether the entry is still the user's current one needs
 /// the store: see [`Member::check_entry`].
 pub struct Member {
     pub queue: QueueName,
@@ -111,7 +111,8 @@ impl Member {
     /// Authenticates a request for `queue_raw` (the path segment) carrying
     /// `ticket`, with `headers` for the identity source: the signature and
     /// the expiry, without the store, then the ticket's user against the
-    /// request's identity when it names one (signed mode requires one).
+    /// request's identity ([`crate::identity::Identity::ticket_holder`]:
+    /// required in visitor and signed modes).
     pub fn authenticate(
         state: &AppState,
         queue_raw: &str,
@@ -138,10 +139,10 @@ impl Member {
                 }
                 TicketError::Expired => ApiError::unauthorized("ticket_expired", e.to_string()),
             })?;
-        // A visitor cookie that does not verify names nobody: the ticket
-        // alone then proves the place, as it does for a client without
-        // cookies. A valid identity must be the ticket's own.
-        if let Some(claimed) = state.identity().presented(headers)?
+        // Visitor and signed modes insist on the request's own identity
+        // (a leaked ticket alone must not read the token); header mode
+        // checks it when the gateway names one.
+        if let Some(claimed) = state.identity().ticket_holder(headers)?
             && claimed != ticket.user
         {
             return Err(ApiError::unauthorized(
@@ -249,32 +250,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Reads a whole body of at most [`BODY_LIMIT`] bytes: `413` past it, `408`
-/// when it did not arrive within the body timeout (the server's deadline
-/// on request bodies), `400` when the client broke it off.
+/// Reads a whole body of at most [`BODY_LIMIT`] bytes (`413` past it,
+/// `408` when it did not arrive in time, `400` when broken off).
 async fn read_limited(req: Request) -> Result<Bytes, ApiError> {
-    use http_body_util::BodyExt;
-    match http_body_util::Limited::new(req.into_body(), BODY_LIMIT)
-        .collect()
-        .await
-    {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(body_error(&*e)),
-    }
-}
-
-/// The error a body read failed with, found anywhere in its cause chain
-/// (axum and the limits each wrap it once more).
-fn body_error(error: &(dyn std::error::Error + 'static)) -> ApiError {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge;
-        }
-        if e.is::<tower_http::timeout::TimeoutError>() {
-            return ApiError::RequestTimeout;
-        }
-        cause = e.source();
-    }
-    ApiError::bad_request("invalid_body", "the body could not be read")
+    Ok(super::body::read_whole(req.into_body(), BODY_LIMIT).await?)
 }

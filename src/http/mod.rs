@@ -1,5 +1,6 @@
 //! The HTTP API, one module per resource, each with its own `router()`.
 
+pub(crate) mod body;
 pub mod client;
 pub mod cookies;
 pub mod error;
@@ -7,7 +8,7 @@ pub mod extract;
 
 mod admin;
 mod audit;
-mod auth;
+pub(crate) mod auth;
 mod brand;
 mod challenge;
 mod console;
@@ -16,6 +17,7 @@ mod events;
 mod handoff;
 mod headers;
 mod health;
+mod host;
 mod identity;
 pub mod limit;
 mod lottery;
@@ -100,6 +102,10 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            cookies::only_prefixed_names,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             origin::refuse_cross_origin,
         ))
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
@@ -119,13 +125,26 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// What the operator listener (`--admin-addr`) serves; any other path is
-/// `404 not_found`. No base path: operators reach each instance directly.
+/// `404 not_found`, and under `/api/admin` or `/api/tokens` only once the
+/// scope's token is given (`401` before); any request not naming the
+/// listener in `Host` is `421` first (`host.rs`). No base path: operators
+/// reach each instance directly.
 pub fn admin_router(state: AppState) -> Router {
     let (documented, _) = operator_routes().split_for_parts();
+    // Validated at start-up (`Config::validate`).
+    let hosts = host::OperatorHosts::new(state.config().admin_host_names().unwrap_or_default());
     documented
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_scope,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            hosts,
+            host::refuse_foreign_hosts,
+        ))
         .layer(axum::middleware::from_fn(security::add_headers))
         .layer(crate::telemetry::trace_layer())
         .with_state(state)

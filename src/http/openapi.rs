@@ -224,10 +224,12 @@ fn add_links(api: &mut Document) {
                             LinkBuilder::new()
                                 .operation_id("claim")
                                 .request_body(Some(serde_json::json!({
-                                    "userId": "$request.header.X-User-Id",
                                     "token": "$response.body#/entryToken",
                                 })))
-                                .description("Claim the entry token (token API), once READY.")
+                                .description(
+                                    "Claim the entry token (token API), once READY; \
+                                     the answer names its buyer.",
+                                )
                                 .build()
                                 .into(),
                         );
@@ -446,6 +448,32 @@ mod tests {
             }
         }
         assert!(links >= 8, "{links} links");
+        // Every code an endpoint answers is named in its description.
+        let says = |path: &str, method: &str, status: &str, code: &str| {
+            let text = paths[path][method]["responses"][status]["description"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                text.contains(code),
+                "{method} {path} {status}: {code} in {text:?}"
+            );
+        };
+        for (path, method) in [
+            ("/api/queues/{queue}/position", "get"),
+            (super::super::EVENTS_PATH, "get"),
+            ("/api/queues/{queue}/entries/me", "delete"),
+        ] {
+            for code in ["missing_identity", "ticket_user_mismatch"] {
+                says(path, method, "401", code);
+            }
+        }
+        for code in ["missing_user_id", "missing_identity"] {
+            says("/api/orders/{id}", "get", "401", code);
+        }
+        says("/api/orders", "post", "408", "request_timeout");
+        // A claim takes the token alone.
+        let claim = api["components"]["schemas"]["ClaimRequest"]["required"].clone();
+        assert_eq!(claim, serde_json::json!(["token"]), "{claim}");
         let stream = &paths["/api/queues/{queue}/events"]["get"]["responses"]["200"]["content"];
         assert!(stream.get("text/event-stream").is_some(), "{stream}");
         for schema in [

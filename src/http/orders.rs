@@ -16,13 +16,14 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ErrorBody};
 use crate::app::AppState;
 use crate::gate::EntryPass;
+use crate::identity::IdentityError;
 use crate::orders::{Order, OrderError, OrderStore, Product};
 use crate::store::StoreError;
 
@@ -210,40 +211,7 @@ async fn confirm(store: &OrderStore, order_id: &str, consumed: Result<bool, Stor
     }
 }
 
-/// An order as `GET /api/orders/{id}` answers it: whole to its own buyer;
-/// without the buyer (`userId`) to a request that names nobody (header
-/// mode only, see [`order`]).
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(untagged)]
-enum OrderView {
-    Own(Order),
-    ById(OrderById),
-}
-
-/// An order read by its id alone: what was bought, never who bought it.
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct OrderById {
-    order_id: String,
-    product_id: String,
-    quantity: i64,
-    created_at: String,
-    status: &'static str,
-}
-
-impl From<Order> for OrderById {
-    fn from(o: Order) -> Self {
-        Self {
-            order_id: o.order_id,
-            product_id: o.product_id,
-            quantity: o.quantity,
-            created_at: o.created_at,
-            status: o.status,
-        }
-    }
-}
-
-/// An order, to its own buyer (anyone else gets `404`).
+/// An order, to its own buyer only.
 #[utoipa::path(
     get,
     path = "/api/orders/{id}",
@@ -251,12 +219,13 @@ impl From<Order> for OrderById {
     operation_id = "get_order",
     params(
         ("id" = String, Path, description = "The order's id."),
-        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$", description = "The buyer."),
+        ("X-User-Id" = Option<String>, Header, pattern = r"^[A-Za-z0-9_.:-]{1,64}$", description = "The buyer (header mode; required)."),
     ),
     responses(
-        (status = 200, description = "The order; without `userId` when read by its id alone (header mode, no `X-User-Id`).", body = OrderView),
+        (status = 200, description = "The order.", body = Order),
         (status = 400, description = "`invalid_user_id`, `duplicate_header`.", body = ErrorBody),
-        (status = 404, description = "`unknown_order`, `orders_disabled`.", body = ErrorBody),
+        (status = 401, description = "The request names no buyer: `missing_user_id` (header mode), `missing_identity` (visitor and signed modes), `invalid_identity`, `identity_expired` (signed mode).", body = ErrorBody),
+        (status = 404, description = "`unknown_order` (also another buyer's order), `orders_disabled`.", body = ErrorBody),
         (status = 503, description = "`database_unavailable`, `server_busy` (`Retry-After`).", body = ErrorBody),
     )
 )]
@@ -264,21 +233,21 @@ async fn order(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<OrderView>, ApiError> {
-    let identity = state.identity();
-    let asker = identity.presented(&headers)?;
-    // Behind a gateway a request naming nobody may read by the id (128
-    // random bits, known only to whoever placed the order), but learns only
-    // what was bought, never the buyer: the gateway is trusted to set
-    // `X-User-Id` on every request it passes, so such a request is the
-    // gateway's own (a status page, a support tool), not a buyer's. A
-    // visitor or a signed-in buyer sees only their own orders.
-    let anonymous_ok = identity.anonymous_reads();
+) -> Result<Json<Order>, ApiError> {
+    // In every mode the reader must be named: an order id is no
+    // credential (it ends up in receipts, logs, support tickets and the
+    // browser's history), and behind a gateway a request without
+    // `X-User-Id` is one the gateway did not vouch for.
+    let asker = state.identity().required(&headers).map_err(|e| match e {
+        IdentityError::MissingUserHeader => {
+            ApiError::unauthorized("missing_user_id", e.to_string())
+        }
+        other => other.into(),
+    })?;
     let order = orders(&state)?.order(&id).await.map_err(ApiError::from)?;
-    match (order, asker) {
-        // Another user's order is answered exactly like a missing one.
-        (Some(o), Some(asker)) if asker.as_str() == o.user_id => Ok(Json(OrderView::Own(o))),
-        (Some(o), None) if anonymous_ok => Ok(Json(OrderView::ById(o.into()))),
+    match order {
+        Some(o) if asker.as_str() == o.user_id => Ok(Json(o)),
+        // Another buyer's order is answered exactly like a missing one.
         _ => Err(ApiError::not_found("unknown_order", "no such order")),
     }
 }

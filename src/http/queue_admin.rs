@@ -110,6 +110,13 @@ pub struct SettingsChange {
     /// Page texts (replaces them all): at most 64 keys of `A-Z a-z 0-9 _ . -`,
     /// each text at most 2,000 characters without control characters.
     texts: Option<BTreeMap<String, String>>,
+    /// Where a READY buyer is sent to buy, when the order service lives
+    /// elsewhere: an absolute `https://` URL, at most 2,000 characters,
+    /// whose `{token}` and `{queue}` the page fills in (URL-encoded);
+    /// `null` removes it (`--shop-url` applies again).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "https://shop.example/buy#token={token}")]
+    shop_url: Option<Option<String>>,
     /// Hold (`true`) or resume (`false`) admission.
     paused: Option<bool>,
     /// Adaptive admission (the rate follows the order service); `null`
@@ -139,6 +146,9 @@ impl SettingsChange {
         s.claim_lease_ms = self.claim_lease_ms.unwrap_or(s.claim_lease_ms);
         if let Some(texts) = self.texts {
             s.texts = texts;
+        }
+        if let Some(url) = self.shop_url {
+            s.shop_url = url;
         }
         match self.adaptive {
             Some(Some(change)) => s.adaptive = Some(change.apply(s.adaptive.take())),

@@ -5,6 +5,12 @@
 //!
 //! A claim's answer carries the token's `idempotencyKey` (its SHA-256):
 //! the order service stores it with the order under a `UNIQUE` constraint.
+//!
+//! A claim needs only the token: the answer names the buyer (`userId`),
+//! whom consume and release then name. An order service behind visitor
+//! cookies cannot know the buyer otherwise (the cookie is waitroom's,
+//! `HttpOnly` and signed, and its format is no contract), and one that
+//! does know may still send `userId`, which must then be the token's.
 
 use axum::Json;
 use axum::extract::State;
@@ -18,8 +24,8 @@ use super::auth::ServiceAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use crate::app::AppState;
+use crate::gate::Settle;
 use crate::queue::{QueueName, UserId};
-use crate::store::OrderSignal;
 
 /// `/api/tokens/claim`, `/api/tokens/consume`, `/api/tokens/release`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -33,8 +39,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ClaimRequest {
-    /// The buyer.
-    user_id: String,
+    /// The buyer, if the order service knows it: the token must then be
+    /// theirs. Left out, the token names its buyer, and the answer's
+    /// `userId` says who that is.
+    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,64}$")]
+    user_id: Option<String>,
     /// The buyer's entry token.
     token: String,
     /// The token's queue; found among the queues if absent.
@@ -57,6 +66,7 @@ struct ClaimRef {
 struct ClaimGranted {
     claim_id: String,
     queue: String,
+    /// The buyer the token was issued to: name them in consume and release.
     user_id: String,
     /// The token's SHA-256, hex: store it with the order under `UNIQUE`.
     idempotency_key: String,
@@ -77,7 +87,8 @@ fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
 }
 
 /// Claims a buyer's entry token for one order: no other order can use it
-/// until the claim is consumed, released or lapses.
+/// until the claim is consumed, released or lapses. The token alone is
+/// enough; the answer names its buyer.
 #[utoipa::path(
     post,
     path = "/api/tokens/claim",
@@ -86,9 +97,9 @@ fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
     security(("service" = [])),
     request_body = ClaimRequest,
     responses(
-        (status = 200, description = "Claimed.", body = ClaimGranted),
+        (status = 200, description = "Claimed; `userId` is the token's buyer (whether or not the request named one).", body = ClaimGranted),
         (status = 400, description = "`invalid_body`, `invalid_user_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized` (no valid service token, checked first), `invalid_token`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized` (no valid service token, checked first), `invalid_token` (no live token, or not the `userId` sent).", body = ErrorBody),
         (status = 404, description = "`unknown_queue`; `token_api_disabled` (no `--service-token`; checked before the bearer).", body = ErrorBody),
         (status = 408, description = "`request_timeout`.", body = ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = ErrorBody),
@@ -101,12 +112,13 @@ async fn claim(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<ClaimRequest>,
 ) -> Result<Response, ApiError> {
-    let user = user(&req.user_id)?;
+    let user = req.user_id.as_deref().map(user).transpose()?;
     let queue = req.queue.as_deref().map(|q| queue(&state, q)).transpose()?;
-    let claim = state
-        .gate()
-        .claim(queue.as_ref(), &user, &req.token)
-        .await?;
+    let gate = state.gate();
+    let claim = match &user {
+        Some(user) => gate.claim(queue.as_ref(), user, &req.token).await?,
+        None => gate.claim_token(queue.as_ref(), &req.token).await?,
+    };
     Ok(Json(ClaimGranted {
         claim_id: stamp(&claim.claim_id),
         queue: claim.queue.as_str().to_owned(),
@@ -143,15 +155,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// What to do with a held claim.
-#[derive(Clone, Copy)]
-enum Settle {
-    /// The order committed: delete the token.
-    Consume,
-    /// The order rolled back: return the token to READY.
-    Release,
-}
-
 /// After the order committed: deletes the token.
 #[utoipa::path(
     post,
@@ -176,7 +179,7 @@ async fn consume(
     state: State<AppState>,
     body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    settle(state, body, Settle::Consume).await
+    settle(state, body, true).await
 }
 
 /// After the order rolled back: the token is READY again.
@@ -203,33 +206,29 @@ async fn release(
     state: State<AppState>,
     body: JsonBody<ClaimRef>,
 ) -> Result<Response, ApiError> {
-    settle(state, body, Settle::Release).await
+    settle(state, body, false).await
 }
 
-/// Settles a claim; the caller is already authenticated.
+/// Settles a claim (`committed`: consume, else release) through the
+/// gate's one settle path, the one the Rust extractor takes too, so both
+/// are counted alike; the caller is already authenticated.
 async fn settle(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<ClaimRef>,
-    how: Settle,
+    committed: bool,
 ) -> Result<Response, ApiError> {
     let (queue, user) = (queue(&state, &req.queue)?, user(&req.user_id)?);
-    let store = state.store();
     let (claim_id, claimed_at) = unstamp(&req.claim_id);
-    let held = match how {
-        Settle::Consume => store.consume(&queue, &user, claim_id).await?,
-        Settle::Release => store.release(&queue, &user, claim_id).await?,
-    };
-    if held {
-        let signal = match how {
-            // Clocks of two instances may differ a little: never negative.
-            Settle::Consume => claimed_at.map(|at| OrderSignal::Committed {
-                ms: now_ms().saturating_sub(at),
-            }),
-            Settle::Release => Some(OrderSignal::RolledBack),
-        };
-        if let Some(signal) = signal {
-            state.gate().observe(&queue, signal);
+    let how = if committed {
+        // Clocks of two instances may differ a little: never negative.
+        Settle::Consume {
+            claimed_ms: claimed_at.map(|at| now_ms().saturating_sub(at)),
         }
+    } else {
+        Settle::Release
+    };
+    let held = state.gate().settle(&queue, &user, claim_id, how).await?;
+    if held {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::conflict(

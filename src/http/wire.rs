@@ -66,6 +66,12 @@ pub struct QueueStatus {
     pub entry_token: Option<String>,
     /// Seconds the token has left, rounded up; `null` unless ready.
     pub token_expires_in_seconds: Option<u64>,
+    /// `true` while waiting in a queue whose admission an operator holds
+    /// (the estimates are then `null`: nobody is admitted until they
+    /// resume). Left out otherwise, like `lottery`, so every other frame
+    /// keeps the shape it had.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
     /// The buyer's lottery entry: only with `PRE_QUEUE`, the one field
     /// that is left out rather than `null` (every other status keeps the
     /// shape it had, byte for byte, in polls and stream frames alike).
@@ -140,12 +146,18 @@ impl QueueStatus {
                     entered_at(snapshot.entered_at_ms),
                 )
             },
-            Standing::Waiting { rank, .. } => Self::waiting(
-                *rank,
-                total,
-                (forecast.wait_secs(*rank), forecast.wait_range(*rank)),
-                entered_at(snapshot.entered_at_ms),
-            ),
+            Standing::Waiting { rank, .. } => {
+                let forecast = forecast.with_held(snapshot.paused);
+                Self {
+                    held: forecast.is_held(),
+                    ..Self::waiting(
+                        *rank,
+                        total,
+                        (forecast.wait_secs(*rank), forecast.wait_range(*rank)),
+                        entered_at(snapshot.entered_at_ms),
+                    )
+                }
+            }
             Standing::Ready {
                 token,
                 expires_in_ms,
@@ -176,6 +188,7 @@ impl QueueStatus {
             entered_at,
             entry_token: None,
             token_expires_in_seconds: None,
+            held: false,
             lottery: None,
         }
     }
@@ -192,6 +205,7 @@ impl QueueStatus {
             entered_at,
             entry_token: Some(token.to_owned()),
             token_expires_in_seconds: Some(expires_in_secs),
+            held: false,
             lottery: None,
         }
     }
@@ -208,6 +222,7 @@ impl QueueStatus {
             entered_at: None,
             entry_token: None,
             token_expires_in_seconds: None,
+            held: false,
             lottery: None,
         }
     }
@@ -291,7 +306,8 @@ impl crate::push::Render for StreamWire {
                 total,
                 eta,
                 range,
-            } => waiting_data(*rank, *total, (*eta, *range), entered_at, out),
+                held,
+            } => waiting_data(*rank, *total, (*eta, *range), *held, entered_at, out),
             View::Ready {
                 token,
                 expires_at,
@@ -346,13 +362,17 @@ fn waiting_data(
     rank: u64,
     total: u64,
     (eta, range): (Option<u64>, Option<WaitRange>),
+    held: bool,
     entered_at: Option<&str>,
     out: &mut String,
 ) {
     // RFC 3339 needs no JSON escape; anything else goes through serde.
     let plain = |s: &str| s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
     if entered_at.is_some_and(|s| !plain(s)) {
-        let status = QueueStatus::waiting(rank, total, (eta, range), entered_at.map(str::to_owned));
+        let status = QueueStatus {
+            held,
+            ..QueueStatus::waiting(rank, total, (eta, range), entered_at.map(str::to_owned))
+        };
         out.push_str(&serde_json::to_string(&status).expect("plain data serializes"));
         return;
     }
@@ -389,7 +409,11 @@ fn waiting_data(
         }
         None => out.push_str("null"),
     }
-    out.push_str(",\"entryToken\":null,\"tokenExpiresInSeconds\":null}");
+    out.push_str(",\"entryToken\":null,\"tokenExpiresInSeconds\":null");
+    if held {
+        out.push_str(",\"held\":true");
+    }
+    out.push('}');
 }
 
 /// Appends `n` in decimal, without the formatting machinery (`write!`
@@ -449,6 +473,7 @@ mod tests {
             pass: 7,
             entry: Some(9),
             sold_out: false,
+            paused: false,
         }
     }
 
@@ -520,6 +545,7 @@ mod tests {
             total: 500,
             eta: Forecast::at_rate(50.0).wait_secs(120),
             range: None,
+            held: false,
         };
         let (name, data) = event(&view, entered_at(snapshot.entered_at_ms).as_deref());
         assert_eq!(name, "waiting");
@@ -584,6 +610,7 @@ mod tests {
             total: 500,
             eta: forecast.wait_secs(120),
             range: Some(range),
+            held: false,
         };
         let (_, data) = event(&view, entered_at(snapshot.entered_at_ms).as_deref());
         assert_eq!(
@@ -604,13 +631,17 @@ mod tests {
             range in proptest::option::of((proptest::num::u64::ANY, proptest::num::u64::ANY)),
             entered_ms in proptest::option::of(0u64..4_102_444_800_000),
             odd in proptest::option::of("[ -~\u{1}-\u{1f}é]{0,12}"),
+            held in proptest::bool::ANY,
         ) {
             let at = odd.or_else(|| entered_at(entered_ms));
             let range = range.map(|(a, b)| WaitRange { low: a.min(b), high: a.max(b) });
-            let view = View::Waiting { rank, total, eta, range };
+            let view = View::Waiting { rank, total, eta, range, held };
             let (name, data) = event(&view, at.as_deref());
-            let serde =
-                serde_json::to_string(&QueueStatus::waiting(rank, total, (eta, range), at)).unwrap();
+            let serde = serde_json::to_string(&QueueStatus {
+                held,
+                ..QueueStatus::waiting(rank, total, (eta, range), at)
+            })
+            .unwrap();
             proptest::prop_assert_eq!(name, "waiting");
             proptest::prop_assert_eq!(data, serde);
         }

@@ -10,7 +10,8 @@
 //!   random visitor id on first contact and keeps it in an HMAC-signed,
 //!   `HttpOnly`, `SameSite=Lax` cookie. `X-User-Id` is ignored. A forged or
 //!   altered cookie is simply not an identity: its bearer becomes a new
-//!   visitor, never someone else.
+//!   visitor, never someone else. A queue ticket is good only together
+//!   with its visitor's cookie ([`Identity::ticket_holder`]).
 //! - **header**: a trusted gateway authenticates the buyer and sets
 //!   `X-User-Id` (stripping any client-sent value).
 //! - **signed**: the site's own login vouches for the buyer with a JWT
@@ -158,6 +159,26 @@ impl Identity {
         })
     }
 
+    /// Who a queue ticket presented with `headers` must belong to. A ticket
+    /// alone is a bearer credential that leaks easily (a log line, a
+    /// screenshot, a shared link), so wherever the request itself says
+    /// who it is for, the ticket must be theirs: in visitor mode the
+    /// visitor cookie is required (a browser sends it with every request
+    /// of the page, EventSource included), in signed mode the login token.
+    /// `Ok(None)` only in header mode without `X-User-Id`: the gateway
+    /// decides who reaches waitroom, and an API client's ticket alone
+    /// proves its place.
+    pub fn ticket_holder(&self, headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {
+        match &*self.source {
+            Source::Header => header_user(headers),
+            Source::Visitor(key) => key
+                .verify_request(headers)
+                .map(Some)
+                .ok_or(IdentityError::Missing(TICKET_WITHOUT_VISITOR)),
+            Source::Signed(verifier) => verifier.verify_request(headers).map(Some),
+        }
+    }
+
     /// The buyer of a join: the presented one, or in visitor mode a new
     /// visitor with the cookie value to set.
     pub fn for_join(&self, headers: &HeaderMap) -> Result<Resolved, IdentityError> {
@@ -184,14 +205,11 @@ impl Identity {
             _ => None,
         }
     }
-
-    /// Whether a request that names nobody may read what is otherwise
-    /// bound to a buyer (an order by its 128-bit id). Only behind a
-    /// gateway, where the gateway decides who reaches waitroom at all.
-    pub fn anonymous_reads(&self) -> bool {
-        matches!(&*self.source, Source::Header)
-    }
 }
+
+/// Visitor mode's refusal of a ticket that comes without a valid cookie.
+const TICKET_WITHOUT_VISITOR: &str = "send the visitor cookie with the ticket: a ticket is \
+    good only together with the cookie of the visitor it was issued to";
 
 /// The one `X-User-Id` of `headers`: absent is `None`, malformed an error.
 fn header_user(headers: &HeaderMap) -> Result<Option<UserId>, IdentityError> {

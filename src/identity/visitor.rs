@@ -80,8 +80,9 @@ impl VisitorKey {
 
     /// The visitor of the first valid visitor cookie in `headers`.
     pub(super) fn verify_request(&self, headers: &HeaderMap) -> Option<UserId> {
-        // Both names, the Secure one first: a site moving to HTTPS keeps
-        // its visitors.
+        // Both names, the Secure one first. Over HTTPS the plain name
+        // never gets here: the HTTP edge drops it (it can be planted by
+        // any page of the site; see `crate::http::cookies`).
         super::cookies(headers, VISITOR_COOKIE_SECURE)
             .chain(super::cookies(headers, VISITOR_COOKIE))
             .find_map(|v| self.verify(&v))

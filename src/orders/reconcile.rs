@@ -89,7 +89,7 @@ pub async fn round(orders: &OrderStore, gate: &Gate) -> Round {
                 // Nothing this version can delete; retrying would not help.
                 tracing::error!(order = %record.order_id, "unreadable token delete record; giving it up");
             }
-            Some(pending) => match gate.consume_pending(pending).await {
+            Some(pending) => match gate.consume_pending(pending, None).await {
                 Ok(deleted) => {
                     tracing::info!(order = %record.order_id, queue = %pending.queue, user = %pending.user, deleted, "recorded token delete done");
                 }
@@ -184,7 +184,7 @@ mod tests {
         orders.place(DEMO_PRODUCT, 1, "ka", &a).await.unwrap();
         orders.place(DEMO_PRODUCT, 1, "kb", &b).await.unwrap();
         // b's own delete went through; a's did not.
-        assert!(gate.consume_pending(&b).await.unwrap());
+        assert!(gate.consume_pending(&b, None).await.unwrap());
 
         assert_eq!(round(&orders, &gate).await, Round::Clear);
         for user in [&a.user, &b.user] {

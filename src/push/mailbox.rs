@@ -205,6 +205,7 @@ mod tests {
                 total: 10,
                 eta: None,
                 range: None,
+                held: false,
             },
         }
     }

@@ -8,6 +8,7 @@
 //! schedule, and a presence loop marks streaming users as seen with one
 //! write per queue.
 
+mod admissions;
 mod mailbox;
 mod registry;
 mod session;
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::queue::{Forecast, Policy, QueueName, Queues, RateEstimator, Snapshot, UserId};
 use crate::store::{QueueEvent, SharedStore, StoreEvent};
+pub use admissions::{AdmissionPath, AdmissionWindow};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};
 pub use session::{Render, StreamSession, shed_frame};
@@ -65,8 +67,10 @@ struct QueueHub {
     /// Events applied so far; lets a new stream notice one applied while
     /// it was reading its initial state.
     events_seen: AtomicU64,
-    /// Users admitted by the passes heard of (every instance's).
-    admitted: AtomicU64,
+    /// Admissions heard of (every instance's), by path.
+    admitted: Mutex<AdmissionWindow>,
+    /// The last pass heard of ran while an operator held admission.
+    held: AtomicBool,
 }
 
 impl QueueHub {
@@ -75,8 +79,21 @@ impl QueueHub {
             watchers: Mutex::new(QueueWatchers::default()),
             rate: Mutex::new(RateEstimator::new(RATE_WINDOW_MS)),
             events_seen: AtomicU64::new(0),
-            admitted: AtomicU64::new(0),
+            admitted: Mutex::new(AdmissionWindow::new(
+                Duration::from_millis(RATE_WINDOW_MS),
+                std::time::Instant::now(),
+            )),
+            held: AtomicBool::new(false),
         }
+    }
+}
+
+impl QueueHub {
+    /// The pass window's forecast, held while the last pass heard of was.
+    fn forecast(&self, fallback: f64) -> Forecast {
+        lock(&self.rate)
+            .forecast(fallback)
+            .with_held(self.held.load(Ordering::Relaxed))
     }
 }
 
@@ -199,9 +216,8 @@ impl Hub {
     /// The wait forecast of `queue` from its observed passes, or a point
     /// estimate at `fallback` admissions a second without data.
     pub fn forecast(&self, queue: &QueueName, fallback: f64) -> Forecast {
-        self.queue(queue).map_or(Forecast::at_rate(fallback), |q| {
-            lock(&q.rate).forecast(fallback)
-        })
+        self.queue(queue)
+            .map_or(Forecast::at_rate(fallback), |q| q.forecast(fallback))
     }
 
     /// The observed admission rate of `queue`, or `fallback` without data.
@@ -234,12 +250,20 @@ impl Hub {
             .map_or(0, |q| lock(&q.watchers).by_user.len())
     }
 
-    /// Users admitted in `queue` by the passes this instance heard of
-    /// since start: every instance's passes (the operator console charts
-    /// admissions per minute from it).
-    pub fn admitted_seen(&self, queue: &QueueName) -> u64 {
+    /// Users admitted in `queue` that this instance heard of since start,
+    /// (by passes, on the fast track): every instance's admissions (the
+    /// operator console charts admissions per minute from them).
+    pub fn admitted_seen(&self, queue: &QueueName) -> (u64, u64) {
         self.queue(queue)
-            .map_or(0, |q| q.admitted.load(Ordering::Relaxed))
+            .map_or((0, 0), |q| lock(&q.admitted).totals())
+    }
+
+    /// Admissions per second in `queue` over the last half minute, on
+    /// either path, as observed: 0 when nobody was admitted (never the
+    /// configured rate standing in).
+    pub fn observed_rate(&self, queue: &QueueName) -> f64 {
+        self.queue(queue)
+            .map_or(0.0, |q| lock(&q.admitted).rate(std::time::Instant::now()))
     }
 
     /// Events applied to `queue`'s streams so far; read it before reading a
@@ -339,7 +363,10 @@ impl Hub {
                 let Some(q) = self.queue(&queue) else {
                     return;
                 };
-                if pass.busy {
+                q.held.store(pass.held, Ordering::Relaxed);
+                if pass.held {
+                    lock(&q.rate).note_held(pass.at);
+                } else if pass.busy {
                     lock(&q.rate).record(
                         pass.at,
                         pass.admitted.len() as u64,
@@ -347,9 +374,12 @@ impl Hub {
                         pass.waiting,
                     );
                 }
-                q.admitted
-                    .fetch_add(pass.admitted.len() as u64, Ordering::Relaxed);
-                let forecast = lock(&q.rate).forecast(fallback_rate);
+                lock(&q.admitted).record(
+                    std::time::Instant::now(),
+                    AdmissionPath::Pass,
+                    pass.admitted.len() as u64,
+                );
+                let forecast = q.forecast(fallback_rate);
                 lock(&q.watchers).apply_admissions(&pass);
                 // Counted before the yield too: a stream that registers in
                 // it, from a read taken before this pass, missed its own
@@ -365,10 +395,16 @@ impl Hub {
                 let Some(q) = self.queue(&queue) else {
                     return;
                 };
-                if let QueueEvent::Left { seq: Some(_), .. } = event {
-                    lock(&q.rate).note_leave();
+                match event {
+                    QueueEvent::Left { seq: Some(_), .. } => lock(&q.rate).note_leave(),
+                    QueueEvent::FastTracked { .. } => lock(&q.admitted).record(
+                        std::time::Instant::now(),
+                        AdmissionPath::FastTrack,
+                        1,
+                    ),
+                    _ => {}
                 }
-                let forecast = lock(&q.rate).forecast(fallback_rate);
+                let forecast = q.forecast(fallback_rate);
                 lock(&q.watchers).apply(&event, forecast);
                 q.events_seen.fetch_add(1, Ordering::Release);
             }
@@ -499,7 +535,7 @@ async fn refresh_due(hub: &Hub, store: &SharedStore, fallback_rate: f64) {
                 let Some(q) = hub.queue(queue) else {
                     continue;
                 };
-                let forecast = lock(&q.rate).forecast(fallback_rate);
+                let forecast = q.forecast(fallback_rate);
                 let mut watchers = lock(&q.watchers);
                 for (user, snapshot) in due.iter().zip(&snapshots) {
                     watchers.apply_snapshot(user, snapshot, forecast);

@@ -81,6 +81,7 @@ impl Watcher {
             total: self.total.max(rank + 1),
             eta: forecast.wait_secs(rank),
             range: forecast.wait_range(rank),
+            held: forecast.is_held(),
         }
     }
 }
@@ -105,12 +106,16 @@ pub fn refresh_period(rank: u64) -> Duration {
 pub fn view_of(snapshot: &Snapshot, forecast: Forecast) -> Option<View> {
     match &snapshot.standing {
         Standing::Waiting { .. } if snapshot.sold_out => Some(View::Gone(GoneReason::SoldOut)),
-        Standing::Waiting { rank, .. } => Some(View::Waiting {
-            rank: *rank,
-            total: snapshot.total_waiting,
-            eta: forecast.wait_secs(*rank),
-            range: forecast.wait_range(*rank),
-        }),
+        Standing::Waiting { rank, .. } => {
+            let forecast = forecast.with_held(snapshot.paused);
+            Some(View::Waiting {
+                rank: *rank,
+                total: snapshot.total_waiting,
+                eta: forecast.wait_secs(*rank),
+                range: forecast.wait_range(*rank),
+                held: forecast.is_held(),
+            })
+        }
         Standing::Ready {
             token,
             expires_in_ms,
@@ -216,6 +221,8 @@ impl QueueWatchers {
                     }
                 }
             }
+            // Nobody waiting is concerned: the hub counts it.
+            QueueEvent::FastTracked { .. } => {}
             QueueEvent::Consumed { user } => {
                 if let Some(w) = self.by_user.get_mut(user) {
                     w.show(w.id.pass, View::Gone(GoneReason::Consumed));
@@ -355,7 +362,8 @@ impl QueueWatchers {
                 w.rank = rank + leaves_ahead(&self.left, w.seq);
                 w.total = snapshot.total_waiting;
                 w.next_refresh = Instant::now() + refresh_period(rank);
-                let view = w.waiting_view(rank, forecast);
+                // The re-read says whether admission is held now.
+                let view = w.waiting_view(rank, forecast.with_held(snapshot.paused));
                 w.show(snapshot.pass, view);
             }
             Standing::Ready {
@@ -415,6 +423,7 @@ mod tests {
             total: 10,
             eta: None,
             range: None,
+            held: false,
         };
         let (tx, rx) = mailbox::channel(Update {
             id: EventId { pass: 1, n: 0 },
@@ -457,6 +466,7 @@ mod tests {
                 .collect(),
             waiting,
             busy: true,
+            held: false,
         })
     }
 
@@ -488,6 +498,7 @@ mod tests {
                 total: 6,
                 eta: Some(2),
                 range: None,
+                held: false,
             }
         );
         assert_eq!(update.id.to_string(), "2");
@@ -518,6 +529,7 @@ mod tests {
                 total: 4,
                 eta: Some(1),
                 range: None,
+                held: false,
             }
         );
         assert_eq!(update.id.to_string(), "3");
@@ -539,6 +551,7 @@ mod tests {
             pass: 2,
             entry: Some(3),
             sold_out: false,
+            paused: false,
         };
         q.apply_snapshot(&u("me"), &snapshot, at(1.0));
         assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
@@ -562,6 +575,7 @@ mod tests {
             pass: 2,
             entry: Some(10),
             sold_out: false,
+            paused: false,
         };
         q.apply_snapshot(&u("me"), &fresh, at(1.0));
         q.apply(
@@ -591,6 +605,7 @@ mod tests {
             pass: 2,
             entry: Some(10),
             sold_out: false,
+            paused: false,
         };
         q.apply_snapshot(&u("me"), &stale, at(1.0));
         assert!(!rx.has_changed().unwrap());
@@ -666,6 +681,7 @@ mod tests {
             entered_at_ms: None,
             entry: Some(20),
             sold_out: false,
+            paused: false,
             pass: 1,
         };
         q.apply_snapshot(&u("old"), &fresh, at(1.0));
@@ -742,6 +758,7 @@ mod tests {
                                 entered_at_ms: None,
                                 entry: Some(seq),
                                 sold_out: false,
+                                paused: false,
                                 pass: pass_no,
                             };
                             q.apply_snapshot(user, &snapshot, at(1.0));
@@ -796,6 +813,7 @@ mod tests {
             pass,
             entry: Some(seq),
             sold_out: false,
+            paused: false,
         }
     }
 
@@ -810,6 +828,7 @@ mod tests {
             pass,
             entry: Some(1),
             sold_out: false,
+            paused: false,
         }
     }
 
@@ -821,6 +840,7 @@ mod tests {
             pass,
             entry: None,
             sold_out: false,
+            paused: false,
         }
     }
 
@@ -875,6 +895,7 @@ mod tests {
                 total: 4_000,
                 eta: Some(30),
                 range: None,
+                held: false,
             })
         );
         assert_eq!(
@@ -884,6 +905,7 @@ mod tests {
                 total: 4_000,
                 eta: None,
                 range: None,
+                held: false,
             })
         );
         let token = EntryToken::generate();
@@ -946,6 +968,7 @@ mod tests {
                 total: 7_947,
                 eta: Some(99),
                 range: None,
+                held: false,
             }
         );
         assert_eq!(update.id, EventId { pass: 2, n: 0 });
@@ -1009,6 +1032,7 @@ mod tests {
                 total: 1,
                 eta: Some(0),
                 range: None,
+                held: false,
             }
         );
         assert!(!admitted_rx.has_changed().unwrap() && !dropped_rx.has_changed().unwrap());
@@ -1028,6 +1052,7 @@ mod tests {
                 total: 7,
                 eta: Some(6),
                 range: None,
+                held: false,
             }
         );
     }
@@ -1067,6 +1092,7 @@ mod tests {
                 total: 90,
                 eta: Some(30),
                 range: None,
+                held: false,
             }
         );
         let next = q.by_user[&u("me")].next_refresh;

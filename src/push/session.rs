@@ -243,6 +243,7 @@ mod tests {
                 total: 30,
                 eta: Some(1),
                 range: None,
+                held: false,
             },
         };
         let text = encode(&Wire, &update, Some(Duration::from_millis(2500)));
@@ -291,6 +292,7 @@ mod tests {
                 pass: 1,
                 entry: Some(i + 1),
                 sold_out: false,
+                paused: false,
             };
             let view = super::super::view_of(&snapshot, Forecast::at_rate(1.0)).unwrap();
             let user = UserId::parse(&format!("u{i}")).unwrap();
@@ -315,6 +317,7 @@ mod tests {
             abandoned: Vec::new(),
             waiting: STREAMS + 1,
             busy: true,
+            held: false,
         };
         let event = StoreEvent::Queue {
             queue: queue.clone(),

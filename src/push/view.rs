@@ -47,6 +47,8 @@ pub enum View {
         eta: Option<u64>,
         /// The 80 % range of the wait, once the spread is observed.
         range: Option<WaitRange>,
+        /// An operator holds admission (no estimate meanwhile).
+        held: bool,
     },
     Ready {
         token: String,

@@ -51,6 +51,8 @@ pub struct RateEstimator {
     passes: VecDeque<Observed>,
     /// Leaves heard since the last recorded pass, counted with the next.
     leaves: u64,
+    /// When the hold under way began (its first held pass), if one is.
+    held_since: Option<u64>,
 }
 
 /// Passes needed before the observed rate replaces the configured one.
@@ -71,6 +73,9 @@ pub struct Forecast {
     rate: f64,
     /// The observed spread; `None` while the rate is the configured one.
     spread: Option<Spread>,
+    /// An operator holds admission: nobody is admitted until they resume,
+    /// so there is no estimate at all (not even at the front).
+    held: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,7 +96,21 @@ impl Forecast {
     /// A forecast from a rate alone (the configured one, before any pass
     /// was observed): a point estimate and no range.
     pub fn at_rate(rate: f64) -> Self {
-        Self { rate, spread: None }
+        Self {
+            rate,
+            spread: None,
+            held: false,
+        }
+    }
+
+    /// This forecast while admission is held (`held`) or not.
+    pub fn with_held(self, held: bool) -> Self {
+        Self { held, ..self }
+    }
+
+    /// Whether an operator holds admission.
+    pub fn is_held(&self) -> bool {
+        self.held
     }
 
     /// Admissions per second.
@@ -102,6 +121,9 @@ impl Forecast {
     /// Seconds to wait with `rank` ahead, rounded up: the time to admit
     /// them less the observed departures; `None` when nothing is admitted.
     pub fn wait_secs(&self, rank: u64) -> Option<u64> {
+        if self.held {
+            return None;
+        }
         if rank == 0 {
             return Some(0);
         }
@@ -112,6 +134,9 @@ impl Forecast {
     /// The 80 % range of the wait with `rank` ahead; `None` until the
     /// spread has been observed, or when nothing is admitted.
     pub fn wait_range(&self, rank: u64) -> Option<WaitRange> {
+        if self.held {
+            return None;
+        }
         let s = self.spread?;
         let needed = self.needed(rank)?;
         if s.batch <= f64::EPSILON {
@@ -155,7 +180,16 @@ impl RateEstimator {
             window_ms: window_ms.max(1),
             passes: VecDeque::new(),
             leaves: 0,
+            held_since: None,
         }
+    }
+
+    /// Notes a pass at `at_ms` that ran while an operator held admission.
+    /// It is not recorded: it admitted nobody by design, and a window of
+    /// such passes would show a rate decayed towards zero once admission
+    /// resumes. The hold's time is cut out instead (see [`Self::record`]).
+    pub fn note_held(&mut self, at_ms: u64) {
+        self.held_since.get_or_insert(at_ms);
     }
 
     /// Counts a buyer who left the line on their own, with the next pass.
@@ -168,6 +202,15 @@ impl RateEstimator {
     /// Passes over an empty queue say nothing about throughput and should
     /// not be recorded.
     pub fn record(&mut self, at_ms: u64, admitted: u64, abandoned: u64, waiting: u64) {
+        if let Some(since) = self.held_since.take() {
+            // The first pass after a hold: the passes before it move on by
+            // the hold's length, as if it had not happened, so the rate
+            // right after a release is the one before the hold.
+            let shift = at_ms.saturating_sub(since);
+            for p in &mut self.passes {
+                p.at_ms = p.at_ms.saturating_add(shift).min(at_ms);
+            }
+        }
         if let Some(last) = self.passes.back()
             && at_ms < last.at_ms
         {
@@ -226,6 +269,7 @@ impl RateEstimator {
             0.0
         };
         Forecast {
+            held: false,
             rate: admitted as f64 / span_s,
             spread: Some(Spread {
                 batch,
@@ -416,6 +460,36 @@ mod tests {
         assert!(a.high < b.high, "{a:?} {b:?}");
         // The rate is what was admitted, departures aside.
         assert!((leave.rate() - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_held_forecast_estimates_nothing_not_even_at_the_front() {
+        let held = steady(50, 10, 0, 1_000).with_held(true);
+        assert!(held.is_held());
+        for rank in [0, 1, 500] {
+            assert_eq!(held.wait_secs(rank), None, "{rank}");
+            assert_eq!(held.wait_range(rank), None, "{rank}");
+        }
+        let resumed = held.with_held(false);
+        assert_eq!(resumed.wait_secs(0), Some(0));
+        assert!(resumed.wait_range(100).is_some());
+    }
+
+    #[test]
+    fn a_hold_does_not_decay_the_rate_after_it() {
+        let mut e = RateEstimator::new(30_000);
+        for i in 0..10 {
+            e.record(i * 1_000, 10, 0, 100);
+        }
+        assert!((e.rate(1.0) - 10.0).abs() < 1e-9);
+        // Held from 10 s to 25 s: passes admit nobody, by design.
+        for i in 10..25 {
+            e.note_held(i * 1_000);
+        }
+        e.record(25_000, 10, 0, 100);
+        assert!((e.rate(1.0) - 10.0).abs() < 1e-9, "{}", e.rate(1.0));
+        let f = e.forecast(1.0);
+        assert_eq!(f.wait_secs(100), Some(10));
     }
 
     #[test]

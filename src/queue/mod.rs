@@ -20,7 +20,7 @@ mod token;
 pub use adaptive::AdaptiveSettings;
 pub use eta::{Forecast, RateEstimator, WaitRange};
 pub use names::{InvalidName, QueueName, UserId};
-pub use settings::{QueueSettings, Queues, StoredSettings};
+pub use settings::{QueueSettings, Queues, StoredSettings, check_shop_url};
 pub use status::{Policy, Snapshot, Standing, polling_interval_secs};
 pub use stock::StockReport;
 pub use ticket::{Ticket, TicketError, TicketSigner};

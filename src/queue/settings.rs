@@ -26,6 +26,43 @@ pub const MAX_ACTIVE: u64 = 100_000_000;
 pub const MAX_TEXTS: usize = 64;
 pub const MAX_TEXT_KEY_CHARS: usize = 64;
 pub const MAX_TEXT_CHARS: usize = 2_000;
+/// The longest shop link (characters).
+pub const MAX_SHOP_URL_CHARS: usize = 2_000;
+
+/// Checks a shop link: an absolute `https://` (or `http://`) URL of
+/// printable ASCII without spaces, quotes or angle brackets, whose only
+/// braces are the placeholders the page fills in, URL-encoded: `{token}`
+/// (the buyer's entry token) and `{queue}`. The page puts nothing else in
+/// it, so a link can carry the token only where the operator put
+/// `{token}`: best in the fragment (`#token={token}`), which the browser
+/// never sends to a server nor in a `Referer`.
+pub fn check_shop_url(url: &str) -> Result<(), String> {
+    let bad = |m: &str| Err(format!("shopUrl: {m}"));
+    if url.len() > MAX_SHOP_URL_CHARS {
+        return bad(&format!("at most {MAX_SHOP_URL_CHARS} characters"));
+    }
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return bad("an absolute https:// or http:// URL");
+    };
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[..host_end].is_empty() || rest[..host_end].contains(['{', '}', '@']) {
+        return bad("a host is needed (no placeholder or user info in it)");
+    }
+    if !url
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && !b"\"'<>\\`".contains(&b))
+    {
+        return bad("printable ASCII without spaces, quotes or angle brackets");
+    }
+    let stripped = url.replace("{token}", "").replace("{queue}", "");
+    if stripped.contains(['{', '}']) {
+        return bad("the only placeholders are {token} and {queue}");
+    }
+    Ok(())
+}
 
 /// One queue's settings, as stored and as the admin API shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -43,8 +80,14 @@ pub struct QueueSettings {
     pub abandon_after_ms: Option<u64>,
     /// How long an order's claim on a token lasts without a renewal.
     pub claim_lease_ms: u64,
-    /// Texts of the queue's page (key → text), opaque to the server.
+    /// Texts of the queue's page (a message key of the page → the text
+    /// shown instead, in every language), served with its branding.
     pub texts: BTreeMap<String, String>,
+    /// Where a READY buyer is sent to buy when the order service lives
+    /// elsewhere: an absolute `https://` URL whose `{token}` and `{queue}`
+    /// the page fills in; absent: `--shop-url`, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shop_url: Option<String>,
     /// Admission that follows the order service (`batch` is then set by
     /// the controller); absent: the batch stays as the operator set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +121,7 @@ impl QueueSettings {
             abandon_after_ms: policy.abandon_after_ms,
             claim_lease_ms,
             texts: BTreeMap::new(),
+            shop_url: None,
             adaptive: None,
         }
     }
@@ -95,6 +139,9 @@ impl QueueSettings {
 
     /// Checks every field; the message names the first one that is wrong.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(url) = &self.shop_url {
+            check_shop_url(url)?;
+        }
         if !(1..=MAX_BATCH).contains(&self.batch) {
             return Err(format!("batch: 1-{MAX_BATCH}"));
         }
@@ -153,8 +200,36 @@ mod tests {
             abandon_after_ms: None,
             claim_lease_ms: 30_000,
             texts: BTreeMap::new(),
+            shop_url: None,
             adaptive: None,
         }
+    }
+
+    #[test]
+    fn shop_links_are_absolute_with_known_placeholders_only() {
+        for ok in [
+            "https://shop.example/buy#token={token}&queue={queue}",
+            "http://127.0.0.1:9000/checkout?q={queue}",
+            "https://shop.example",
+        ] {
+            check_shop_url(ok).unwrap();
+        }
+        for bad in [
+            "",
+            "shop.example/buy",
+            "javascript:alert(1)",
+            "https://",
+            "https://{token}.example/",
+            "https://user@evil.example/",
+            "https://shop.example/a b",
+            "https://shop.example/\"x",
+            "https://shop.example/<x>",
+            "https://shop.example/#{user}",
+            "https://shop.example/é",
+        ] {
+            assert!(check_shop_url(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_shop_url(&format!("https://a.example/{}", "x".repeat(2_000))).is_err());
     }
 
     #[test]
@@ -170,6 +245,7 @@ mod tests {
             (|s| s.abandon_after_ms = Some(0), "abandonAfterMs"),
             (|s| s.claim_lease_ms = MAX_DURATION_MS + 1, "claimLeaseMs"),
             (|s| s.max_active = Some(MAX_ACTIVE + 1), "maxActive"),
+            (|s| s.shop_url = Some("ftp://x".into()), "shopUrl"),
             (
                 |s| {
                     s.texts.insert("bad key".into(), "x".into());

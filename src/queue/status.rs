@@ -65,6 +65,9 @@ pub struct Snapshot {
     /// True while the queue's stock is sold out (`crate::queue::stock`):
     /// nobody in line will be admitted unless the stock is restocked.
     pub sold_out: bool,
+    /// True while an operator holds the queue's admission: nobody is
+    /// admitted, so no wait can be estimated.
+    pub paused: bool,
 }
 
 /// The polling interval for a client `rank` places from the front: 1 s under

@@ -70,7 +70,9 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
+use super::admit::Knock;
 use super::lean::stream_request;
+use axum::response::IntoResponse;
 
 /// Largest request head accepted, on either path (`431` beyond, from
 /// hyper). Heads here are a request line, a cookie and a few headers.
@@ -107,10 +109,15 @@ pub struct HandedOver {
     pub request: Request<Body>,
 }
 
-/// How long a connection may stay idle, and how long a request head may
-/// take once its first byte is in.
+/// How long a new connection may stay silent, how long a connection may
+/// stay idle, and how long a request head may take once its first byte is
+/// in.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
+    /// From the connection's start to its first byte: the connection
+    /// closes cleanly after this (a socket that never speaks must not hold
+    /// a connection for the idle timeout).
+    pub first_byte: Duration,
     /// Between requests (every earlier one answered), before the next
     /// head's first byte: the connection closes cleanly after this.
     pub idle: Duration,
@@ -131,6 +138,8 @@ pub struct HandoverIo {
     framer: Framer,
     /// Request heads the framer has seen complete.
     heads: u64,
+    /// A byte has come from the client.
+    spoke: bool,
     /// Bytes were written since the last completed flush.
     unflushed: bool,
     /// The stream request taken off the socket: from then on hyper reads
@@ -141,6 +150,8 @@ pub struct HandoverIo {
 /// What [`HandoverIo`]'s deadline is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Waiting {
+    /// Not a byte yet since the connection opened.
+    FirstByte,
     Idle,
     Head,
 }
@@ -160,19 +171,22 @@ impl HandoverIo {
             shared,
             framer: Framer::default(),
             heads: 0,
+            spoke: false,
             unflushed: false,
             taken: None,
         }
     }
 
-    /// What a read now waits for: idle (every head answered, none begun),
-    /// the rest of a head, or neither (a body, a response being written,
-    /// or framing lost: then hyper's own header timeout is the bound).
+    /// What a read now waits for: the first byte, idle (every head
+    /// answered, none begun), the rest of a head, or neither (a body, a
+    /// response being written, or framing lost: then hyper's own header
+    /// timeout is the bound).
     fn waiting(&self) -> Option<Waiting> {
         if self.shared.tainted.load(Ordering::Relaxed) {
             return None;
         }
         match &self.framer {
+            _ if !self.spoke => Some(Waiting::FirstByte),
             Framer::Head(partial) if !partial.is_empty() => Some(Waiting::Head),
             Framer::Head(_) if self.heads == self.shared.finished.load(Ordering::Relaxed) => {
                 Some(Waiting::Idle)
@@ -190,6 +204,7 @@ impl HandoverIo {
             (Some((armed, _)), Some(w)) if *armed == w => {}
             (_, Some(w)) => {
                 let after = match w {
+                    Waiting::FirstByte => self.timeouts.first_byte,
                     Waiting::Idle => self.timeouts.idle,
                     Waiting::Head => self.timeouts.head,
                 };
@@ -232,7 +247,7 @@ impl AsyncRead for HandoverIo {
         match this.deadline_passed(cx) {
             // hyper closes an idle connection that reads end-of-file
             // quietly, as if the client had closed it.
-            Some(Waiting::Idle) => return Poll::Ready(Ok(())),
+            Some(Waiting::FirstByte | Waiting::Idle) => return Poll::Ready(Ok(())),
             Some(Waiting::Head) => {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -251,7 +266,8 @@ impl AsyncRead for HandoverIo {
             return Poll::Ready(Ok(())); // the peer's end-of-file
         }
         // Bytes came: the idle wait is over (a head's deadline runs on).
-        if matches!(this.deadline, Some((Waiting::Idle, _))) {
+        this.spoke = true;
+        if matches!(this.deadline, Some((Waiting::Idle | Waiting::FirstByte, _))) {
             this.deadline = None;
         }
         if candidate && let Some(request) = stream_request(fresh, &this.route) {
@@ -461,18 +477,34 @@ fn parse_head(bytes: &[u8]) -> HeadParse {
 }
 
 /// The application as hyper calls it on one connection: counts responses
-/// and watches request bodies for [`HandoverIo`].
+/// and watches request bodies for [`HandoverIo`], and on a connection over
+/// the operator listener's cap serves only what the reserve admits.
 #[derive(Clone)]
 pub struct Tracked<S> {
     app: S,
     shared: Arc<Shared>,
     /// The connection's peer, put in every request (`ConnectInfo`).
     peer: std::net::SocketAddr,
+    /// Over the cap: the way into the operator reserve.
+    knock: Option<Arc<Knock>>,
 }
 
 impl<S> Tracked<S> {
     pub fn new(app: S, shared: Arc<Shared>, peer: std::net::SocketAddr) -> Self {
-        Self { app, shared, peer }
+        Self {
+            app,
+            shared,
+            peer,
+            knock: None,
+        }
+    }
+
+    /// On a connection over the cap, serves a request only if `knock`
+    /// admits it; any other is answered `503 server_busy` and the
+    /// connection closed.
+    pub fn knocking(mut self, knock: Option<Arc<Knock>>) -> Self {
+        self.knock = knock;
+        self
     }
 }
 
@@ -490,6 +522,19 @@ where
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let shared = self.shared.clone();
+        if let Some(knock) = &self.knock
+            && !knock.admits(request.headers())
+        {
+            // Its body is left unread: the connection closes after this.
+            let mut busy = crate::http::ApiError::ServerBusy.into_response();
+            crate::http::security::apply(busy.headers_mut(), true);
+            busy.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            let response = busy.map(|body| Counted { body, shared });
+            return Box::pin(std::future::ready(Ok(response)));
+        }
         let mut request = request.map(|body| Watched {
             body,
             ended: false,

@@ -45,7 +45,10 @@
 //! request as `ConnectInfo<SocketAddr>`, so the extractors find the client
 //! (`crate::http::client`) the same way whichever path carries it.
 //!
-//! **Limits.** Heads are capped at [`handover::MAX_HEAD`] (`431`, from
+//! **Limits.** A new connection must send its first byte within
+//! `--first-byte-timeout-secs` (5 s) or is closed unanswered: a socket
+//! that connects and never speaks holds a slot that long, not for the idle
+//! timeout. Heads are capped at [`handover::MAX_HEAD`] (`431`, from
 //! hyper), must arrive within [`HEAD_TIMEOUT`] of their first byte, and
 //! bodies within the body timeout (`408`). A keep-alive connection idle
 //! (every request answered, no byte of the next) for `--idle-timeout-secs`
@@ -56,9 +59,13 @@
 //! `handover.rs`'s IO, which frames the request bytes; where it lost the
 //! framing, hyper's header timeout (idle + head) bounds the wait.
 //! At most `--max-connections` connections, streams included, are open at
-//! once; one over the cap is answered `503 server_busy` with `Retry-After`
-//! and closed.
+//! once, and at most `--connections-per-address` from one address; one
+//! over either is answered (`503 server_busy`, `429
+//! address_connections_limited`, with `Retry-After`) and closed. The
+//! operator listener keeps a reserve for the admin and service tokens
+//! beyond its cap (`admit.rs`).
 
+mod admit;
 mod handover;
 mod lean;
 
@@ -77,6 +84,7 @@ use tower_http::timeout::RequestBodyDeadlineLayer;
 
 use crate::app::AppState;
 use crate::http::ApiError;
+use admit::{Admission, Admitted, Limits, ReserveConfig};
 use handover::{HandoverIo, Shared, Timeouts, Tracked};
 
 /// How long a client may take to send a request head, from its first
@@ -93,20 +101,58 @@ const TURN_AWAY_LINGER: Duration = Duration::from_secs(1);
 
 /// Connections the operator listener holds at once: scrapers and
 /// operators, a handful; its own cap, so buyers filling the public one
-/// never lock operators out.
+/// never lock operators out. (Beyond it, the reserve for tokens.)
 pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 
-/// Serves `router` on `listener`, at most `max_connections` connections at
-/// once, until the state's shutdown fires and every connection has
-/// finished (streams close within the drain window; anything still open
-/// `drain + 5 s` after shutdown is dropped). The public listener serves
+/// Which listener [`serve`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// Buyers (`--addr`): `--max-connections`.
+    Public,
+    /// Operators (`--admin-addr`): [`ADMIN_MAX_CONNECTIONS`] and the
+    /// reserve. Its router must not serve the event stream: a handed-over
+    /// stream request would pass the reserve's check unseen.
+    Operator,
+}
+
+impl Listener {
+    /// How this listener takes connections, from the state's configuration.
+    fn limits(self, state: &AppState) -> Limits {
+        let config = state.config();
+        let per_address = config.connections_per_address(state.max_connections());
+        match self {
+            Self::Public => Limits {
+                max_connections: state.max_connections(),
+                per_address,
+                proxies: state.trusted_proxies().clone(),
+                reserve: None,
+            },
+            Self::Operator => Limits {
+                max_connections: ADMIN_MAX_CONNECTIONS,
+                // At most half the ordinary slots from one address.
+                per_address: per_address.map(|n| n.min(ADMIN_MAX_CONNECTIONS / 2)),
+                proxies: state.trusted_proxies().clone(),
+                reserve: (config.admin_reserved_connections > 0).then(|| ReserveConfig {
+                    slots: config.admin_reserved_connections,
+                    admin_token: state.admin_token().to_owned(),
+                    service_token: config.service_token.clone(),
+                }),
+            },
+        }
+    }
+}
+
+/// Serves `router` on `listener` as `kind` says (its connection caps),
+/// until the state's shutdown fires and every connection has finished
+/// (streams close within the drain window; anything still open `drain + 5
+/// s` after shutdown is dropped). The public listener serves
 /// [`crate::http::router`], the operator listener
 /// [`crate::http::admin_router`]; both the same way.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     router: axum::Router,
-    max_connections: usize,
+    kind: Listener,
 ) -> std::io::Result<()> {
     let app = tower::ServiceBuilder::new()
         .layer(RequestBodyDeadlineLayer::new(state.config().body_timeout()))
@@ -114,16 +160,22 @@ pub async fn serve(
     let shutdown = state.shutdown().clone();
     let graceful = GracefulShutdown::new();
     let connections = TaskTracker::new();
-    let open = Arc::new(Semaphore::new(max_connections));
+    let admission = Admission::new(kind.limits(&state));
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
     let route = Arc::new(lean::stream_route(&state.config().base_path));
     let timeouts = Timeouts {
+        // A connection that has sent nothing yet is at least as idle as a
+        // kept-alive one: never kept longer.
+        first_byte: state
+            .config()
+            .first_byte_timeout()
+            .min(state.config().idle_timeout()),
         idle: state.config().idle_timeout(),
         head: HEAD_TIMEOUT,
     };
     // hyper's own bound, for connections whose framing the IO lost: an
     // idle wait and a head after it.
-    let backstop = timeouts.idle + timeouts.head;
+    let backstop = timeouts.idle.max(timeouts.first_byte) + timeouts.head;
     loop {
         let (socket, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -137,26 +189,37 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            metrics::counter!("waitroom_connections_refused_total").increment(1);
-            if let Ok(slot) = turning_away.clone().try_acquire_owned() {
-                connections.spawn(turn_away(socket, slot));
+        let (held, knock) = match admission.admit(peer) {
+            Admitted::Open(held) => (held, None),
+            Admitted::Knocking(held, knock) => (held, Some(knock)),
+            refused => {
+                let answer = if matches!(refused, Admitted::AddressFull) {
+                    metrics::counter!("waitroom_address_connections_refused_total").increment(1);
+                    address_full()
+                } else {
+                    metrics::counter!("waitroom_connections_refused_total").increment(1);
+                    ApiError::ServerBusy
+                };
+                if let Ok(slot) = turning_away.clone().try_acquire_owned() {
+                    connections.spawn(turn_away(socket, answer, slot));
+                }
+                continue;
             }
-            continue;
         };
         let router = router.clone();
         let app = app.clone();
         let watcher = graceful.watcher();
         let route = route.clone();
         connections.spawn(async move {
-            let _permit = permit;
+            let _held = held;
             let shared = Arc::new(Shared::default());
             let io = HandoverIo::new(socket, shared.clone(), route, timeouts);
+            let service = Tracked::new(app, shared.clone(), peer).knocking(knock);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(backstop)
                 .max_header_size(handover::MAX_HEAD)
-                .serve_connection(TokioIo::new(io), Tracked::new(app, shared.clone(), peer));
+                .serve_connection(TokioIo::new(io), service);
             // Boxed, so a lean stream's task does not keep hyper's size.
             let _ = Box::pin(watcher.watch(connection)).await;
             // Built in a closure, so the request and the socket are not
@@ -186,14 +249,24 @@ pub async fn serve(
     Ok(())
 }
 
-/// Answers a connection over the cap `503 server_busy` and closes it. The
-/// client gets [`TURN_AWAY_LINGER`] to read the answer before the close
-/// (closing with its request unread would reset the connection and could
-/// destroy the answer on the way).
-async fn turn_away(mut socket: TcpStream, _slot: OwnedSemaphorePermit) {
-    let mut busy = ApiError::ServerBusy.into_response();
-    crate::http::security::apply(busy.headers_mut(), true);
-    let answer = lean::plain_response(busy).await;
+/// The answer to a connection over its address's share.
+fn address_full() -> ApiError {
+    ApiError::ClientLimited {
+        code: "address_connections_limited",
+        message: "too many open connections from this address; close some and retry".into(),
+        retry_after_secs: 1,
+    }
+}
+
+/// Answers a connection that is not taken (`503 server_busy` over the cap,
+/// `429 address_connections_limited` over its address's share) and closes
+/// it. The client gets [`TURN_AWAY_LINGER`] to read the answer before the
+/// close (closing with its request unread would reset the connection and
+/// could destroy the answer on the way).
+async fn turn_away(mut socket: TcpStream, answer: ApiError, _slot: OwnedSemaphorePermit) {
+    let mut refused = answer.into_response();
+    crate::http::security::apply(refused.headers_mut(), true);
+    let answer = lean::plain_response(refused).await;
     let _ = tokio::time::timeout(TURN_AWAY_LINGER, async {
         socket.write_all(&answer).await?;
         socket.shutdown().await?;

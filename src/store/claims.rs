@@ -32,6 +32,13 @@ pub trait ClaimStore: Send + Sync + 'static {
         lease_ms: u64,
     ) -> StoreResult<ClaimOutcome>;
 
+    /// The user whose live (unexpired, unused) token `presented` is, if
+    /// any, so the token API can claim with the token alone. Only a
+    /// look-up: [`ClaimStore::claim`] checks the token again, atomically,
+    /// when it claims.
+    async fn token_holder(&self, queue: &QueueName, presented: &str)
+    -> StoreResult<Option<UserId>>;
+
     /// Deletes the token claimed under `claim_id` (the order committed) and
     /// frees the user's active slot. Idempotent, so it can be retried at
     /// any time, also long after the order (a recorded consume finished

@@ -18,6 +18,10 @@ pub enum QueueEvent {
     Pass(Pass),
     /// A user left the line or gave up their token (`seq` when they waited).
     Left { user: UserId, seq: Option<u64> },
+    /// A join into an empty line took the fast track: READY at once, with
+    /// no pass (`at`: store clock, ms). Published so every instance counts
+    /// every admission, not only those of passes.
+    FastTracked { at: u64 },
     /// A user's token was used for an order.
     Consumed { user: UserId },
     /// The queue's stock ran out: every waiting stream ends `sold_out`
@@ -94,6 +98,10 @@ mod tests {
                 seq: None
             }
         );
+        // The fast track's event, as join.lua formats it.
+        let raw = r#"{"kind":"fastTracked","at":1700000000000}"#;
+        let ev: QueueEvent = serde_json::from_str(raw).unwrap();
+        assert_eq!(ev, QueueEvent::FastTracked { at: 1700000000000 });
         // A user id that is not one makes the event unreadable rather than
         // reaching a stream as text.
         let raw = r#"{"kind":"consumed","user":"no such user!"}"#;

@@ -34,6 +34,7 @@ impl EnterOutcome {
                 pass: 0,
                 entry: None,
                 sold_out: false,
+                paused: false,
             },
             pre_queue: true,
         }
@@ -75,6 +76,11 @@ pub struct Pass {
     /// True when someone was waiting at the start of the pass, so the pass
     /// says something about throughput.
     pub busy: bool,
+    /// True when an operator held admission: the pass admitted nobody by
+    /// design, which says nothing about throughput either (absent from
+    /// older instances' events: not held).
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// A queue's counts, for operators.

@@ -51,12 +51,24 @@ const CONCURRENCY: usize = 32;
 /// the store's.
 const START_MARGIN_MS: u64 = 5_000;
 
-/// The JSON body of a delivery: the entry and its queue.
+/// The JSON body of a delivery: the entry, its queue, and its
+/// idempotency key.
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct Body<'a> {
     queue: &'a str,
+    /// The `Idempotency-Key` header's value, inside the signed body: what a
+    /// receiver de-duplicates on must be signed, or a captured delivery
+    /// replayed under another header key would be taken twice.
+    idempotency_key: String,
     #[serde(flatten)]
     entry: &'a AuditEntry,
+}
+
+/// The key a receiver de-duplicates an entry's deliveries on: the same on
+/// every attempt, and on every instance.
+fn idempotency_key(queue: &QueueName, id: AuditId) -> String {
+    format!("{queue}:{id}")
 }
 
 struct InFlight {
@@ -149,6 +161,7 @@ pub async fn run(
                     }
                     let body = serde_json::to_vec(&Body {
                         queue: queue.as_str(),
+                        idempotency_key: idempotency_key(queue, entry.id),
                         entry: &entry,
                     })
                     .unwrap_or_default();
@@ -293,7 +306,7 @@ async fn attempt_once(
     let unix = unix_ms() / 1000;
     let request = hyper::Request::post(hook.url.as_str())
         .header("content-type", "application/json")
-        .header("idempotency-key", format!("{queue}:{id}"))
+        .header("idempotency-key", idempotency_key(queue, id))
         .header(SIGNATURE_HEADER, hook.signature(unix, &body))
         .header("waitroom-attempt", attempt.to_string())
         .body(http_body_util::Full::new(bytes::Bytes::from(

@@ -11,9 +11,13 @@
 //! while they live: each hook is a consumer group on each queue's log, so
 //! every entry is handed to one instance, acknowledged only after a 2xx,
 //! and taken over by another instance if the one holding it dies. Every
-//! request carries an `Idempotency-Key` (queue and entry id) that stays the
-//! same on every retry, and a signature over its timestamp and body (this
-//! module), so a receiver can both drop duplicates and refuse forgeries.
+//! request carries an idempotency key (queue and entry id) that stays the
+//! same on every retry, in its body as `idempotencyKey` and as the
+//! `Idempotency-Key` header, and a signature over its timestamp and body
+//! (this module), so a receiver can both refuse forgeries and drop
+//! duplicates. It must drop them by the body's key: the header is not
+//! signed, so a captured delivery replayed under another header key would
+//! otherwise be taken twice.
 //!
 //! Transport (`tls.rs`): `https://` with the built-in roots plus a hook's
 //! own `ca=`; `http://` only to a loopback receiver (a local relay) unless

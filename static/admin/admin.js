@@ -152,6 +152,7 @@ function onSnapshot(s) {
     }
   }
   document.body.dataset.queues = [...queues.keys()].join(' ');
+  auditQueues([...queues.keys()]);
 }
 
 function showInstances(s) {
@@ -196,6 +197,18 @@ function queueCard(name) {
       fillSettings(entry, stored, true);
     });
   });
+  el.querySelector('form.lottery').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const form = ev.currentTarget;
+    // The operator's local time, as the datetime field shows it.
+    const opensAt = new Date(form.opensAt.value).getTime();
+    control(form.querySelector('button[type="submit"]'), `Lottery of ${name}`, () =>
+      api('PUT', `/api/admin/queues/${name}/lottery`, { opensAt }));
+  });
+  el.querySelector('.clear-lottery').addEventListener('click', (ev) => {
+    control(ev.currentTarget, `Clearing the lottery of ${name}`, () =>
+      api('DELETE', `/api/admin/queues/${name}/lottery`));
+  });
   el.querySelector('form.settings').addEventListener('input', (ev) => {
     const form = ev.currentTarget;
     form.dataset.dirty = 'true';
@@ -239,22 +252,81 @@ function showQueue(q, at) {
   set('waiting', n(q.waiting));
   set('active', n(q.active));
   set('perMinute', n(perMinute));
+  // Both paths count: passes, and the fast track of joins into an empty line.
+  const byPath = q.admittedByPath ?? { pass: 0, fastTrack: 0 };
+  set('split', `pass ${fmt.format(byPath.pass)} · fast track ${fmt.format(byPath.fastTrack)} (since start)`);
   set('rate', q.observedRate.toFixed(2));
   // Held, nobody is admitted: no estimate.
   set('wait', q.waitForLastSecs === null || q.paused ? '–' : duration(q.waitForLastSecs));
   set('streams', n(q.streamsOnThisInstance));
+  set('orders', n(q.ordersCommitted));
+  set('released', `${fmt.format(q.tokensReleased ?? 0)} tokens released`);
+  const stock = q.stock;
+  el.querySelector('[data-tile="stock"]').hidden = !stock;
+  if (stock) {
+    set('stock', count(stock.remaining, 'unit'));
+    set('stockBuyers', `enough for ${count(stock.buyersServed, 'buyer')} (${fmt.format(stock.maxPerBuyer)} each) · ${fmt.format(stock.admissible)} more may be let in`);
+  }
+  const lottery = q.lottery && q.lottery.state === 'scheduled' ? q.lottery : null;
+  el.querySelector('[data-tile="prequeue"]').hidden = !lottery;
+  if (lottery) {
+    set('preQueue', n(lottery.entries));
+    set('opensAt', `draw at ${new Date(lottery.opensAt).toLocaleString()}`);
+  }
   const paused = q.paused === true;
   el.dataset.paused = String(paused);
+  el.dataset.state = q.state;
+  const why = el.querySelector('.why');
+  const reason = explain(q);
+  // Written only when it changes: a status region re-reads what is written.
+  if (why.textContent !== reason) why.textContent = reason;
+  why.hidden = !reason;
   // With adaptive admission on, the stored batch (the rate shown in the
   // settings) is the controller's: say so, with its bounds.
   const adaptive = q.settings && q.settings.adaptive && q.settings.adaptive.enabled ? q.settings.adaptive : null;
   const follows = adaptive ? ` · adaptive ${adaptive.floorPerSec}–${adaptive.ceilingPerSec}/s` : '';
-  el.querySelector('.badge').textContent =
-    (q.paused === null ? 'store away' : paused ? 'held' : 'admitting') + follows;
+  el.querySelector('.badge').textContent = (STATES[q.state] ?? q.state) + follows;
   el.querySelector('.hold').textContent = paused ? 'Resume' : 'Hold';
   fillSettings(entry, q.settings);
   history[history.length - 1].perMinute = perMinute;
   for (const svg of el.querySelectorAll('svg.chart')) draw(svg, history, svg.dataset.series, at);
+}
+
+/** `n` and a noun, plural unless one. */
+function count(n, noun) {
+  return `${fmt.format(n)} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+/** What the badge says for each admission state of the feed. */
+const STATES = {
+  admitting: 'admitting',
+  held: 'held',
+  preQueue: 'lottery pre-queue',
+  soldOut: 'sold out',
+  stockBlocked: 'stock blocks admission',
+  full: 'max active reached',
+  storeAway: 'store away',
+};
+
+/** Why nobody is let in, in units and buyers where stock is the reason; '' while admitting. */
+function explain(q) {
+  const s = q.stock;
+  switch (q.state) {
+    case 'held':
+      return 'Admission is held: nobody is let in until you resume. Buyers in line are told the line is paused.';
+    case 'preQueue':
+      return `A lottery is scheduled: ${count(q.lottery.entries, 'buyer')} in its pre-queue, placed in line at the draw (${new Date(q.lottery.opensAt).toLocaleString()}).`;
+    case 'soldOut':
+      return 'Sold out: nothing is left, those in line are told so and keep their places for a restock.';
+    case 'stockBlocked':
+      return `Nobody is let in: ${count(s.remaining, 'unit')} left, enough for ${count(s.buyersServed, 'buyer')} at ${fmt.format(s.maxPerBuyer)} each, and ${count(s.holders, 'token holder')} (plus ${count(s.consumedSinceReport, 'order')} since the last report) may take them all.`;
+    case 'full':
+      return `Nobody is let in: ${fmt.format(q.active)} buyers hold tokens, the most maxActive allows.`;
+    case 'storeAway':
+      return 'The store does not answer: nobody is let in until it is back.';
+    default:
+      return '';
+  }
 }
 
 /** Admissions over the last minute of history (scaled up while it is shorter). */
@@ -307,6 +379,9 @@ function draw(svg, history, key, now) {
   svg.append(ago);
   svg.dataset.points = String(points.length);
   svg.dataset.last = points.length ? String(points[points.length - 1][key]) : '';
+  // A chart is an image: its name says what it shows and where it stands.
+  const last = points.length ? fmt.format(points[points.length - 1][key]) : 'no data yet';
+  svg.setAttribute('aria-label', `${svg.dataset.name} over the last ${Math.round(span / 60_000)} min: now ${last}, peak ${fmt.format(max)}`);
   if (points.length < 2) return;
   const coords = points.map((p) => `${x(p.at).toFixed(1)},${y(p[key]).toFixed(1)}`);
   const area = document.createElementNS(SVG, 'path');
@@ -372,6 +447,65 @@ $('open-queue').addEventListener('submit', (ev) => {
     form.queue.value = '';
   });
 });
+
+// --- The audit log --------------------------------------------------------
+
+let auditNext = null;
+
+/** Keeps the audit form's queue list in step with the feed's queues. */
+function auditQueues(names) {
+  const select = $('audit-queue');
+  const have = [...select.options].map((o) => o.value);
+  if (have.join(' ') === names.join(' ')) return;
+  const chosen = select.value;
+  select.replaceChildren(
+    ...names.map((name) => {
+      const option = document.createElement('option');
+      option.value = name;
+      option.textContent = name;
+      return option;
+    }),
+  );
+  if (names.includes(chosen)) select.value = chosen;
+}
+
+async function readAudit(button, after) {
+  const form = $('audit-form');
+  const params = new URLSearchParams({ limit: '100' });
+  if (form.kind.value) params.set('kind', form.kind.value);
+  if (after) params.set('after', after);
+  const queue = form.queue.value;
+  button.disabled = true;
+  try {
+    const page = await api('GET', `/api/admin/queues/${encodeURIComponent(queue)}/audit?${params}`);
+    const rows = page.entries.map((e) => {
+      const row = document.createElement('tr');
+      row.dataset.kind = e.kind;
+      for (const text of [new Date(e.at).toLocaleString(), e.kind, e.user ?? '–', e.entry ?? '–', e.pass ?? (e.kind === 'admitted' ? 'fast track' : '–')]) {
+        const cell = document.createElement('td');
+        cell.textContent = String(text);
+        row.append(cell);
+      }
+      return row;
+    });
+    if (after) $('audit-rows').append(...rows);
+    else $('audit-rows').replaceChildren(...rows);
+    $('audit-table').hidden = $('audit-rows').children.length === 0;
+    auditNext = page.next;
+    $('audit-more').hidden = !auditNext;
+    $('audit-status').textContent = `${fmt.format($('audit-rows').children.length)} entries of ${queue}${auditNext ? '; more follow' : ''}.`;
+  } catch (err) {
+    $('audit-status').textContent = `Audit log: ${err.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+$('audit-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  readAudit(ev.currentTarget.querySelector('button[type="submit"]'), null);
+});
+$('audit-more').addEventListener('click', (ev) => readAudit(ev.currentTarget, auditNext));
 
 $('sign-in').addEventListener('submit', async (ev) => {
   ev.preventDefault();

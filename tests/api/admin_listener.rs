@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{TestApp, clean_env, die_with_the_test, ready};
+use crate::common::{
+    TestApp, clean_env, die_with_the_test, get_from, read_to_close, ready, socket_from,
+};
 
 const ADMIN: &str = "admin-token-for-listener-tests-0123";
 const SERVICE: &str = "service-token-for-listener-tests-01";
@@ -199,6 +201,54 @@ async fn admin_and_service_tokens_are_separate_scopes() {
             );
         }
     }
+    off.stop().await;
+}
+
+/// Every path under `/api/admin/` and `/api/tokens/` asks for its token
+/// first, known or not: without the right bearer, `401` (an unknown path
+/// or a wrong method tells an unauthenticated caller nothing about which
+/// paths exist); with it, an unknown path is `404` and a wrong method
+/// `405`, as anywhere.
+#[tokio::test]
+async fn unknown_operator_paths_ask_for_the_token_first() {
+    let app = TestApp::memory(&["--admin-token", ADMIN, "--service-token", SERVICE]).await;
+    let cases: [(&str, &str, &str, u16); 9] = [
+        ("GET", "/api/admin/nope", ADMIN, 404),
+        ("GET", "/api/admin", ADMIN, 404),
+        ("POST", "/api/admin/queues/default/nope", ADMIN, 404),
+        ("GET", "/api/admin/queues/default/pause/more", ADMIN, 404),
+        ("DELETE", "/api/admin/products", ADMIN, 405),
+        ("POST", "/api/tokens/nope", SERVICE, 404),
+        ("GET", "/api/tokens", SERVICE, 404),
+        ("GET", "/api/tokens/claim", SERVICE, 405),
+        ("PUT", "/api/tokens/claim/extra", SERVICE, 404),
+    ];
+    for (method, path, right, with_token) in cases {
+        let wrong = if right == ADMIN { SERVICE } else { ADMIN };
+        for bearer in [None, Some("not-a-token-of-this-instance-0123"), Some(wrong)] {
+            let (status, json) = send(&app, app.admin_url(path), method, None, bearer).await;
+            assert_eq!(
+                (status, json["error"].as_str()),
+                (401, Some("unauthorized")),
+                "{method} {path} with {bearer:?}"
+            );
+        }
+        let (status, json) = send(&app, app.admin_url(path), method, None, Some(right)).await;
+        assert_eq!(status, with_token, "{method} {path} with its token: {json}");
+        assert!(json["error"].is_string(), "{method} {path}: {json}");
+    }
+    // Other unknown paths of the operator listener are `404` to anyone.
+    let (status, _) = send(&app, app.admin_url("/api/nope"), "GET", None, None).await;
+    assert_eq!(status, 404);
+    app.stop().await;
+
+    // Without --service-token the token API is off, unknown paths too.
+    let off = TestApp::memory(&["--admin-token", ADMIN]).await;
+    let (status, json) = send(&off, off.admin_url("/api/tokens/nope"), "POST", None, None).await;
+    assert_eq!(
+        (status, json["error"].as_str()),
+        (404, Some("token_api_disabled"))
+    );
     off.stop().await;
 }
 
@@ -501,5 +551,164 @@ async fn bad_product_input_is_refused_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    app.stop().await;
+}
+
+/// An instance on the defaults (not the tests' limits-off flags) with the
+/// admin and service tokens set.
+async fn operator_defaults() -> TestApp {
+    let config = waitroom::Config::from_args([
+        "--orders-db",
+        ":memory:",
+        "--admin-token",
+        ADMIN,
+        "--service-token",
+        SERVICE,
+    ])
+    .unwrap();
+    TestApp::memory_with(config).await
+}
+
+/// Idle sockets (connected, never a byte) cannot lock operators out of
+/// their listener. From one address they get at most its share, so any
+/// other address is served; from many addresses they may fill every
+/// ordinary slot, and then a connection over the cap is served only if
+/// its request carries the admin or the service token (the reserve), any
+/// other answered `503 server_busy`.
+#[tokio::test]
+async fn operators_reach_their_listener_through_an_idle_socket_flood() {
+    let app = operator_defaults().await;
+    let mut flood = Vec::new();
+    for _ in 0..64 {
+        flood.push(socket_from("127.0.0.21", app.admin_addr).await);
+    }
+    let (status, answer) = get_from("127.0.0.22", app.admin_addr, "/metrics", &[]).await;
+    assert_eq!(status, 200, "another address: {answer}");
+    let over = read_to_close(flood.last_mut().unwrap()).await;
+    assert!(over.starts_with("HTTP/1.1 429 "), "{over}");
+    drop(flood);
+    app.stop().await;
+
+    let app = operator_defaults().await;
+    let mut flood = Vec::new();
+    for address in 31..35 {
+        for _ in 0..20 {
+            flood.push(socket_from(&format!("127.0.0.{address}"), app.admin_addr).await);
+        }
+    }
+    let bearer = format!("Bearer {ADMIN}");
+    let (status, answer) = get_from(
+        "127.0.0.40",
+        app.admin_addr,
+        "/api/admin/queues",
+        &[("authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(status, 200, "the operator: {answer}");
+    let service = format!("Bearer {SERVICE}");
+    let (status, answer) = get_from(
+        "127.0.0.41",
+        app.admin_addr,
+        "/api/tokens/claim",
+        &[("authorization", &service)],
+    )
+    .await;
+    // Past the reserve's door: the router's own answer (the route takes
+    // POST only).
+    assert_eq!(status, 405, "the order service: {answer}");
+    let (status, answer) = get_from("127.0.0.42", app.admin_addr, "/metrics", &[]).await;
+    assert_eq!(status, 503, "no token, over the cap: {answer}");
+    assert!(answer.contains("\"error\":\"server_busy\""), "{answer}");
+    let (status, answer) = get_from(
+        "127.0.0.43",
+        app.admin_addr,
+        "/api/admin/queues",
+        &[("authorization", "Bearer not-the-admin-token-0123456")],
+    )
+    .await;
+    assert_eq!(status, 503, "a wrong token, over the cap: {answer}");
+    drop(flood);
+    app.stop().await;
+}
+
+/// DNS rebinding: a page on another name whose DNS now points at the
+/// operator listener would reach it with that name in `Host`. Only
+/// loopback names, IP literals and `--admin-hosts` are answered; any other
+/// `Host` gets `421 misdirected_request` on every path, token or not.
+#[tokio::test]
+async fn the_operator_listener_answers_only_its_own_host_names() {
+    let app = TestApp::memory(&["--admin-token", ADMIN]).await;
+    let port = app.admin_addr.port();
+    let send = |host: String, path: &'static str| {
+        let client = app.client.clone();
+        let url = app.admin_url(path);
+        async move {
+            let r = client
+                .get(url)
+                .header("host", host)
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    for host in [
+        "rebind.attacker.example".to_owned(),
+        format!("rebind.attacker.example:{port}"),
+        format!("localhost.attacker.example:{port}"),
+        format!("127.0.0.1.nip.io:{port}"),
+    ] {
+        for path in ["/metrics", "/api/admin/queues", "/readyz"] {
+            let (status, body) = send(host.clone(), path).await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (421, Some("misdirected_request")),
+                "{host} {path}: {body}"
+            );
+        }
+    }
+    for host in [
+        format!("localhost:{port}"),
+        "LocalHost".to_owned(),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        format!("10.1.2.3:{port}"),
+        format!("[2001:db8::1]:{port}"),
+    ] {
+        for path in ["/metrics", "/api/admin/queues"] {
+            let (status, _) = send(host.clone(), path).await;
+            assert_eq!(status, 200, "{host} {path}");
+        }
+    }
+    app.stop().await;
+
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--admin-hosts",
+        "ops.internal,Waitroom-0.Metrics.Example.",
+    ])
+    .await;
+    let port = app.admin_addr.port();
+    for (host, expected) in [
+        (format!("ops.internal:{port}"), 200),
+        ("OPS.INTERNAL".to_owned(), 200),
+        (format!("waitroom-0.metrics.example.:{port}"), 200),
+        ("waitroom-0.metrics.example".to_owned(), 200),
+        (format!("localhost:{port}"), 200),
+        ("other.internal".to_owned(), 421),
+        ("ops.internal.attacker.example".to_owned(), 421),
+    ] {
+        let r = app
+            .client
+            .get(app.admin_url("/metrics"))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), expected, "{host}");
+    }
     app.stop().await;
 }

@@ -17,7 +17,10 @@ use waitroom::store::SharedStore;
 use waitroom::store::memory::MemoryStore;
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{IDLE, RedisProcess, TestApp, config, redis_url, unique_prefix};
+use crate::common::{
+    IDLE, RedisProcess, TestApp, config, get_from, read_to_close, redis_url, socket_from,
+    unique_prefix,
+};
 
 /// A client whose connections come from `source` (127.0.0.x).
 fn client_from(source: &str) -> reqwest::Client {
@@ -429,6 +432,16 @@ async fn a_dead_redis_is_503_not_an_open_door() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
+    // A ticket reads its place only with its visitor's cookie.
+    let visitor = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("waitroom_visitor="))
+        .and_then(|c| c.split(';').next())
+        .expect("a visitor cookie")
+        .to_owned();
     let ticket = r.json::<Value>().await.unwrap()["ticket"]
         .as_str()
         .unwrap()
@@ -448,6 +461,7 @@ async fn a_dead_redis_is_503_not_an_open_door() {
     let r = client
         .get(app.url("/api/queues/default/position"))
         .header("x-queue-ticket", &ticket)
+        .header("cookie", &visitor)
         .send()
         .await
         .unwrap();
@@ -636,5 +650,100 @@ async fn a_memory_instance_counts_addresses_like_redis() {
         )
         .await;
     }
+    app.stop().await;
+}
+
+// ------------------------------------------------- connections per address
+
+/// The defaults, not the tests' usual limits-off flags: what an instance
+/// started with `args` alone does.
+fn defaults_with(args: &[&str]) -> waitroom::Config {
+    let mut all = vec!["--orders-db", ":memory:", "--identity", "header"];
+    all.extend_from_slice(args);
+    waitroom::Config::from_args(all).unwrap()
+}
+
+/// Sockets that connect and never send a byte cannot hold a whole
+/// instance: with `--max-connections 40`, forty of them from 127.0.0.1 get
+/// at most their address's share (half the cap, by default; the rest are
+/// answered `429 address_connections_limited` and closed), and a client
+/// from 127.0.0.2 is still served.
+#[tokio::test]
+async fn idle_sockets_from_one_address_leave_room_for_other_addresses() {
+    let app = TestApp::memory_with(defaults_with(&["--max-connections", "40"])).await;
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(socket_from("127.0.0.1", app.addr).await);
+    }
+    // Accepted in order: the forty before this one.
+    let (status, answer) = get_from("127.0.0.2", app.addr, "/healthz", &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    let over = read_to_close(idle.last_mut().unwrap()).await;
+    assert!(over.starts_with("HTTP/1.1 429 "), "{over}");
+    assert!(
+        over.contains("\"error\":\"address_connections_limited\""),
+        "{over}"
+    );
+    assert!(
+        over.to_ascii_lowercase().contains("\r\nretry-after: "),
+        "{over}"
+    );
+    drop(idle);
+    app.stop().await;
+}
+
+/// `--connections-per-address`: at the cap the next connection from that
+/// address is refused (another address is not touched), and once the
+/// address's sockets close it is served again.
+#[tokio::test]
+async fn the_connection_cap_per_address_refuses_then_lets_through_again() {
+    let app = TestApp::memory(&with_idle(&["--connections-per-address", "3"])).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(socket_from("127.0.0.3", app.addr).await);
+    }
+    let (status, answer) = get_from("127.0.0.3", app.addr, "/healthz", &[]).await;
+    assert_eq!(status, 429, "{answer}");
+    assert!(answer.contains("address_connections_limited"), "{answer}");
+    let (status, answer) = get_from("127.0.0.4", app.addr, "/healthz", &[]).await;
+    assert_eq!(status, 200, "another address: {answer}");
+    // Still at the cap: still refused.
+    let (status, _) = get_from("127.0.0.3", app.addr, "/healthz", &[]).await;
+    assert_eq!(status, 429);
+    // One closes: its slot comes back (once the server has read the close).
+    drop(held.pop());
+    crate::common::eventually(Duration::from_secs(5), "a slot again", || async {
+        let (status, _) = get_from("127.0.0.3", app.addr, "/healthz", &[]).await;
+        (status == 200).then_some(())
+    })
+    .await;
+    drop(held);
+    app.stop().await;
+}
+
+/// Behind a trusted proxy every client arrives from the proxy's address,
+/// which holds connections for all of them: its connections are not
+/// capped per address. A peer that is not a trusted proxy still is.
+#[tokio::test]
+async fn a_trusted_proxys_connections_are_not_capped_per_address() {
+    let app = TestApp::memory(&with_idle(&[
+        "--connections-per-address",
+        "2",
+        "--trusted-proxies",
+        "127.0.0.5",
+    ]))
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(socket_from("127.0.0.5", app.addr).await);
+    }
+    let (status, answer) = get_from("127.0.0.5", app.addr, "/healthz", &[]).await;
+    assert_eq!(status, 200, "the proxy: {answer}");
+    for _ in 0..2 {
+        held.push(socket_from("127.0.0.6", app.addr).await);
+    }
+    let (status, answer) = get_from("127.0.0.6", app.addr, "/healthz", &[]).await;
+    assert_eq!(status, 429, "not a proxy: {answer}");
+    drop(held);
     app.stop().await;
 }

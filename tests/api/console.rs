@@ -14,7 +14,7 @@ use std::sync::Arc;
 use waitroom::store::SharedStore;
 use waitroom::store::memory::MemoryStore;
 
-use crate::common::{SseStream, TestApp, config};
+use crate::common::{SseStream, TestApp, config, eventually};
 
 const ADMIN: &str = "admin-token-for-console-tests-01234";
 
@@ -149,13 +149,19 @@ async fn the_feed_needs_the_token_and_reports_the_queues() {
     }
     // Three hold tokens (maxActive): those of the fast track (how many
     // depends on the budget's refill while they joined), and passes
-    // admitted the rest; seven wait.
+    // admitted the rest; seven wait. Every admission counts, on either
+    // path.
     assert!((1..=3).contains(&fast), "{fast} on the fast track");
     let s = snapshot_where(&app, |s| {
         let q = queue(s, "default");
-        q["active"] == 3 && q["admittedSeen"] == 3 - fast
+        q["active"] == 3 && q["admittedSeen"] == 3
     })
     .await;
+    assert_eq!(
+        queue(&s, "default")["admittedByPath"],
+        serde_json::json!({"pass": 3 - fast, "fastTrack": fast})
+    );
+    assert_eq!(queue(&s, "default")["state"], "full", "maxActive holders");
     let q = queue(&s, "default");
     assert_eq!(q["waiting"], 7, "{q}");
     assert_eq!(q["paused"], false);
@@ -262,4 +268,337 @@ fn the_dashboard_reads_documented_metrics() {
         missing.is_empty(),
         "undocumented metrics in the dashboard: {missing:?}"
     );
+}
+
+/// `GET` (or another method) of an admin path with the admin token: (status, body).
+async fn admin(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = app
+        .client
+        .request(method, app.admin_url(path))
+        .bearer_auth(ADMIN);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let r = req.send().await.unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The audit log's entries of `kind` in `queue`.
+async fn audited(app: &TestApp, queue: &str, kind: &str) -> Vec<Value> {
+    let path = format!("/api/admin/queues/{queue}/audit?kind={kind}&limit=1000");
+    let (code, page) = admin(app, reqwest::Method::GET, &path, None).await;
+    assert_eq!(code, 200, "{page}");
+    page["entries"].as_array().unwrap().clone()
+}
+
+/// Buyers admitted on the fast track are admissions like any other: the
+/// feed counts them, by path, as the audit log has them, and the observed
+/// rate is theirs (not the configured rate, nor zero).
+#[tokio::test]
+async fn fast_track_admissions_are_counted_by_path() {
+    fast_track_counted(TestApp::memory(FAST_TRACK_ARGS).await).await;
+}
+
+/// The same on Redis, whose join script announces each fast track.
+#[tokio::test]
+async fn fast_track_admissions_are_counted_by_path_on_redis() {
+    fast_track_counted(TestApp::redis("console-ft", FAST_TRACK_ARGS).await).await;
+}
+
+const FAST_TRACK_ARGS: &[&str] = &[
+    "--admin-token",
+    ADMIN,
+    "--admission-batch",
+    "20",
+    "--admission-interval-ms",
+    "600000",
+];
+
+async fn fast_track_counted(app: TestApp) {
+    for i in 0..12 {
+        let (code, body) = app.enter("default", &format!("ft{i}")).await;
+        assert_eq!((code, body["status"].as_str()), (201, Some("READY")));
+    }
+    let s = snapshot_where(&app, |s| queue(s, "default")["admittedSeen"] == 12).await;
+    let q = queue(&s, "default");
+    assert_eq!(q["admittedByPath"]["fastTrack"], 12, "{q}");
+    assert_eq!(q["admittedByPath"]["pass"], 0, "{q}");
+    assert_eq!(q["active"], 12);
+    let rate = q["observedRate"].as_f64().unwrap();
+    assert!(rate > 0.0 && rate <= 12.0, "{rate}");
+    // The audit log: twelve admissions, none by a pass.
+    let admitted = audited(&app, "default", "admitted").await;
+    assert_eq!(admitted.len(), 12);
+    assert!(admitted.iter().all(|e| e["pass"].is_null()));
+    app.stop().await;
+}
+
+/// Orders settled through the token API are the queue's orders too: the
+/// feed counts the consume and the release, as the audit log has them.
+#[tokio::test]
+async fn token_api_settles_show_in_the_feed() {
+    const SERVICE: &str = "console-service-token-0123456789ab";
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--service-token",
+        SERVICE,
+        "--queues",
+        "default,tokapi",
+        "--admission-batch",
+        "5",
+        "--admission-interval-ms",
+        "600000",
+    ])
+    .await;
+    let mut claims = Vec::new();
+    for user in ["c0", "c1"] {
+        let (_, body) = app.enter("tokapi", user).await;
+        let token = body["entryToken"].as_str().expect("the fast track");
+        let r = app
+            .client
+            .post(app.admin_url("/api/tokens/claim"))
+            .bearer_auth(SERVICE)
+            .json(&serde_json::json!({"userId": user, "token": token, "queue": "tokapi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let claim: Value = r.json().await.unwrap();
+        claims.push((user, claim["claimId"].as_str().unwrap().to_owned()));
+    }
+    for ((user, claim), how) in claims.iter().zip(["consume", "release"]) {
+        let r = app
+            .client
+            .post(app.admin_url(&format!("/api/tokens/{how}")))
+            .bearer_auth(SERVICE)
+            .json(&serde_json::json!({"userId": user, "queue": "tokapi", "claimId": claim}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 204, "{how}");
+    }
+    let s = snapshot_where(&app, |s| {
+        let q = queue(s, "tokapi");
+        q["ordersCommitted"] == 1 && q["tokensReleased"] == 1
+    })
+    .await;
+    assert!(s["ordersCommitted"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["tokensReleased"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(audited(&app, "tokapi", "consumed").await.len(), 1);
+    assert_eq!(audited(&app, "tokapi", "released").await.len(), 1);
+    app.stop().await;
+}
+
+/// Stock that lets nobody in shows as such, in units and in buyers, not
+/// as "admitting".
+#[tokio::test]
+async fn stock_that_blocks_admission_is_shown() {
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--admission-batch",
+        "10",
+        "--admission-interval-ms",
+        "100",
+    ])
+    .await;
+    let (code, _) = admin(
+        &app,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default/stock",
+        Some(serde_json::json!({"remaining": 4, "maxPerBuyer": 2})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    for i in 0..3 {
+        app.enter("default", &format!("s{i}")).await;
+    }
+    let s = snapshot_where(&app, |s| queue(s, "default")["state"] == "stockBlocked").await;
+    let q = queue(&s, "default");
+    assert_eq!(
+        q["stock"],
+        serde_json::json!({
+            "remaining": 4, "maxPerBuyer": 2, "buyersServed": 2, "holders": 2,
+            "consumedSinceReport": 0, "admissible": 0, "soldOut": false
+        }),
+        "{q}"
+    );
+    assert_eq!(q["waiting"], 1);
+    // Two were admitted a moment ago, but nobody more can be: no wait.
+    assert!(q["waitForLastSecs"].is_null(), "{q}");
+    // Sold out is said so.
+    admin(
+        &app,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default/stock",
+        Some(serde_json::json!({"remaining": 0})),
+    )
+    .await;
+    snapshot_where(&app, |s| queue(s, "default")["state"] == "soldOut").await;
+    app.stop().await;
+}
+
+/// A queue that never admitted anyone observed no admissions: 0, not the
+/// configured rate; and each queue's policy is its live one.
+#[tokio::test]
+async fn the_overview_tells_observed_rates_and_live_policies() {
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--admission-batch",
+        "50",
+        "--admission-interval-ms",
+        "1000",
+    ])
+    .await;
+    let (code, _) = admin(
+        &app,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default",
+        Some(serde_json::json!({"batch": 7, "intervalMs": 500, "paused": true})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    app.enter("default", "held-one").await;
+    let (code, o) = admin(&app, reqwest::Method::GET, "/api/admin/queues", None).await;
+    assert_eq!(code, 200);
+    let q = o["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "default")
+        .unwrap()
+        .clone();
+    assert_eq!(q["observedAdmissionsPerSecond"], 0.0, "{q}");
+    assert_eq!(q["policy"]["admissionBatch"], 7, "{q}");
+    assert_eq!(q["policy"]["admissionIntervalMs"], 500, "{q}");
+    // The policy a new queue starts from stays the start-up flags.
+    assert_eq!(o["policy"]["admissionBatch"], 50);
+    let s = snapshot_where(&app, |s| queue(s, "default")["waiting"] == 1).await;
+    let q = queue(&s, "default");
+    assert_eq!(
+        (q["observedRate"].as_f64(), q["state"].as_str()),
+        (Some(0.0), Some("held"))
+    );
+    assert!(q["waitForLastSecs"].is_null());
+    app.stop().await;
+}
+
+/// A scheduled opening's pre-queue shows in the feed: the lottery's
+/// state and how many wait for its draw.
+#[tokio::test]
+async fn a_lottery_pre_queue_shows_in_the_feed() {
+    let app = TestApp::memory(&["--admin-token", ADMIN]).await;
+    let opens_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 600_000;
+    let (code, body) = admin(
+        &app,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default/lottery",
+        Some(serde_json::json!({"opensAt": opens_at})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    for i in 0..3 {
+        let (_, body) = app.enter("default", &format!("p{i}")).await;
+        assert_eq!(body["status"], "PRE_QUEUE");
+    }
+    let s = snapshot_where(&app, |s| queue(s, "default")["lottery"]["entries"] == 3).await;
+    let q = queue(&s, "default");
+    assert_eq!(q["state"], "preQueue");
+    assert_eq!(q["lottery"]["state"], "scheduled");
+    assert_eq!(q["lottery"]["opensAt"], opens_at);
+    assert_eq!(q["waiting"], 0);
+    app.stop().await;
+}
+
+/// Live texts and the shop link reach the buyer's page; a bad link is
+/// refused whole and changes nothing.
+#[tokio::test]
+async fn live_texts_and_the_shop_link_are_served_to_the_page() {
+    let app = TestApp::memory(&[
+        "--admin-token",
+        ADMIN,
+        "--orders",
+        "off",
+        "--shop-url",
+        "https://shop.example/buy#token={token}",
+    ])
+    .await;
+    let page = || async {
+        let r = app
+            .client
+            .get(app.url("/api/queues/default/page"))
+            .send()
+            .await
+            .unwrap();
+        r.json::<Value>().await.unwrap()
+    };
+    assert_eq!(
+        page().await["shopUrl"],
+        "https://shop.example/buy#token={token}"
+    );
+    let (code, _) = admin(
+        &app,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default",
+        Some(serde_json::json!({
+            "texts": {"waiting.heading": "Hang on"},
+            "shopUrl": "https://other.example/q/{queue}#t={token}"
+        })),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let served = eventually(Duration::from_secs(5), "the live texts", || async {
+        let p = page().await;
+        (p["queueTexts"]["waiting.heading"] == "Hang on").then_some(p)
+    })
+    .await;
+    assert_eq!(
+        served["shopUrl"],
+        "https://other.example/q/{queue}#t={token}"
+    );
+    for bad in [
+        serde_json::json!({"shopUrl": "javascript:alert(1)", "texts": {"a": "b"}}),
+        serde_json::json!({"shopUrl": "https://x.example/{user}"}),
+        serde_json::json!({"shopUrl": 5}),
+    ] {
+        let (code, body) = admin(
+            &app,
+            reqwest::Method::PUT,
+            "/api/admin/queues/default",
+            Some(bad),
+        )
+        .await;
+        assert_eq!(code, 400, "{body}");
+    }
+    let p = page().await;
+    assert_eq!(p["shopUrl"], "https://other.example/q/{queue}#t={token}");
+    assert_eq!(
+        p["queueTexts"],
+        serde_json::json!({"waiting.heading": "Hang on"})
+    );
+    // Removed: the flag's link again.
+    admin(
+        &app,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default",
+        Some(serde_json::json!({"shopUrl": null})),
+    )
+    .await;
+    assert_eq!(
+        page().await["shopUrl"],
+        "https://shop.example/buy#token={token}"
+    );
+    app.stop().await;
 }

@@ -259,10 +259,13 @@ async fn visitor_mode_ignores_x_user_id() {
     assert_ne!(a.visitor(), b.visitor());
     assert_eq!(b.body["position"], 1, "b waits behind a: {}", b.body);
 
-    // A's ticket with X-User-Id naming someone else is still A's place.
+    // A's ticket and cookie with X-User-Id naming someone else is still
+    // A's place.
+    let a_cookie = a.visitor().unwrap();
     let mine = position(
         &app,
         &As {
+            cookie: Some(&a_cookie),
             ticket: a.body["ticket"].as_str(),
             user: Some("mallory"),
             ..As::default()
@@ -438,18 +441,25 @@ async fn visitor_orders_are_the_visitors_own() {
     assert_eq!(placed.body["userId"], visitor_id.as_str());
     let id = placed.body["orderId"].as_str().unwrap();
     assert_eq!(read_order(&app, id, &mine).await.status, 200);
-    for who in [
-        As {
+    let theirs = read_order(
+        &app,
+        id,
+        &As {
             cookie: Some(&other),
             ..As::default()
         },
+    )
+    .await;
+    assert_eq!((theirs.status, theirs.error()), (404, "unknown_order"));
+    for who in [
         As::default(),
         As {
             user: Some(&visitor_id),
             ..As::default()
         },
     ] {
-        assert_eq!(read_order(&app, id, &who).await.status, 404);
+        let r = read_order(&app, id, &who).await;
+        assert_eq!((r.status, r.error()), (401, "missing_identity"));
     }
     app.stop().await;
 }
@@ -695,6 +705,142 @@ async fn signed_mode_refuses_bad_tokens_with_401_json() {
     app.stop().await;
 }
 
+/// `claims(sub)` with `set` merged in and the fields of `unset` taken out.
+fn claims_with(sub: &str, set: Value, unset: &[&str]) -> Value {
+    let mut c = claims(sub);
+    for (k, v) in set.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    for k in unset {
+        c.as_object_mut().unwrap().remove(*k);
+    }
+    c
+}
+
+/// Joins with each token: (what, claims, refused?). A refused join is
+/// `401 invalid_identity` with a message and no ticket; an accepted one
+/// joins as its `sub`.
+async fn joins_as_expected(app: &TestApp, cases: &[(&str, Value, bool)]) {
+    for (what, claims, refused) in cases {
+        let jwt = hs256(claims, SECRET);
+        let r = join(
+            app,
+            &As {
+                bearer: Some(&jwt),
+                ..As::default()
+            },
+        )
+        .await;
+        if *refused {
+            assert_eq!(
+                (r.status, r.error()),
+                (401, "invalid_identity"),
+                "{what}: {}",
+                r.body
+            );
+            assert!(r.body["message"].as_str().is_some_and(|m| !m.is_empty()));
+            assert!(r.body.get("ticket").is_none(), "{what}: nothing joined");
+        } else {
+            assert_eq!(r.status, 201, "{what}: {}", r.body);
+        }
+    }
+}
+
+/// `nbf` is honoured and `iat` may not be in the future, both with the
+/// leeway `exp` has (30 s); `--identity-max-lifetime-secs` refuses a token
+/// whose `exp - iat` is longer, and one without `iat`.
+#[tokio::test]
+async fn signed_mode_honours_nbf_iat_and_a_maximum_lifetime() {
+    let app = signed_app(&[]).await;
+    let t = now();
+    joins_as_expected(
+        &app,
+        &[
+            (
+                "valid from tomorrow",
+                claims_with("nbf1", json!({"nbf": t + 86_400}), &[]),
+                true,
+            ),
+            (
+                "valid in a minute",
+                claims_with("nbf2", json!({"nbf": t + 60}), &[]),
+                true,
+            ),
+            (
+                "nbf within the leeway",
+                claims_with("nbf3", json!({"nbf": t + 10}), &[]),
+                false,
+            ),
+            (
+                "nbf past",
+                claims_with("nbf4", json!({"nbf": t - 60}), &[]),
+                false,
+            ),
+            (
+                "nbf not a number",
+                claims_with("nbf5", json!({"nbf": "tomorrow"}), &[]),
+                true,
+            ),
+            (
+                "issued in an hour",
+                claims_with("iat1", json!({"iat": t + 3_600}), &[]),
+                true,
+            ),
+            (
+                "iat within the leeway",
+                claims_with("iat2", json!({"iat": t + 10}), &[]),
+                false,
+            ),
+            (
+                "iat not a number",
+                claims_with("iat3", json!({"iat": "now"}), &[]),
+                true,
+            ),
+            (
+                "a week long without a maximum",
+                claims_with("life1", json!({"iat": t, "exp": t + 7 * 86_400}), &[]),
+                false,
+            ),
+            (
+                "no iat without a maximum",
+                claims_with("life2", json!({}), &["iat"]),
+                false,
+            ),
+        ],
+    )
+    .await;
+    app.stop().await;
+
+    let app = signed_app(&["--identity-max-lifetime-secs", "3600"]).await;
+    joins_as_expected(
+        &app,
+        &[
+            (
+                "two hours long",
+                claims_with("max1", json!({"iat": t, "exp": t + 7_200}), &[]),
+                true,
+            ),
+            (
+                "no iat",
+                claims_with("max2", json!({"exp": t + 600}), &["iat"]),
+                true,
+            ),
+            (
+                "exactly the maximum",
+                claims_with("max3", json!({"iat": t - 100, "exp": t + 3_500}), &[]),
+                false,
+            ),
+            (
+                "short",
+                claims_with("max4", json!({"iat": t, "exp": t + 300}), &[]),
+                false,
+            ),
+        ],
+    )
+    .await;
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn signed_tokens_may_come_in_the_named_cookie() {
     let app = signed_app(&["--identity-cookie", "shop_session"]).await;
@@ -818,4 +964,265 @@ async fn the_page_makes_the_visitor_so_tabs_opened_together_join_as_one() {
         "no visitor cookie behind a gateway"
     );
     header.stop().await;
+}
+
+// ------------------------------------------------ cookies over HTTPS, tickets
+
+/// Like [`call`], as a client that spoke HTTPS to the trusted proxy in
+/// front (`X-Forwarded-Proto: https` from a peer in `--trusted-proxies`).
+async fn call_https(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    cookie: Option<&str>,
+) -> Answer {
+    let mut req = app
+        .client
+        .request(method, app.url(path))
+        .header("x-forwarded-proto", "https");
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let cookies = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let body = r.json().await.unwrap_or(Value::Null);
+    Answer {
+        status,
+        cookies,
+        body,
+    }
+}
+
+/// The `value` of the `name=value; ...` cookie `name` set by `answer`.
+fn set_value(answer: &Answer, name: &str) -> Option<String> {
+    answer
+        .set_cookie(name)
+        .and_then(|c| c.split(';').next())
+        .and_then(|pair| pair.split_once('='))
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Cookie tossing: a page on a sibling subdomain (or any plain-HTTP page
+/// of the site) can set `waitroom_visitor` for the whole domain, but never
+/// `__Host-waitroom_visitor`. Over HTTPS only the prefixed name counts, so
+/// a buyer carrying a planted cookie becomes a new visitor of their own
+/// rather than joining as the attacker, who would then read their token.
+#[tokio::test]
+async fn over_https_a_planted_unprefixed_visitor_cookie_is_ignored() {
+    let app = TestApp::memory_with(mode(
+        IdentityMode::Visitor,
+        &["--trusted-proxies", "127.0.0.0/8"],
+    ))
+    .await;
+    // The attacker gets a valid visitor of their own from the page.
+    let page = call_https(&app, reqwest::Method::GET, "/", None).await;
+    let planted = set_value(&page, "__Host-waitroom_visitor").expect("a __Host- visitor");
+
+    // The buyer's browser carries the planted cookie under the plain name.
+    let tossed = format!("waitroom_visitor={planted}");
+    let victim = call_https(
+        &app,
+        reqwest::Method::POST,
+        "/api/queues/default/entries",
+        Some(&tossed),
+    )
+    .await;
+    assert_eq!(victim.status, 201, "{}", victim.body);
+    let own = set_value(&victim, "__Host-waitroom_visitor")
+        .expect("a fresh __Host- visitor for the buyer");
+    assert_ne!(
+        own, planted,
+        "the buyer must not join as the planted visitor"
+    );
+    assert!(
+        victim.set_cookie("waitroom_visitor").is_none(),
+        "never an unprefixed cookie over HTTPS: {:?}",
+        victim.cookies
+    );
+    let victim_token = victim.body["entryToken"]
+        .as_str()
+        .expect("the first joiner is fast-tracked")
+        .to_owned();
+
+    // The attacker, as the planted visitor, holds a place of their own:
+    // neither the buyer's place nor the buyer's token.
+    let mine = format!("__Host-waitroom_visitor={planted}");
+    let attacker = call_https(
+        &app,
+        reqwest::Method::POST,
+        "/api/queues/default/entries",
+        Some(&mine),
+    )
+    .await;
+    assert_eq!(attacker.status, 201, "a new place: {}", attacker.body);
+    assert_ne!(attacker.body["enteredAt"], victim.body["enteredAt"]);
+    assert_ne!(
+        attacker.body["entryToken"].as_str(),
+        Some(victim_token.as_str())
+    );
+    assert!(
+        !attacker.body.to_string().contains(&victim_token),
+        "{}",
+        attacker.body
+    );
+
+    // Over plain HTTP the plain name is the one in force, as before.
+    let plain = format!("waitroom_visitor={planted}");
+    let again = join(
+        &app,
+        &As {
+            cookie: Some(&plain),
+            ..As::default()
+        },
+    )
+    .await;
+    assert_eq!(again.status, 200, "the planted visitor's own place");
+    assert!(again.visitor().is_none());
+    app.stop().await;
+}
+
+/// The same for the ticket cookie: over HTTPS only
+/// `__Secure-waitroom_ticket` is read, so a ticket planted under the
+/// plain name is not a ticket at all.
+#[tokio::test]
+async fn over_https_an_unprefixed_ticket_cookie_is_not_read() {
+    let app = TestApp::memory_with(mode(
+        IdentityMode::Header,
+        &["--trusted-proxies", "127.0.0.0/8"],
+    ))
+    .await;
+    let r = app
+        .client
+        .post(app.url("/api/queues/default/entries"))
+        .header("x-forwarded-proto", "https")
+        .header("x-user-id", "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let ticket = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find_map(|c| {
+            c.strip_prefix("__Secure-waitroom_ticket=")
+                .map(|rest| rest.split(';').next().unwrap().to_owned())
+        })
+        .expect("a __Secure- ticket cookie");
+    let read = |cookie: String, https: bool| {
+        let mut req = app
+            .client
+            .get(app.url("/api/queues/default/position"))
+            .header("x-user-id", "alice")
+            .header("cookie", cookie);
+        if https {
+            req = req.header("x-forwarded-proto", "https");
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, body) = read(format!("waitroom_ticket={ticket}"), true).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("missing_ticket")),
+        "{body}"
+    );
+    let (status, body) = read(format!("__Secure-waitroom_ticket={ticket}"), true).await;
+    assert_eq!(status, 200, "{body}");
+    // Plain HTTP reads the plain name, as before.
+    let (status, body) = read(format!("waitroom_ticket={ticket}"), false).await;
+    assert_eq!(status, 200, "{body}");
+    app.stop().await;
+}
+
+/// Visitor mode: a ticket is only good with its own visitor's cookie. A
+/// ticket alone (copied out of a log, a screenshot, a shared link) or
+/// with someone else's cookie neither reads the place (and its entry
+/// token) nor leaves it, nor opens its stream.
+#[tokio::test]
+async fn visitor_tickets_need_their_own_visitor_cookie() {
+    let app = visitor_app().await;
+    let victim = join(&app, &As::default()).await;
+    assert_eq!(victim.status, 201, "{}", victim.body);
+    let cookie = victim.visitor().unwrap();
+    let ticket = victim.body["ticket"].as_str().unwrap().to_owned();
+    let token = victim.body["entryToken"].as_str().unwrap().to_owned();
+    let other = join(&app, &As::default()).await.visitor().unwrap();
+    let forged = altered(&cookie).remove(1);
+
+    let cases = [
+        (None, "missing_identity"),
+        (Some(forged.as_str()), "missing_identity"),
+        (Some(other.as_str()), "ticket_user_mismatch"),
+    ];
+    for (with, code) in cases {
+        let who = As {
+            cookie: with,
+            ticket: Some(&ticket),
+            ..As::default()
+        };
+        let read = position(&app, &who).await;
+        assert_eq!(
+            (read.status, read.error()),
+            (401, code),
+            "{with:?}: {}",
+            read.body
+        );
+        assert!(!read.body.to_string().contains(&token), "{}", read.body);
+        assert!(read.body["message"].as_str().is_some_and(|m| !m.is_empty()));
+        let left = leave(&app, &who).await;
+        assert_eq!(
+            (left.status, left.error()),
+            (401, code),
+            "{with:?}: {}",
+            left.body
+        );
+
+        // The stream, as EventSource would open it.
+        let mut req = app
+            .client
+            .get(app.url("/api/queues/default/events"))
+            .header("accept", "text/event-stream")
+            .header("x-queue-ticket", &ticket);
+        if let Some(c) = with {
+            req = req.header("cookie", c);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401, "stream with {with:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], code, "stream with {with:?}");
+    }
+
+    // With its own cookie the ticket still reads, streams and leaves.
+    let mine = As {
+        cookie: Some(&cookie),
+        ticket: Some(&ticket),
+        ..As::default()
+    };
+    let read = position(&app, &mine).await;
+    assert_eq!(read.status, 200, "the place stands: {}", read.body);
+    assert_eq!(read.body["entryToken"], token.as_str());
+    let stream = app
+        .client
+        .get(app.url("/api/queues/default/events"))
+        .header("accept", "text/event-stream")
+        .header("x-queue-ticket", &ticket)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    drop(stream);
+    assert_eq!(leave(&app, &mine).await.status, 204);
+    app.stop().await;
 }

@@ -1119,3 +1119,92 @@ async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
         );
     }
 }
+
+/// The commitment a buyer's page showed before the draw is what the seed
+/// is checked against with `--commitment`: a server that published a
+/// swapped seed together with a matching new commitment passes the check
+/// against its own documents (what `--commitment` is for) and fails
+/// against the saved one, loudly; the true seed passes both.
+#[tokio::test]
+async fn the_script_checks_the_seed_against_the_commitment_saved_before_the_draw() {
+    use sha2::{Digest, Sha256};
+    let app = TestApp::memory(&args()).await;
+    let (code, scheduled) = schedule(&app, json!({"opensAt": now_ms() + 1_500})).await;
+    assert_eq!(code, 200, "{scheduled}");
+    let joined = join_many(&app, "saved", 3).await;
+    // What the page showed (and saved) before the draw.
+    let saved = joined[0]["lottery"]["commitment"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(saved, scheduled["commitment"].as_str().unwrap());
+    let drawn = eventually(WAIT, "the draw", || async {
+        let (_, body) = lottery(&app).await;
+        (body["state"] == "drawn").then_some(body)
+    })
+    .await;
+
+    let verify = |args: Vec<String>| {
+        run(move || {
+            Command::new("python3")
+                .arg(verify_script())
+                .args(args)
+                .output()
+        })
+    };
+    let url = app.url("");
+    let out = verify(vec![
+        "--url".into(),
+        url.clone(),
+        "--queue".into(),
+        "default".into(),
+        "--commitment".into(),
+        saved.to_uppercase(),
+    ])
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("saved before the draw"), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+
+    // The swap: another seed, and the commitment made to match it.
+    let dir = std::env::temp_dir().join(format!("lottery-saved-{}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_, list) = get(&app, "/api/queues/default/lottery/entries").await;
+    std::fs::write(dir.join("entries.txt"), &list).unwrap();
+    let seed: [u8; 32] = rand::random();
+    let mut swapped = drawn.clone();
+    swapped["seed"] = hex::encode(seed).into();
+    swapped["commitment"] = hex::encode(Sha256::digest(seed)).into();
+    std::fs::write(dir.join("lottery.json"), swapped.to_string()).unwrap();
+    let files = |extra: &[&str]| {
+        let mut a: Vec<String> = vec![
+            "--lottery".into(),
+            dir.join("lottery.json").display().to_string(),
+            "--entries".into(),
+            dir.join("entries.txt").display().to_string(),
+        ];
+        a.extend(extra.iter().map(|s| (*s).to_owned()));
+        a
+    };
+    let out = verify(files(&[])).await;
+    assert!(
+        out.status.success(),
+        "consistent with itself: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = verify(files(&["--commitment", &saved])).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("DOES NOT MATCH THE COMMITMENT SAVED BEFORE THE DRAW"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&saved), "names the saved one: {stderr}");
+    assert!(out.stdout.is_empty(), "no order printed");
+    // Not a commitment at all: a usage error.
+    let out = verify(files(&["--commitment", "abc"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+    app.stop().await;
+}

@@ -16,6 +16,7 @@ mod eta_range;
 mod failures;
 mod gone;
 mod group_commit;
+mod held;
 mod identity;
 mod instances;
 mod layering;

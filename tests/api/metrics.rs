@@ -146,7 +146,19 @@ async fn counters_move_by_exactly_what_the_test_did() {
         delta("waitroom_enters_total", &[default, ("new", "false")]),
         2.0
     );
-    assert_eq!(delta("waitroom_admitted_total", &[default]), 3.0);
+    // Every admission, on either path: the two of the fast track as well.
+    assert_eq!(delta("waitroom_admitted_total", &[default]), 5.0);
+    assert_eq!(
+        delta("waitroom_admitted_total", &[default, ("path", "pass")]),
+        3.0
+    );
+    assert_eq!(
+        delta(
+            "waitroom_admitted_total",
+            &[default, ("path", "fast_track")]
+        ),
+        2.0
+    );
     assert_eq!(
         delta("waitroom_orders_total", &[("result", "created")]),
         1.0
@@ -157,4 +169,62 @@ async fn counters_move_by_exactly_what_the_test_did() {
     );
     assert_eq!(delta("waitroom_rate_limited_total", &[]), refused);
     assert_eq!(value(&after, "waitroom_waiting", &[default]), 0.0);
+}
+
+/// Claims settled through the token API (order services not written in
+/// Rust) are counted like the Rust extractor's: one consume, one release.
+#[tokio::test]
+async fn token_api_settles_are_counted() {
+    const SERVICE: &str = "metrics-service-token-0123456789";
+    let app = BinApp::spawn(&[
+        "--admission-interval-ms",
+        "600000",
+        "--admission-batch",
+        "2",
+        "--service-token",
+        SERVICE,
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    let before = scrape(&app, &client).await;
+    let mut claims = Vec::new();
+    for user in ["t0", "t1"] {
+        let r = client
+            .post(app.url("/api/queues/default/entries"))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["status"], "READY", "the fast track: {body}");
+        let token = body["entryToken"].as_str().unwrap();
+        let claim: Value = client
+            .post(app.admin_url("/api/tokens/claim"))
+            .bearer_auth(SERVICE)
+            .json(&json!({"userId": user, "token": token}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        claims.push((user, claim["claimId"].as_str().unwrap().to_owned()));
+    }
+    for ((user, claim), how) in claims.iter().zip(["consume", "release"]) {
+        let r = client
+            .post(app.admin_url(&format!("/api/tokens/{how}")))
+            .bearer_auth(SERVICE)
+            .json(&json!({"userId": user, "queue": "default", "claimId": claim}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 204, "{how}");
+    }
+    let after = scrape(&app, &client).await;
+    let delta = |name: &str| {
+        let labels = [("queue", "default")];
+        value(&after, name, &labels) - value(&before, name, &labels)
+    };
+    assert_eq!(delta("waitroom_tokens_consumed_total"), 1.0);
+    assert_eq!(delta("waitroom_tokens_released_total"), 1.0);
 }

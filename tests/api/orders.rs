@@ -240,23 +240,6 @@ async fn out_of_stock_rolls_back_and_keeps_the_token() {
         assert_eq!(mine.status(), 200);
         let mine: Value = mine.json().await.unwrap();
         assert_eq!(mine["userId"], "greedy", "{kind}");
-        // Read by the id alone (header mode, no X-User-Id): what was
-        // bought, never who bought it.
-        let anonymous = app
-            .client
-            .get(app.url(&format!("/api/orders/{id}")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(anonymous.status(), 200, "{kind}");
-        let anonymous: Value = anonymous.json().await.unwrap();
-        assert_eq!(anonymous["orderId"], id, "{kind}");
-        assert_eq!(anonymous["quantity"], 2, "{kind}");
-        assert!(anonymous.get("userId").is_none(), "{kind}: {anonymous}");
-        assert!(
-            !anonymous.to_string().contains("greedy"),
-            "{kind}: {anonymous}"
-        );
         let theirs = app
             .client
             .get(app.url(&format!("/api/orders/{id}")))
@@ -267,6 +250,196 @@ async fn out_of_stock_rolls_back_and_keeps_the_token() {
         assert_eq!(theirs.status(), 404);
         app.stop().await;
     }
+}
+
+/// Header mode: an order is read by its buyer only. A request without
+/// `X-User-Id` names nobody and is refused `401` (the order id alone is
+/// no credential: it shows up in logs, links and receipts); another
+/// buyer gets `404`, exactly as for an order that does not exist.
+#[tokio::test]
+async fn header_mode_order_reads_need_the_buyer() {
+    for kind in ["memory", "redis"] {
+        let app = app_of(kind, &[]).await;
+        let token = ready(&app, "owner").await;
+        let (status, body) = order(&app, "owner", Some(&token), buy(1)).await;
+        assert_eq!(status, 201, "{kind}: {body}");
+        let id = body["orderId"].as_str().unwrap().to_owned();
+        let read = |user: Option<&'static str>, id: String| {
+            let mut req = app.client.get(app.url(&format!("/api/orders/{id}")));
+            if let Some(u) = user {
+                req = req.header("x-user-id", u);
+            }
+            async move {
+                let r = req.send().await.unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let (status, anonymous) = read(None, id.clone()).await;
+        assert_eq!(
+            (status, anonymous["error"].as_str()),
+            (401, Some("missing_user_id")),
+            "{kind}: {anonymous}"
+        );
+        assert!(
+            !anonymous.to_string().contains(PRODUCT),
+            "{kind}: {anonymous}"
+        );
+        // Nobody named, for an order that does not exist: the same 401,
+        // so the answer tells nothing about which ids exist.
+        let (status, _) = read(None, "ord_does-not-exist".into()).await;
+        assert_eq!(status, 401, "{kind}");
+        let (status, theirs) = read(Some("snoop"), id.clone()).await;
+        assert_eq!(
+            (status, theirs["error"].as_str()),
+            (404, Some("unknown_order")),
+            "{kind}: {theirs}"
+        );
+        let (status, mine) = read(Some("owner"), id.clone()).await;
+        assert_eq!(status, 200, "{kind}: {mine}");
+        assert_eq!(mine["userId"], "owner", "{kind}");
+        app.stop().await;
+    }
+}
+
+/// An order service that only knows the buyer's entry token (visitor
+/// mode: the buyer is a visitor cookie the service cannot read) claims
+/// with the token alone and learns the buyer from the answer, then
+/// settles with it. A `userId` sent with the token must still be the
+/// token's own.
+#[tokio::test]
+async fn the_token_api_claims_with_the_token_alone() {
+    for kind in ["memory", "redis"] {
+        let args = fast(&[]);
+        let config = waitroom::Config {
+            identity: waitroom::config::IdentityMode::Visitor,
+            ..config(&args)
+        };
+        let app = match kind {
+            "memory" => TestApp::memory_with(config).await,
+            _ => TestApp::redis_with("orders-by-token", config).await,
+        };
+        // A visitor joins as the page would; the service never sees the
+        // cookie, only the token the buyer hands over.
+        let joined = app
+            .client
+            .post(app.url("/api/queues/default/entries"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(joined.status(), 201, "{kind}");
+        let visitor = joined
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|c| c.strip_prefix("waitroom_visitor="))
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|value| value.rsplit_once('.'))
+            .map(|(id, _)| id.to_owned())
+            .expect("a visitor cookie");
+        let joined: Value = joined.json().await.unwrap();
+        let token = joined["entryToken"]
+            .as_str()
+            .expect("fast-tracked")
+            .to_owned();
+        let claim = |body: Value| {
+            app.client
+                .post(app.admin_url("/api/tokens/claim"))
+                .bearer_auth(SERVICE)
+                .json(&body)
+                .send()
+        };
+
+        // Refused, changing nothing: a made-up token, and another user's id
+        // with the real token.
+        for body in [
+            json!({"token": "A".repeat(43)}),
+            json!({"token": token, "userId": "someone-else"}),
+        ] {
+            let r = claim(body.clone()).await.unwrap();
+            assert_eq!(r.status(), 401, "{kind}: {body}");
+            let err: Value = r.json().await.unwrap();
+            assert_eq!(err["error"], "invalid_token", "{kind}: {body}");
+        }
+
+        let r = claim(json!({"token": token})).await.unwrap();
+        assert_eq!(r.status(), 200, "{kind}: the token alone claims");
+        let granted: Value = r.json().await.unwrap();
+        assert_eq!(granted["userId"], visitor.as_str(), "{kind}: {granted}");
+        assert_eq!(granted["queue"], "default", "{kind}");
+        // Held: a second claim by the token alone is refused as in use.
+        let r = claim(json!({"token": token, "queue": "default"}))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 409, "{kind}");
+        let reference = json!({
+            "userId": granted["userId"],
+            "queue": granted["queue"],
+            "claimId": granted["claimId"],
+        });
+        let released = app
+            .client
+            .post(app.admin_url("/api/tokens/release"))
+            .bearer_auth(SERVICE)
+            .json(&reference)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(released.status(), 204, "{kind}");
+
+        // The caller that knows the user claims as before.
+        let r = claim(json!({"token": token, "userId": visitor}))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{kind}: with the user");
+        let granted: Value = r.json().await.unwrap();
+        let reference = json!({
+            "userId": granted["userId"],
+            "queue": granted["queue"],
+            "claimId": granted["claimId"],
+        });
+        let consumed = app
+            .client
+            .post(app.admin_url("/api/tokens/consume"))
+            .bearer_auth(SERVICE)
+            .json(&reference)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(consumed.status(), 204, "{kind}");
+        // Used up: the token alone no longer claims.
+        let r = claim(json!({"token": token})).await.unwrap();
+        assert_eq!(r.status(), 401, "{kind}: consumed");
+        app.stop().await;
+    }
+}
+
+/// A claim by the token alone fails closed when the store is away: `503`,
+/// never a claim granted on a guess.
+#[tokio::test]
+async fn a_claim_by_token_alone_with_redis_down_is_503() {
+    let mut redis = RedisProcess::start(false);
+    let store: SharedStore = Arc::new(
+        RedisStore::connect(&redis.url(), "claim-by-token")
+            .await
+            .unwrap(),
+    );
+    let app = TestApp::spawn_with(config(&fast(&[])), store).await;
+    let token = ready(&app, "offline").await;
+    redis.kill();
+    let r = app
+        .client
+        .post(app.admin_url("/api/tokens/claim"))
+        .bearer_auth(SERVICE)
+        .json(&json!({"token": token}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "store_unavailable");
+    app.stop().await;
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::common::{IDLE, TestApp, eventually};
+use crate::common::{IDLE, TestApp, eventually, ready};
 
 /// One response as read off the wire.
 #[derive(Debug, Clone)]
@@ -586,6 +586,52 @@ async fn a_stalled_body_gets_408() {
     app.stop().await;
 }
 
+/// An order's body that stops arriving gets the same `408` as a join's:
+/// the order gate reads its body through the shared reader, which tells a
+/// timeout from a broken body. The claim taken meanwhile is released, so
+/// the token still buys.
+#[tokio::test]
+async fn a_stalled_order_body_gets_408_and_keeps_the_token() {
+    let mut args = IDLE.to_vec();
+    args.extend(["--body-timeout-secs", "1"]);
+    let app = TestApp::memory(&args).await;
+    let token = ready(&app, "slow-buyer").await;
+    let mut raw = Raw::connect(app.addr).await;
+    raw.send(
+        format!(
+            "POST /api/orders HTTP/1.1\r\nHost: x\r\nX-User-Id: slow-buyer\r\n\
+             X-Entry-Token: {token}\r\nContent-Type: application/json\r\n\
+             Content-Length: 100\r\n\r\n{{\"productId\""
+        )
+        .as_bytes(),
+    )
+    .await;
+    let started = Instant::now();
+    let got = raw.read_until(8 * SECS, |r| !r.is_empty()).await.unwrap();
+    let answer = got
+        .first()
+        .unwrap_or_else(|| panic!("no answer within 8 s"));
+    assert_eq!(answer.status, 408, "{}", raw.text());
+    assert!(
+        answer.text().contains("\"error\":\"request_timeout\""),
+        "{}",
+        answer.text()
+    );
+    assert!(started.elapsed() < 5 * SECS, "{:?}", started.elapsed());
+    // Nothing was sold and the token was not held: it buys now.
+    let placed = app
+        .client
+        .post(app.url("/api/orders"))
+        .header("x-user-id", "slow-buyer")
+        .header("x-entry-token", &token)
+        .json(&serde_json::json!({"productId": "demo-sneaker", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(placed.status(), 201);
+    app.stop().await;
+}
+
 /// Issue 9, item 6: at `--max-connections`, a new connection (streams
 /// count like any other) gets `503 server_busy` and is closed; a freed
 /// slot is served again.
@@ -1029,4 +1075,50 @@ async fn a_poll_then_a_stream_on_one_socket_and_both_transports_close_within_the
             "the {name} stream closed after {after:?}"
         );
     }
+}
+
+/// A socket that connects and sends nothing is closed after the
+/// first-byte timeout (5 s by default), without a byte of answer: it does
+/// not hold a connection for the 75 s idle timeout. One that sent its
+/// request at once is answered and then kept alive as usual, past that
+/// moment.
+#[tokio::test]
+async fn a_socket_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
+    let app = TestApp::memory(IDLE).await;
+    let started = Instant::now();
+    let mut silent = Raw::connect(app.addr).await;
+    let mut spoke = Raw::connect(app.addr).await;
+    spoke
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let got = spoke
+        .read_until(5 * SECS, |r| r.first().is_some_and(|r| r.complete))
+        .await
+        .unwrap();
+    assert_eq!(got[0].status, 200, "{}", spoke.text());
+
+    silent.read_until(20 * SECS, |_| false).await.unwrap();
+    let after = started.elapsed();
+    assert!(silent.closed, "still open after {after:?}");
+    assert!(
+        silent.got.is_empty(),
+        "closed unanswered: {}",
+        silent.text()
+    );
+    assert!(
+        (Duration::from_millis(4_500)..15 * SECS).contains(&after),
+        "closed after {after:?}"
+    );
+    // The connection that spoke is still open, and served.
+    spoke
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let got = spoke
+        .read_until(5 * SECS, |r| r.get(1).is_some_and(|r| r.complete))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "{}", spoke.text());
+    assert_eq!(got[1].status, 200);
+    assert!(!spoke.closed);
+    app.stop().await;
 }

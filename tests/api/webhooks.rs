@@ -466,3 +466,108 @@ async fn delivery_survives_redis_going_away() {
     assert_eq!(keys.len(), 4);
     app.stop().await;
 }
+
+/// A receiver written to the README's recipe (*Verifying a delivery*):
+/// the signature over `<t>.<raw body>` checked, an old timestamp refused,
+/// duplicates dropped by the body's signed `idempotencyKey`, everything
+/// else processed once. Every request it got is kept, to be replayed.
+#[derive(Clone, Default)]
+struct RecipeReceiver {
+    seen: Arc<Mutex<HashSet<String>>>,
+    processed: Arc<Mutex<Vec<Value>>>,
+    captured: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+}
+
+async fn per_recipe(
+    State(r): State<RecipeReceiver>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    r.captured
+        .lock()
+        .unwrap()
+        .push((headers.clone(), body.clone()));
+    let signature = headers
+        .get("waitroom-signature")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let t: Option<u64> = signature
+        .strip_prefix("t=")
+        .and_then(|s| s.split(',').next())
+        .and_then(|t| t.parse().ok());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    if !verifies(signature, &body, SECRET) || t.is_none_or(|t| now.abs_diff(t) > 300) {
+        return StatusCode::UNAUTHORIZED;
+    }
+    let Ok(event) = serde_json::from_slice::<Value>(&body) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    // What the signature covers, never the header.
+    let Some(key) = event["idempotencyKey"].as_str() else {
+        return StatusCode::BAD_REQUEST;
+    };
+    if !r.seen.lock().unwrap().insert(key.to_owned()) {
+        return StatusCode::NO_CONTENT; // a retry of one already taken
+    }
+    r.processed.lock().unwrap().push(event);
+    StatusCode::NO_CONTENT
+}
+
+/// A captured delivery replayed under another `Idempotency-Key` (within
+/// the timestamp's five minutes) is dropped by a receiver that follows
+/// the documented recipe: what it de-duplicates on is signed. Changing
+/// the signed key instead breaks the signature.
+#[tokio::test]
+async fn a_replay_under_another_idempotency_key_is_not_processed_twice() {
+    let r = RecipeReceiver::default();
+    let router = axum::Router::new()
+        .route("/hook", axum::routing::post(per_recipe))
+        .with_state(r.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let app = TestApp::memory_with(cfg(&[hook("replay", &url, "")], 60_000)).await;
+    actions(&app, "p", 1).await;
+    eventually(BOUND, "both entries processed", || async {
+        (r.processed.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    let keys = log_keys(&app).await;
+    let processed: HashSet<String> = r
+        .processed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e["idempotencyKey"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(processed, keys, "the signed key is the entry's");
+    let (headers, body) = r.captured.lock().unwrap()[0].clone();
+    assert_eq!(
+        headers["idempotency-key"].to_str().unwrap(),
+        serde_json::from_slice::<Value>(&body).unwrap()["idempotencyKey"],
+        "the header carries the same key"
+    );
+
+    let client = reqwest::Client::new();
+    let replay = |key: &str, body: Vec<u8>| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .header("waitroom-signature", headers["waitroom-signature"].clone())
+            .body(body)
+            .send()
+    };
+    let status = replay("default:1-0", body.to_vec()).await.unwrap().status();
+    assert_eq!(status, 204, "accepted as a duplicate");
+    let mut event: Value = serde_json::from_slice(&body).unwrap();
+    event["idempotencyKey"] = "default:1-0".into();
+    let forged = serde_json::to_vec(&event).unwrap();
+    let status = replay("default:1-0", forged).await.unwrap().status();
+    assert_eq!(status, 401, "the signed key cannot be changed");
+    assert_eq!(r.processed.lock().unwrap().len(), 2, "nothing twice");
+    app.stop().await;
+}

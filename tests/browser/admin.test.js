@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { assertAccessible } from './lib/axe.js';
 import { assertNoConsoleErrors, prefill, screenshot, setup, watchConsole } from './lib/harness.js';
 
 const TOKEN = 'console-browser-test-admin-token-0123';
@@ -155,4 +156,90 @@ test('the console is not served on the public port', { timeout: 60_000 }, async 
   }
   const res = await fetch(`${server.admin}/admin`);
   assert.equal(res.status, 200);
+});
+
+/** A `datetime-local` value, in this machine's time zone, `ms` since the epoch. */
+function localInput(ms) {
+  const d = new Date(ms);
+  const two = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
+
+test('the console says why nobody is let in, reads the audit log and schedules a lottery', { timeout: 120_000 }, async (t) => {
+  const { server, browser } = await setup(t, { serverArgs: ['--admin-token', TOKEN, '--admission-interval-ms', '600000'] });
+  // One buyer on the fast track (the budget holds one), two waiting.
+  await prefill(server.base, 3);
+  const put = (path, body) =>
+    fetch(`${server.admin}${path}`, {
+      method: 'PUT',
+      headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  // One unit left, held by the one token holder: nobody more can be let in.
+  assert.equal((await put('/api/admin/queues/default/stock', { remaining: 1 })).status, 200);
+
+  const context = await browser.newContext({ viewport: { width: 1280, height: 1000 }, colorScheme: 'light' });
+  const page = await context.newPage();
+  const watcher = watchConsole(page);
+  await page.goto(`${server.admin}/admin`);
+  await page.fill('#token', TOKEN);
+  await page.click('#sign-in button[type="submit"]');
+  const card = '.queue[data-queue="default"]';
+  await page.waitForSelector(`${card}[data-state="stockBlocked"]`, { timeout: 10_000 });
+  assert.match(await page.textContent(`${card} .badge`), /stock blocks admission/);
+  const why = await page.textContent(`${card} .why`);
+  assert.match(why, /Nobody is let in: 1 unit left, enough for 1 buyer at 1 each, and 1 token holder/, why);
+  assert.match(await page.textContent(`${card} [data-k="stock"]`), /^1 unit$/);
+  assert.equal(await page.textContent(`${card} [data-k="wait"]`), '–', 'no wait while nobody can be let in');
+  // The fast track counts as an admission, and says so.
+  assert.match(await page.textContent(`${card} [data-k="split"]`), /pass 0 · fast track 1/);
+
+  // The audit log, as the API has it: the admission had no pass.
+  await page.selectOption('#audit-form select[name="kind"]', 'admitted');
+  await page.click('#audit-form button[type="submit"]');
+  await page.waitForSelector('#audit-rows tr[data-kind="admitted"]', { timeout: 5_000 });
+  const rows = await page.$$eval('#audit-rows tr', (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+  const { body: audit } = await adminGet(server, '/api/admin/queues/default/audit?kind=admitted');
+  assert.equal(rows.length, audit.entries.length);
+  assert.deepEqual(
+    rows.map((r) => r[4]),
+    audit.entries.map((e) => (e.pass === null ? 'fast track' : String(e.pass))),
+  );
+
+  // A lottery scheduled from the console; its pre-queue shows, with how many wait in it.
+  const opensAt = Math.floor((Date.now() + 3_600_000) / 1000) * 1000;
+  await page.fill(`${card} form.lottery input[name="opensAt"]`, localInput(opensAt));
+  await page.click(`${card} form.lottery button[type="submit"]`);
+  await until('the lottery', async () => {
+    const res = await fetch(`${server.base}/api/queues/default/lottery`);
+    return res.status === 200 && (await res.json()).opensAt === opensAt;
+  });
+  await prefill(server.base, 2, 'pre');
+  await page.waitForSelector(`${card}[data-state="preQueue"]`, { timeout: 10_000 });
+  await page.waitForFunction(
+    (sel) => document.querySelector(sel)?.textContent === '2',
+    `${card} [data-k="preQueue"]`,
+    { timeout: 10_000 },
+  );
+  assert.match(await page.textContent(`${card} .why`), /2 buyers in its pre-queue/);
+  await assertAccessible(page, 'the console (light)');
+  await screenshot(page, 'admin-console-why-light');
+
+  const dark = await browser.newContext({ viewport: { width: 820, height: 1100 }, colorScheme: 'dark' });
+  const darkPage = await dark.newPage();
+  const darkWatcher = watchConsole(darkPage);
+  await darkPage.goto(`${server.admin}/admin`);
+  await darkPage.fill('#token', TOKEN);
+  await darkPage.click('#sign-in button[type="submit"]');
+  await darkPage.waitForSelector(`${card}[data-state="preQueue"]`, { timeout: 10_000 });
+  await darkPage.waitForSelector(`${card} svg[data-series="waiting"] polyline`, { state: 'attached', timeout: 10_000 });
+  await assertAccessible(darkPage, 'the console (dark)');
+
+  // Cleared from the console: the pre-queue is not empty, so it is refused and said so.
+  await page.click(`${card} .clear-lottery`);
+  await page.waitForSelector('#notice:has-text("pre-queue")');
+  assertNoConsoleErrors(
+    { problems: watcher.problems.filter((p) => !/ 409 /.test(p)), excused: [] },
+    darkWatcher,
+  );
 });

@@ -29,9 +29,13 @@ test('a place that ended elsewhere shows as ended, with no silent rejoin', { tim
   await waitForState(page, 'waiting', 10_000);
   await page.waitForSelector('body[data-state="waiting"] #conn[data-mode="polling"]', { timeout: 20_000 });
 
-  // The ticket lives in its HttpOnly cookie only.
-  const ticket = (await context.cookies()).find((c) => c.name === 'waitroom_ticket')?.value;
+  // The ticket lives in its HttpOnly cookie only; it is good only with the
+  // visitor cookie it was issued with.
+  const cookies = await context.cookies();
+  const ticket = cookies.find((c) => c.name === 'waitroom_ticket')?.value;
   assert.ok(ticket, 'the browser keeps the ticket cookie');
+  const visitor = cookies.find((c) => c.name === 'waitroom_visitor')?.value;
+  assert.ok(visitor, 'the browser keeps the visitor cookie');
   const joins = [];
   page.on('request', (req) => {
     if (req.method() === 'POST' && /\/entries$/.test(new URL(req.url()).pathname)) joins.push(req.url());
@@ -40,7 +44,7 @@ test('a place that ended elsewhere shows as ended, with no silent rejoin', { tim
   // The place ends somewhere else (here: the same ticket leaves over HTTP).
   const left = await fetch(`${server.base}/api/queues/default/entries/me`, {
     method: 'DELETE',
-    headers: { 'X-Queue-Ticket': ticket },
+    headers: { 'X-Queue-Ticket': ticket, Cookie: `waitroom_visitor=${visitor}` },
   });
   assert.equal(left.status, 204);
 

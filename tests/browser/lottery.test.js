@@ -3,7 +3,9 @@
 // fingerprint, which the buyer can recompute from the entry code shown);
 // at the draw it moves to the waiting view by itself, on the one stream it
 // opened in the pre-queue (no reconnect), and the published list holds that
-// fingerprint. Screenshots of both views in screenshots/.
+// fingerprint. The page keeps the commitment it showed before the draw (on
+// the device, and as a receipt to download) and flags a different one shown
+// later. Screenshots of both views in screenshots/.
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -50,6 +52,16 @@ test('the pre-queue shows a countdown and the fingerprint, then the drawn place'
   assert.equal((await page.textContent('#prequeue-commitment')).trim(), scheduled.commitment);
   const left = Number(await page.getAttribute('#prequeue-countdown', 'data-left'));
   assert.ok(left > 0 && left <= 10, `countdown ${left}s`);
+  // The commitment is kept before the draw, with a receipt for the script.
+  assert.equal(await page.isVisible('#prequeue-receipt'), true);
+  assert.equal(await page.isVisible('#prequeue-changed'), false);
+  const kept = await page.evaluate(() => JSON.parse(localStorage.getItem('waitroom.lottery.default')));
+  assert.equal(kept.commitment, scheduled.commitment);
+  assert.equal(kept.nonce, nonce);
+  const href = await page.getAttribute('#prequeue-download', 'href');
+  const receipt = decodeURIComponent(href.slice(href.indexOf(',') + 1));
+  assert.match(receipt, new RegExp(`--queue default --nonce ${nonce} --commitment ${scheduled.commitment}\\n`));
+  assert.equal(await page.getAttribute('#prequeue-download', 'download'), 'waitroom-lottery-default.txt');
   await screenshot(page, 'lottery-prequeue');
 
   // The draw: the page moves to the waiting view on its own.
@@ -63,5 +75,42 @@ test('the pre-queue shows a countdown and the fingerprint, then the drawn place'
   assert.equal(drawn.entries, 3);
   const list = await (await fetch(`${server.base}/api/queues/default/lottery/entries`)).text();
   assert.ok(list.split('\n').includes(fingerprint), 'the published list holds the buyer\'s fingerprint');
+  const after = await page.evaluate(() => JSON.parse(localStorage.getItem('waitroom.lottery.default')));
+  assert.equal(after.commitment, scheduled.commitment, 'still kept after the draw');
+  assertNoConsoleErrors(consoleWatch);
+});
+
+test('a commitment other than the one saved before is flagged, and the saved one kept', { timeout: 60_000 }, async (t) => {
+  const { server, browser } = await setup(t, {
+    serverArgs: ['--admission-interval-ms', '600000', '--admin-token', ADMIN],
+  });
+  const r = await fetch(`${server.admin}/api/admin/queues/default/lottery`, {
+    method: 'PUT',
+    headers: { Authorization: `Bearer ${ADMIN}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ opensAt: Date.now() + 600_000 }),
+  });
+  const scheduled = JSON.parse(await r.text());
+  assert.equal(r.status, 200, JSON.stringify(scheduled));
+  const page = await browser.newPage();
+  const consoleWatch = watchConsole(page);
+  await page.goto(`${server.base}/`);
+  await waitForState(page, 'prequeue', 10_000);
+  // As if the page had been shown another commitment before: what the
+  // server shows now no longer matches what was saved.
+  const promised = 'f'.repeat(64);
+  await page.evaluate((c) => {
+    const kept = JSON.parse(localStorage.getItem('waitroom.lottery.default'));
+    localStorage.setItem('waitroom.lottery.default', JSON.stringify({ ...kept, commitment: c }));
+  }, promised);
+  await page.reload();
+  await waitForState(page, 'prequeue', 10_000);
+  await page.waitForSelector('#prequeue-changed:not([hidden])', { timeout: 5_000 });
+  assert.match(await page.textContent('#prequeue-changed'), new RegExp(promised));
+  assert.equal((await page.textContent('#prequeue-commitment')).trim(), scheduled.commitment);
+  const kept = await page.evaluate(() => JSON.parse(localStorage.getItem('waitroom.lottery.default')));
+  assert.equal(kept.commitment, promised, 'the saved commitment is never overwritten');
+  const href = await page.getAttribute('#prequeue-download', 'href');
+  assert.ok(decodeURIComponent(href).includes(`--commitment ${promised}`), 'the receipt carries the saved one');
+  await screenshot(page, 'lottery-commitment-changed');
   assertNoConsoleErrors(consoleWatch);
 });

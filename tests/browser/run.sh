@@ -20,7 +20,7 @@ if [ ! -x /usr/bin/chromium ] && [ -z "${CHROMIUM_PATH:-}" ]; then
 fi
 
 cd "$here"
-if [ ! -d node_modules/playwright-core ]; then
+if [ ! -d node_modules/playwright-core ] || [ ! -d node_modules/axe-core ]; then
   if [ -f package-lock.json ]; then
     timeout 300 npm ci --no-audit --no-fund
   else

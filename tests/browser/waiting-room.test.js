@@ -2,6 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { assertAccessible } from './lib/axe.js';
 import {
   assertNoConsoleErrors,
   fetchOrder,
@@ -159,4 +160,76 @@ test('when the turn runs out unused, the page says so and offers to join again',
   await page.waitForSelector('body[data-state="ready"], body[data-state="waiting"]', { timeout: 10_000 });
 
   assertNoConsoleErrors(consoleWatch);
+});
+
+const ADMIN = 'waiting-room-browser-admin-token-01234';
+
+/** An admin API call on `server`'s operator listener: the status code. */
+async function adminCall(server, method, path, body) {
+  const res = await fetch(`${server.admin}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${ADMIN}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return res.status;
+}
+
+test('a held queue tells its buyers it is paused, with no estimate, and accessibly so in light and dark', { timeout: 90_000 }, async (t) => {
+  const { server, browser } = await setup(t, { serverArgs: ['--admin-token', ADMIN] });
+  await prefill(server.base, 3);
+  assert.equal(await adminCall(server, 'POST', '/api/admin/queues/default/pause'), 200);
+  for (const colorScheme of ['light', 'dark']) {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme, reducedMotion: 'reduce' });
+    const page = await context.newPage();
+    const watch = watchConsole(page);
+    await page.goto(`${server.base}/`);
+    await waitForState(page, 'waiting', 10_000);
+    await page.waitForSelector('#held-note:not([hidden])', { timeout: 10_000 });
+    assert.equal(await page.textContent('#eta'), 'Paused');
+    assert.match(await page.textContent('#held-note'), /paused/i);
+    await assertAccessible(page, `the waiting page, held (${colorScheme})`);
+    await screenshot(page, `waiting-held-${colorScheme}`);
+    assertNoConsoleErrors(watch);
+    await context.close();
+  }
+  // Released: the estimate is back, the note gone.
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, reducedMotion: 'reduce' });
+  const page = await context.newPage();
+  await page.goto(`${server.base}/`);
+  await page.waitForSelector('#held-note:not([hidden])', { timeout: 10_000 });
+  assert.equal(await adminCall(server, 'POST', '/api/admin/queues/default/resume'), 200);
+  await page.waitForSelector('#held-note', { state: 'hidden', timeout: 10_000 });
+  assert.notEqual(await page.textContent('#eta'), 'Paused');
+  await assertAccessible(page, 'the waiting page (light)');
+});
+
+test('with the order service elsewhere, READY hands the buyer on with the token, and live texts show', { timeout: 90_000 }, async (t) => {
+  const { server, browser } = await setup(t, {
+    serverArgs: ['--admin-token', ADMIN, '--orders', 'off', '--shop-url', 'https://shop.example/buy#token={token}&q={queue}'],
+  });
+  assert.equal(
+    await adminCall(server, 'PUT', '/api/admin/queues/default', { texts: { 'ready.heading': 'Sneakers are waiting for you' } }),
+    200,
+  );
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  const watch = watchConsole(page);
+  // Nobody else waits: the fast track to READY.
+  await page.goto(`${server.base}/`);
+  await waitForState(page, 'ready', 15_000);
+  assert.equal(await page.textContent('#ready-heading'), 'Sneakers are waiting for you');
+  await page.waitForSelector('#shop-handoff:not([hidden])', { timeout: 5_000 });
+  assert.equal(await page.isHidden('#order-form'), true, 'no dead-end order form');
+  const token = await page.evaluate(async () => {
+    const res = await fetch('api/queues/default/position');
+    return (await res.json()).entryToken;
+  });
+  assert.ok(token, 'READY with a token');
+  assert.equal(
+    await page.getAttribute('#shop-link', 'href'),
+    `https://shop.example/buy#token=${encodeURIComponent(token)}&q=default`,
+  );
+  assert.equal(await page.getAttribute('#shop-link', 'rel'), 'noreferrer');
+  await screenshot(page, 'ready-shop-handoff');
+  assertNoConsoleErrors(watch);
 });

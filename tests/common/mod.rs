@@ -291,6 +291,58 @@ pub fn clean_env(cmd: &mut Command) {
     }
 }
 
+/// A raw TCP connection to `addr` from the loopback address `source`
+/// (127.0.0.x): a client address of its own, as the per-address limits
+/// count them. It sends nothing until the test writes to it.
+pub async fn socket_from(source: &str, addr: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(source.parse().unwrap(), 0))
+        .unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// What a connection received up to the server's close (within 10 s).
+pub async fn read_to_close(socket: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "the server did not close: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `GET path` with `headers` on a connection of its own from `source`,
+/// closed after the answer: the status and the whole answer (head and
+/// body). Nothing stays open behind it, unlike a pooled client.
+pub async fn get_from(
+    source: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut socket = socket_from(source, addr).await;
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    // A refused connection may be answered and closed before the head is
+    // even written: what it was answered is what counts.
+    let _ = socket.write_all(head.as_bytes()).await;
+    let answer = read_to_close(&mut socket).await;
+    let status = answer
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no answer from {path}: {answer:?}"));
+    (status, answer)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -314,6 +366,7 @@ pub fn test_config() -> Config {
         places_per_address: 0,
         visitors_per_address_per_minute: 0,
         streams_per_address: 0,
+        connections_per_address: Some(0),
         ..Config::default()
     }
 }
@@ -321,7 +374,7 @@ pub fn test_config() -> Config {
 /// The per-address limits off: every test speaks from 127.0.0.1, so a
 /// test of anything else must not run into them (`client_limits.rs` turns
 /// them on with flags given after these).
-pub const NO_ADDRESS_LIMITS: [&str; 8] = [
+pub const NO_ADDRESS_LIMITS: [&str; 10] = [
     "--joins-per-address-per-minute",
     "0",
     "--places-per-address",
@@ -329,6 +382,8 @@ pub const NO_ADDRESS_LIMITS: [&str; 8] = [
     "--visitors-per-address-per-minute",
     "0",
     "--streams-per-address",
+    "0",
+    "--connections-per-address",
     "0",
 ];
 

@@ -3,8 +3,9 @@
 // instances sharing Redis, and the waiting-room page driven through it in
 // Chromium. Covers a whole purchase, a SIGTERM of the instance holding the
 // buyer's stream mid-wait, what nginx must not expose, the forwarding and
-// identity headers it sets or strips, its access log, and its per-address
-// limit on joins.
+// identity headers it sets or strips, its access log, its per-address
+// limit on joins, HSTS on every HTTPS answer, and a port 80 that redirects
+// only the site's own name.
 //
 // Run by tests/deploy/run.sh (nginx, Chromium, Node packages, the release
 // build); the committed nginx.conf is used as it is, with only its ports and
@@ -48,6 +49,9 @@ const SITE_CONF = path.join(ROOT, 'deploy/nginx.conf');
 const NGINX = process.env.NGINX_PATH || '/usr/sbin/nginx';
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const REDIS_URL = process.env.WAITROOM_TEST_REDIS || 'redis://127.0.0.1:6379';
+// deploy/nginx.conf's server_name, and the HSTS it sends.
+const SITE_NAME = 'shop.example.com';
+const HSTS = 'max-age=31536000; includeSubDomains';
 const DRAIN_SECS = 2;
 // The limit nginx.conf sets on joins: burst=20 on top of the first one.
 const JOIN_BURST = 20;
@@ -187,7 +191,10 @@ function siteConfig(ports) {
     text = text.split(from).join(to);
   };
   replace('listen 443 ssl http2 backlog=4096;', `listen 127.0.0.1:${ports.https} ssl http2 backlog=4096;`);
-  replace('listen 80 backlog=4096;', `listen 127.0.0.1:${ports.http} backlog=4096;`);
+  // Every port-80 server (however many): the same test port.
+  const plain = text.match(/\blisten 80\b/g)?.length ?? 0;
+  assert.ok(plain >= 1, 'deploy/nginx.conf: no "listen 80"');
+  text = text.replace(/\blisten 80\b/g, `listen 127.0.0.1:${ports.http}`);
   replace('server 127.0.0.1:8081 ', `server 127.0.0.1:${ports.instances[0]} `);
   replace('server 127.0.0.1:8082 ', `server 127.0.0.1:${ports.instances[1]} `);
   replace('/etc/nginx/tls/waitroom.crt', path.join(work, 'tls.crt'));
@@ -473,10 +480,34 @@ test('metrics, the admin API and the token API are not reachable through nginx',
     `GET /api/./admin/queues HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${ADMIN_TOKEN}\r\nConnection: close\r\n\r\n`);
   assert.equal(raw.status, 404, raw.head);
 
-  // Plain HTTP only redirects to HTTPS: nothing is served without TLS.
-  const plain = await rawHttpDirect(nginx.httpPort, 'GET /api/products HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
+  // Plain HTTP only redirects to HTTPS, and only for the site's own name:
+  // nothing is served without TLS, and no other name is sent anywhere.
+  const plain = await rawHttpDirect(nginx.httpPort, `GET /api/products HTTP/1.1\r\nHost: ${SITE_NAME}\r\nConnection: close\r\n\r\n`);
   assert.match(plain, /^HTTP\/1\.1 301 /, plain.slice(0, 200));
-  assert.match(plain, /\r\nLocation: https:\/\/localhost\/api\/products\r\n/i);
+  assert.match(plain, new RegExp(`\r\nLocation: https://${SITE_NAME.replaceAll('.', '\\.')}/api/products\r\n`, 'i'));
+  for (const host of ['localhost', 'attacker.example', `${SITE_NAME}.attacker.example`, '127.0.0.1']) {
+    const other = await rawHttpDirect(nginx.httpPort, `GET /api/products HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    assert.equal(other, '', `Host: ${host} on port 80 is closed unanswered (444), not redirected: ${other.slice(0, 200)}`);
+  }
+  const noHost = await rawHttpDirect(nginx.httpPort, 'GET /api/products HTTP/1.0\r\n\r\n');
+  assert.equal(noHost, '', `no Host on port 80: ${noHost.slice(0, 200)}`);
+});
+
+test('every HTTPS answer carries HSTS, nginx\'s own included', { timeout: 30_000 }, async () => {
+  const session = connectH2();
+  try {
+    // waitroom's answers (a page, the API, an error) and nginx's own (a
+    // refused operator path).
+    for (const [p, status] of [['/', 200], ['/api/products', 200], ['/healthz', 200], ['/api/nope', 404], ['/metrics', 404]]) {
+      const res = await h2(session, 'GET', p);
+      assert.equal(res.status, status, `${p}: ${res.body.slice(0, 200)}`);
+      assert.equal(res.headers['strict-transport-security'], HSTS, `${p}`);
+    }
+  } finally {
+    session.close();
+  }
+  const raw = await rawHttps(nginx.httpsPort, 'GET /api/products HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
+  assert.match(raw.head, new RegExp(`\r\nStrict-Transport-Security: ${HSTS}(\r\n|$)`, 'i'), raw.head);
 });
 
 test('nginx sets the forwarding headers, strips X-User-Id and keeps tickets out of its log', { timeout: 30_000 }, async () => {
@@ -604,6 +635,7 @@ test('a flood of joins from one address is answered 429 by nginx, which waitroom
   assert.ok(joined.length >= 1 && joined.length <= JOIN_BURST + 3, `at most the burst gets through (${joined.length} joined)`);
   for (const a of limited) {
     assert.equal(a.headers['retry-after'], '1');
+    assert.equal(a.headers['strict-transport-security'], HSTS, 'nginx\'s own 429 too');
     assert.equal(JSON.parse(a.body).error, 'rate_limited', 'the page reads it as waitroom\'s own 429');
   }
   // waitroom counted exactly the joins that reached it, and refused none.

@@ -72,6 +72,71 @@ async fn claim_consume_release(store: SharedStore) {
 }
 conformance!(claim_consume_release);
 
+/// A live token names its holder (the token API's claim by the token
+/// alone), however it was issued (a join's fast track, an admission pass)
+/// and while a claim's lease keeps it past its TTL; used, left, expired or
+/// asked of another queue, it names nobody.
+async fn a_live_token_names_its_holder(store: SharedStore) {
+    let p = Policy {
+        max_active: Some(1),
+        interval_ms: 50,
+        token_ttl_ms: 400,
+        ..slow(1)
+    };
+    let holder = |token: String| {
+        let store = store.clone();
+        async move { store.token_holder(&q(), &token).await.unwrap() }
+    };
+    let fast = u("fast");
+    let e = store
+        .enter(&q(), &fast, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let fast_token = token_of(&e.snapshot).expect("fast-tracked");
+    let waiting = u("waiting");
+    store
+        .enter(&q(), &waiting, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert_eq!(holder(fast_token.clone()).await, Some(fast.clone()));
+    assert_eq!(holder("made-up".into()).await, None);
+    assert_eq!(holder(String::new()).await, None);
+    let other = QueueName::parse("other").unwrap();
+    assert_eq!(store.token_holder(&other, &fast_token).await.unwrap(), None);
+
+    // A claim's lease outlives the TTL: the token, and its holder, too.
+    let ClaimOutcome::Claimed { claim_id } =
+        store.claim(&q(), &fast, &fast_token, 800).await.unwrap()
+    else {
+        panic!("claim expected");
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(holder(fast_token.clone()).await, Some(fast.clone()));
+    assert!(store.consume(&q(), &fast, &claim_id).await.unwrap());
+    assert_eq!(holder(fast_token).await, None, "used up");
+
+    // Admitted by a pass; then left.
+    let pass = store.admit(&q(), &p, &tokens(1)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1);
+    let admitted = token_of(&store.status(&q(), &waiting, false).await.unwrap()).unwrap();
+    assert_eq!(holder(admitted.clone()).await, Some(waiting.clone()));
+    assert!(leave_current(&store, &waiting).await);
+    assert_eq!(holder(admitted).await, None, "left");
+
+    // Expired.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let late = u("late");
+    let e = store
+        .enter(&q(), &late, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    let late_token = token_of(&e.snapshot).expect("fast-tracked");
+    assert_eq!(holder(late_token.clone()).await, Some(late));
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(holder(late_token).await, None, "expired");
+}
+conformance!(a_live_token_names_its_holder);
+
 async fn a_lapsed_claim_returns_to_ready(store: SharedStore) {
     let p = Policy {
         token_ttl_ms: 200,

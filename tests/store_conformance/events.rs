@@ -18,7 +18,10 @@ async fn passes_and_changes_are_published(store: SharedStore) {
     let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
     assert_eq!(pass.admitted.len(), 2);
 
+    // The budget was drained on the fast track: one event for each, so
+    // every instance counts those admissions too.
     let mut got = Vec::new();
+    let mut fast_tracked = 0;
     while got.len() < 2 {
         let ev = tokio::time::timeout(Duration::from_secs(3), events.next())
             .await
@@ -26,9 +29,16 @@ async fn passes_and_changes_are_published(store: SharedStore) {
             .expect("stream open");
         if let StoreEvent::Queue { queue, event } = ev {
             assert_eq!(queue, q());
-            got.push(event);
+            match event {
+                QueueEvent::FastTracked { at } => {
+                    assert!(at > 0 && got.is_empty(), "{got:?}");
+                    fast_tracked += 1;
+                }
+                event => got.push(event),
+            }
         }
     }
+    assert_eq!(fast_tracked, p.batch);
     assert_eq!(
         got[0],
         QueueEvent::Left {

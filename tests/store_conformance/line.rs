@@ -20,6 +20,34 @@ async fn reenter_keeps_the_place(store: SharedStore) {
 }
 conformance!(reenter_keeps_the_place);
 
+/// A hold is read with every standing (a buyer is told the queue is
+/// paused rather than an estimate) and marks the passes it emptied.
+async fn a_hold_is_read_with_every_standing(store: SharedStore) {
+    let p = slow(1);
+    assert!(store.set_paused(&q(), true).await.unwrap());
+    let user = u("held1");
+    let e = store
+        .enter(&q(), &user, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert!(matches!(e.snapshot.standing, Standing::Waiting { .. }));
+    assert!(e.snapshot.paused);
+    assert!(store.status(&q(), &user, false).await.unwrap().paused);
+    let all = store
+        .statuses(&q(), std::slice::from_ref(&user))
+        .await
+        .unwrap();
+    assert!(all[0].paused);
+    let pass = store.admit(&q(), &p, &tokens(1)).await.unwrap();
+    assert!(pass.held && pass.admitted.is_empty(), "{pass:?}");
+    assert!(store.set_paused(&q(), false).await.unwrap());
+    let pass = store.admit(&q(), &p, &tokens(1)).await.unwrap();
+    assert!(!pass.held && pass.admitted.len() == 1, "{pass:?}");
+    let s = store.status(&q(), &user, false).await.unwrap();
+    assert!(!s.paused && matches!(s.standing, Standing::Ready { .. }));
+}
+conformance!(a_hold_is_read_with_every_standing);
+
 async fn concurrent_enters_get_distinct_ranks(store: SharedStore) {
     let p = slow(1);
     drain_budget(&store, &p).await;

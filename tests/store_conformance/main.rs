@@ -226,6 +226,7 @@ fn settings(batch: u32) -> QueueSettings {
         abandon_after_ms: None,
         claim_lease_ms: 30_000,
         texts: Default::default(),
+        shop_url: None,
         adaptive: None,
     }
 }

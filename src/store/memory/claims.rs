@@ -36,6 +36,14 @@ impl ClaimStore for MemoryStore {
         }))
     }
 
+    async fn token_holder(
+        &self,
+        queue: &QueueName,
+        presented: &str,
+    ) -> StoreResult<Option<UserId>> {
+        Ok(self.with_queue(queue, |q, _| q.token_holder(presented)))
+    }
+
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let consumed = self.with_queue(queue, |q, now| {
             let Some((id, token)) = q.token_mut(user) else {

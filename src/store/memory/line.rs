@@ -24,7 +24,7 @@ impl LineStore for MemoryStore {
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        Ok(self.with_queue(queue, |q, now| {
+        let outcome = self.with_queue(queue, |q, now| {
             let limited = |kind, retry_after_ms| {
                 Err(Limited {
                     kind,
@@ -97,7 +97,15 @@ impl LineStore for MemoryStore {
                 snapshot,
                 pre_queue: false,
             })
-        }))
+        });
+        if let Ok(o) = &outcome
+            && o.created
+            && let Standing::Ready { .. } = o.snapshot.standing
+        {
+            let at = o.snapshot.entered_at_ms.unwrap_or_default();
+            self.publish(queue, QueueEvent::FastTracked { at });
+        }
+        Ok(outcome)
     }
 
     async fn status_limited(
@@ -266,6 +274,7 @@ impl LineStore for MemoryStore {
                 abandoned,
                 waiting: q.waiting() as u64,
                 busy,
+                held: q.paused,
             }
         });
         if pass.busy || !pass.abandoned.is_empty() {

@@ -21,6 +21,9 @@ pub(super) struct QueueData {
     last_seq: u64,
     /// Token expiry order, for clean-up; one per buyer with a token.
     expiry: BTreeSet<(u64, Id)>,
+    /// Whose each live token is, so the token API can claim by the token
+    /// alone; an entry per member of `expiry`, added and dropped with it.
+    by_token: HashMap<String, UserId>,
     bucket: Option<Bucket>,
     pub pass: u64,
     pub paused: bool,
@@ -118,6 +121,9 @@ impl QueueData {
             }
             self.expiry.pop_first();
             if let Some(gone) = self.buyers.remove(id) {
+                if let State::Ready(t) = &gone.state {
+                    self.by_token.remove(t.token.as_str());
+                }
                 self.budgets.restore(gone.user, gone.budget);
             }
         }
@@ -170,6 +176,8 @@ impl QueueData {
             })),
         });
         self.expiry.insert((expires_at, id));
+        self.by_token
+            .insert(token.as_str().to_owned(), user.clone());
         id
     }
 
@@ -230,6 +238,8 @@ impl QueueData {
             return;
         };
         self.line.remove(&buyer.entry);
+        self.by_token
+            .insert(token.as_str().to_owned(), buyer.user.clone());
         let expires_at = now + ttl_ms;
         self.buyers.make_ready(
             id,
@@ -267,6 +277,7 @@ impl QueueData {
             }
             State::Ready(t) => {
                 self.expiry.remove(&(t.expires_at, id));
+                self.by_token.remove(t.token.as_str());
             }
         }
         Some(buyer)
@@ -311,6 +322,14 @@ impl QueueData {
             State::Ready(t) => Some((id, t)),
             State::Waiting { .. } => None,
         }
+    }
+
+    /// The user whose live token `presented` is (tokens past their expiry
+    /// are gone already: the caller expired them).
+    pub fn token_holder(&mut self, presented: &str) -> Option<UserId> {
+        let user = self.by_token.get(presented)?.clone();
+        let (_, held) = self.token_mut(&user)?;
+        held.token.matches(presented).then_some(user)
     }
 
     /// Whether record `id` still holds the place `entry`.
@@ -368,6 +387,7 @@ impl QueueData {
                 pass: self.pass,
                 entry: None,
                 sold_out: super::stock::sold_out(&self.stock),
+                paused: self.paused,
             };
         };
         let standing = match &buyer.state {
@@ -387,6 +407,7 @@ impl QueueData {
             pass: self.pass,
             entry: Some(buyer.entry),
             sold_out: super::stock::sold_out(&self.stock),
+            paused: self.paused,
         }
     }
 }

@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::conn::Conn;
-use super::reply::{LineReply, line_reply, new_place};
+use super::reply::{Flags, LineReply, line_reply, new_place};
 use super::{CALL_TIMEOUT, QueueKeys, send_durable};
 use crate::queue::{EntryToken, QueueName, UserId};
 use crate::store::{StoreError, StoreResult};
@@ -432,7 +432,8 @@ impl Runner {
     }
 }
 
-/// Reads `enter_many.lua`'s reply for `n` joins: `{now, pass, soldout}`,
+/// Reads `enter_many.lua`'s reply for `n` joins: `{now, pass, flags}`
+/// (the flags of `row_flags()`: sold out, held),
 /// then, in join order, either a run of new places in line as three
 /// numbers (the first one's rank and entry id, and how many: each next
 /// one is one further back, with the next entry id) or one join's row.
@@ -454,7 +455,7 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
     };
     let now = int(values.next())?;
     let pass = int(values.next())?.max(0) as u64;
-    let sold_out = int(values.next())? == 1;
+    let flags = Flags::from_bits(int(values.next())?);
     let mut rows = Vec::with_capacity(n);
     while let Some(v) = values.next() {
         rows.push(match v {
@@ -465,7 +466,7 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
                     return Err(bad(&format!("a run of {count} new places")));
                 }
                 for i in 0..count {
-                    rows.push(new_place(rank + i, seq + i, now, pass, sold_out));
+                    rows.push(new_place(rank + i, seq + i, now, pass, flags));
                 }
                 continue;
             }

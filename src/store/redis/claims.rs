@@ -1,6 +1,7 @@
 //! Claims in Redis: an order's lease on an entry token (`claim.lua`,
 //! `renew_claim.lua`), and its commit (`consume.lua`) or rollback
-//! (`release.lua`), each one atomic step on the user's token hash.
+//! (`release.lua`), each one atomic step on the user's token hash; and
+//! whose a live token is (`token_holder.lua`, a read of the token index).
 
 use async_trait::async_trait;
 
@@ -34,6 +35,24 @@ impl ClaimStore for RedisStore {
             Some("in_use") => Ok(ClaimOutcome::InUse),
             other => Err(StoreError::Protocol(format!("claim returned {other:?}"))),
         }
+    }
+
+    async fn token_holder(
+        &self,
+        queue: &QueueName,
+        presented: &str,
+    ) -> StoreResult<Option<UserId>> {
+        let user: Option<String> = self
+            .run_for(&self.scripts.token_holder, queue, &[], Vec::new(), |inv| {
+                inv.arg(presented);
+            })
+            .await?;
+        user.map(|u| {
+            UserId::parse(&u).map_err(|e| {
+                StoreError::Protocol(format!("token_holder returned a bad user id: {}", e.0))
+            })
+        })
+        .transpose()
     }
 
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {

@@ -16,8 +16,8 @@ use crate::store::{
 /// What a join, a status read or a stream refresh answered for one user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum LineReply {
-    /// The user's standing after the call (`describe()` and the sold-out
-    /// flag `with_stock()` appends); `created` when the call made the entry.
+    /// The user's standing after the call (`describe()` and the flags
+    /// `with_stock()` appends); `created` when the call made the entry.
     Standing { created: bool, snapshot: Snapshot },
     /// Refused by a limit (`limited()`); nothing changed.
     Limited(Limited),
@@ -62,6 +62,27 @@ impl Fields {
 
 fn bad(script: &str, what: String) -> StoreError {
     StoreError::Protocol(format!("{script}: {what}"))
+}
+
+/// The flags `row_flags()` (`common.lua`) appends to a standing row: bit 0
+/// sold out, bit 1 held by an operator. `enter_many.lua` answers them once
+/// for a whole group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Flags {
+    pub sold_out: bool,
+    pub paused: bool,
+}
+
+impl Flags {
+    /// The field's name in a reply, for errors.
+    pub const FIELD: &'static str = "flags (sold_out, paused)";
+
+    pub fn from_bits(bits: i64) -> Self {
+        Self {
+            sold_out: bits & 1 == 1,
+            paused: bits & 2 == 2,
+        }
+    }
 }
 
 /// `{kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}`
@@ -110,8 +131,8 @@ pub(super) fn line_reply(script: &'static str, value: Value) -> StoreResult<Line
             total_waiting: row.total,
         },
         "ready" | "waiting" | "none" => {
-            let sold_out: i64 = f.next("sold_out")?;
-            return f.end().and(standing(script, row, sold_out == 1));
+            let flags = Flags::from_bits(f.next(Flags::FIELD)?);
+            return f.end().and(standing(script, row, flags));
         }
         other => return Err(bad(script, format!("unknown row {other}"))),
     };
@@ -119,7 +140,7 @@ pub(super) fn line_reply(script: &'static str, value: Value) -> StoreResult<Line
     Ok(reply)
 }
 
-fn standing(script: &str, row: Row, sold_out: bool) -> StoreResult<LineReply> {
+fn standing(script: &str, row: Row, flags: Flags) -> StoreResult<LineReply> {
     let standing = match row.kind.as_str() {
         "ready" => Standing::Ready {
             token: EntryToken::from_stored(row.token),
@@ -141,14 +162,15 @@ fn standing(script: &str, row: Row, sold_out: bool) -> StoreResult<LineReply> {
             entered_at_ms: (row.entered_at >= 0 && entered).then_some(row.entered_at as u64),
             pass: row.pass,
             entry: (row.entry >= 0 && entered).then_some(row.entry as u64),
-            sold_out,
+            sold_out: flags.sold_out,
+            paused: flags.paused,
         },
     })
 }
 
 /// A new place in line as `enter_many.lua` reports it in a run (rank,
 /// entry id and entry time): what `describe()` would have said of it.
-pub(super) fn new_place(rank: i64, entry: i64, now: i64, pass: u64, sold_out: bool) -> LineReply {
+pub(super) fn new_place(rank: i64, entry: i64, now: i64, pass: u64, flags: Flags) -> LineReply {
     LineReply::Standing {
         created: true,
         snapshot: Snapshot {
@@ -160,7 +182,8 @@ pub(super) fn new_place(rank: i64, entry: i64, now: i64, pass: u64, sold_out: bo
             entered_at_ms: (now >= 0).then_some(now as u64),
             pass,
             entry: (entry >= 0).then_some(entry as u64),
-            sold_out,
+            sold_out: flags.sold_out,
+            paused: flags.paused,
         },
     }
 }
@@ -246,11 +269,19 @@ mod tests {
             panic!("a standing");
         };
         assert!(created && snapshot.sold_out);
+        assert!(!snapshot.paused);
         assert_eq!(snapshot.standing, Standing::Waiting { rank: 3, seq: 17 });
         assert_eq!(
             (snapshot.entry, snapshot.entered_at_ms),
             (Some(17), Some(1000))
         );
+        // Bit 1: held by an operator; bit 0 clear: not sold out.
+        let held = row(&["none", "0", "-1", "-1", "", "-1", "-1", "2", "9", "2"]);
+        let LineReply::Standing { snapshot, .. } = line_reply("t", held).unwrap() else {
+            panic!("a standing");
+        };
+        assert!(snapshot.paused && !snapshot.sold_out);
+        assert_eq!(snapshot.standing, Standing::NotEntered);
         let refused = row(&["limited", "0", "-1", "-1", "buyer", "250", "-1", "0", "0"]);
         assert_eq!(
             line_reply("t", refused).unwrap(),
@@ -268,13 +299,14 @@ mod tests {
 
     #[test]
     fn a_bad_shape_is_a_protocol_error_naming_the_field() {
-        // A standing without its sold-out flag.
+        // A standing without its flags (sold out, held).
         let short = row(&["none", "0", "-1", "-1", "", "-1", "-1", "0", "0"]);
         let err = line_reply("status.lua", short).unwrap_err().to_string();
         assert!(
             err.contains("status.lua") && err.contains("sold_out"),
             "{err}"
         );
+        assert!(err.contains("paused"), "{err}");
         let unknown = row(&["later", "0", "-1", "-1", "", "-1", "-1", "0", "0"]);
         assert!(line_reply("t", unknown).is_err());
         assert!(pre_join_reply(row(&["pre", "1", "5"])).is_err());

@@ -51,6 +51,8 @@ pub(super) struct Scripts {
     pub leave: Script,
     pub admit: Script,
     pub claim: Script,
+    /// Whose token a presented one is (the token API's claim by token).
+    pub token_holder: Script,
     pub consume: Script,
     pub release: Script,
     pub stats: Script,
@@ -87,6 +89,7 @@ impl Scripts {
             leave: with_common(include_str!("lua/leave.lua")),
             admit: with_common(include_str!("lua/admit.lua")),
             claim: with_common(include_str!("lua/claim.lua")),
+            token_holder: with_common(include_str!("lua/token_holder.lua")),
             consume: with_common(include_str!("lua/consume.lua")),
             release: with_common(include_str!("lua/release.lua")),
             stats: with_common(include_str!("lua/stats.lua")),

@@ -65,6 +65,7 @@ fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
             abandon_after_ms: (abandon > 0).then_some(abandon),
             claim_lease_ms: positive("claimLeaseMs")?,
             texts,
+            shop_url: raw.get("shopUrl").filter(|u| !u.is_empty()).cloned(),
             adaptive,
         },
         version: positive("version")?,
@@ -136,7 +137,10 @@ impl SettingsStore for RedisStore {
             .arg("texts")
             .arg(texts)
             .arg("adaptive")
-            .arg(adaptive);
+            .arg(adaptive)
+            // Empty: none (cleared by writing it empty, like adaptive).
+            .arg("shopUrl")
+            .arg(settings.shop_url.as_deref().unwrap_or(""));
         let mut conn = self.conn.clone();
         let written: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
         // Listed after the write: a queue is never listed without settings

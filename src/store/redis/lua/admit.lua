@@ -99,7 +99,8 @@ end
 local admitted = {}
 local level, at = refill(batch, interval, now)
 local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_room(KEYS[10]))
-if redis.call('EXISTS', K.paused) == 1 then
+local held = redis.call('EXISTS', K.paused) == 1
+if held then
   n = 0 -- held by an operator: the line waits, presence still counts
 end
 if n > 0 then
@@ -123,7 +124,7 @@ for _, a in ipairs(admitted) do
 end
 local msg = cjson.encode({
   kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
-  waiting = redis.call('ZCARD', K.waiting), busy = busy,
+  waiting = redis.call('ZCARD', K.waiting), busy = busy, held = held,
 })
 if PUBLISH_PASS and (busy or #abandoned > 0) then
   publish(msg)

@@ -22,6 +22,7 @@ redis.call('HSET', key, 'claim', claim_id, 'claimUntil', lease_end)
 if lease_end > tonumber(t[2]) then
   redis.call('HSET', key, 'exp', lease_end)
   redis.call('PEXPIREAT', key, lease_end)
+  redis.call('PEXPIREAT', token_index(presented), lease_end)
   redis.call('ZADD', K.active, lease_end, user)
 end
 return {'claimed', claim_id}

@@ -42,6 +42,11 @@
 --           too; only admit builds keys from the prefix, because it learns
 --           the users inside the script. The prefix carries the queue's
 --           hash tag, so those keys are in the same slot all the same.
+--           ARGV[1]..'#'..sha1(token) is a STRING naming the user a token
+--           was issued to (token_index), expiring with the token, so the
+--           token API can claim by the token alone. Never deleted early:
+--           whoever reads it checks the user's token hash, so one left
+--           after its token was used or replaced names nobody.
 --   ARGV[2] pub/sub channel of the queue (same hash tag: in a cluster its
 --           sharded channel lives on the queue's master)
 -- Script-specific arguments start at ARGV[3].
@@ -125,11 +130,19 @@ local function next_entry(first)
   return redis.call('INCR', K.seq)
 end
 
+-- The key naming whose token `token` is. By the token's SHA-1, so the
+-- token itself never shows in a key name (SCAN, MONITOR, the slow log);
+-- '#' is not in any user id, so it never names a user's token key.
+local function token_index(token)
+  return K.tokprefix .. '#' .. redis.sha1hex(token)
+end
+
 -- Issues a token to user, stored in key (their token key).
 local function issue(key, user, token, entered_at, ttl, now, entry)
   local exp = now + ttl
   redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp, 'entry', entry)
   redis.call('PEXPIREAT', key, exp)
+  redis.call('SET', token_index(token), user, 'PXAT', exp)
   redis.call('ZADD', K.active, exp, user)
 end
 
@@ -274,9 +287,15 @@ local function sold_out(key)
   return redis.call('HGET', key, 'soldout') == '1'
 end
 
--- A describe() row with the sold-out flag appended (1/0).
+-- The flags a describe() row carries: bit 0 sold out, bit 1 held by an
+-- operator (the buyer is told the line is paused rather than an estimate).
+local function row_flags(key)
+  return (sold_out(key) and 1 or 0) + (redis.call('EXISTS', K.paused) == 1 and 2 or 0)
+end
+
+-- A describe() row with its flags appended (row_flags).
 local function with_stock(row, key)
-  row[#row + 1] = sold_out(key) and 1 or 0
+  row[#row + 1] = row_flags(key)
   return row
 end
 

@@ -131,7 +131,8 @@ end
 -- per call.
 local function group_sold(g)
   if g.sold == nil then
-    g.sold = sold_out(g.stock) and 1 or 0
+    -- Bit 0 sold out, bit 1 held (see with_stock, common.lua).
+    g.sold = (sold_out(g.stock) and 1 or 0) + (redis.call('EXISTS', K.paused) == 1 and 2 or 0)
   end
   return g.sold
 end
@@ -279,6 +280,9 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
       local entry = group_entry(g, first)
       issue(tokkey, user, fast_token, now, c.ttl, now, entry)
       audit(g.audit, 'admitted', now, user, entry)
+      -- Every instance counts admissions from the queue's events (the
+      -- console's admitted per minute): a fast track is one too.
+      publish(string.format('{"kind":"fastTracked","at":%d}', now))
       count_place(places_key, max_places, entry, user)
       return group_stock(g, describe(user, tokkey, now, 1, total, pass))
     end

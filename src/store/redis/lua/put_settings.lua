@@ -2,6 +2,7 @@
 -- KEYS[1] the queue's settings HASH (batch, intervalMs, tokenTtlMs,
 --         maxActive (-1 = unlimited), abandonAfterMs (0 = never),
 --         claimLeaseMs, texts (JSON object), adaptive (JSON object, '' off),
+--         shopUrl ('' none),
 --         version, updatedAt)
 -- ARGV[1] '1': write only if the queue has no settings yet, else '0'
 -- ARGV[2..] field, value pairs to write

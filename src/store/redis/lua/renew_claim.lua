@@ -9,7 +9,7 @@
 local user, claim_id, lease = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local key = K.token
 local now = now_ms()
-local t = redis.call('HMGET', key, 'claim', 'exp')
+local t = redis.call('HMGET', key, 'claim', 'exp', 'token')
 if t[1] ~= claim_id or not t[2] or tonumber(t[2]) <= now then
   return 0
 end
@@ -18,6 +18,9 @@ redis.call('HSET', key, 'claimUntil', lease_end)
 if lease_end > tonumber(t[2]) then
   redis.call('HSET', key, 'exp', lease_end)
   redis.call('PEXPIREAT', key, lease_end)
+  if t[3] then
+    redis.call('PEXPIREAT', token_index(t[3]), lease_end)
+  end
   redis.call('ZADD', K.active, lease_end, user)
 end
 return 1

@@ -11,7 +11,7 @@
 -- the rank first is as safe as reading the token first.
 local now = now_ms()
 local total, pass = totals()
-local soldout = sold_out(KEYS[#KEYS]) and 1 or 0
+local soldout = row_flags(KEYS[#KEYS])
 local out = {}
 for i = 3, #ARGV do
   local user = ARGV[i]
