@@ -4,7 +4,7 @@
 //! In `auto` mode each instance counts the join requests of each queue in
 //! memory (one atomic add per join, no store call) and, once a second per
 //! queue, adds its count to the queue's shared rate in the store
-//! ([`crate::store::Store::note_joins`]). Whichever instance's count tips
+//! ([`crate::store::ChallengeStore::note_joins`]). Whichever instance's count tips
 //! the busier of the last two store seconds over the threshold turns the
 //! switch on for `hold`, in the store; every instance reads it back with
 //! its own next count, so all of them agree within about a second. Cost:
@@ -26,7 +26,7 @@ use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
 
 use crate::queue::QueueName;
-use crate::store::SharedStore;
+use crate::store::ChallengeStore;
 
 /// When joins need a solved challenge (`--join-challenge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -110,7 +110,11 @@ impl Switch {
     /// Reports this instance's joins and reads the switch back, every
     /// [`REPORT_EVERY`] until `shutdown` (only in `auto` mode; returns at
     /// once otherwise).
-    pub async fn run(self: std::sync::Arc<Self>, store: SharedStore, shutdown: CancellationToken) {
+    pub async fn run(
+        self: std::sync::Arc<Self>,
+        store: std::sync::Arc<dyn ChallengeStore>,
+        shutdown: CancellationToken,
+    ) {
         if self.mode != Mode::Auto {
             return;
         }
@@ -190,7 +194,7 @@ mod tests {
             3,
             Duration::from_millis(1500),
         ));
-        let store: SharedStore = Arc::new(MemoryStore::new());
+        let store: Arc<dyn ChallengeStore> = Arc::new(MemoryStore::new());
         let stop = CancellationToken::new();
         let task = tokio::spawn(switch.clone().run(store, stop.clone()));
         for _ in 0..3 {

@@ -17,7 +17,7 @@
 //!   and `expires=<unix s>`, covered by the signature (the challenge hash is
 //!   over the whole salt) and checked on every solution;
 //! - **single use**: the first join with a solution spends it in the store
-//!   ([`crate::store::Store::spend_once`], remembered until it expires on
+//!   ([`crate::store::ChallengeStore::spend_once`], remembered until it expires on
 //!   every instance), so a replayed solution is refused.
 //!
 //! [`auto::Switch`] decides whether a join needs one right now.
@@ -34,7 +34,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::queue::QueueName;
-use crate::store::{SharedStore, StoreError};
+use crate::store::{ChallengeStore, StoreError};
 
 /// The largest `maxnumber` accepted: the ALTCHA library checks solutions up
 /// to this number only.
@@ -119,7 +119,7 @@ impl Door {
     /// solution of this queue's challenge is presented, on any instance.
     pub async fn admit(
         &self,
-        store: &SharedStore,
+        store: &dyn ChallengeStore,
         queue: &QueueName,
         solution: &str,
     ) -> Result<(), Refusal> {

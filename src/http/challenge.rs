@@ -126,7 +126,10 @@ pub(super) async fn check_join(
     let solution = value
         .to_str()
         .map_err(|_| refused("challenge_invalid", "X-Altcha is not text".into()))?;
-    let outcome = state.door().admit(state.store(), queue, solution).await;
+    let outcome = state
+        .door()
+        .admit(state.store().as_ref(), queue, solution)
+        .await;
     metrics::counter!(
         "waitroom_join_challenges_total",
         "result" => match &outcome {

@@ -22,7 +22,7 @@ use super::tls::{HookClient, describe};
 use super::{MAX_BACKOFF_MS, SIGNATURE_HEADER, WebhookSpec};
 use crate::queue::audit::{AuditEntry, AuditId};
 use crate::queue::{QueueName, Queues};
-use crate::store::SharedStore;
+use crate::store::AuditStore;
 
 /// How the task runs.
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ fn unix_ms() -> u64 {
 /// until `shutdown`. Entries still in flight then stay pending in the
 /// store, for another instance (or this one's next start) to take.
 pub async fn run(
-    store: SharedStore,
+    store: Arc<dyn AuditStore>,
     hooks: Vec<WebhookSpec>,
     live: watch::Receiver<Arc<Queues>>,
     options: DeliveryOptions,

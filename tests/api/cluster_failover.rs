@@ -16,7 +16,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use waitroom::queue::{QueueName, Standing, UserId};
 use waitroom::store::redis::{RedisOptions, RedisStore, Topology};
-use waitroom::store::{QueueEvent, Store, StoreEvent};
+use waitroom::store::{EventStore, LineStore, QueueEvent, StoreEvent};
 
 use crate::common::cluster::ClusterProcess;
 use crate::common::{SseStream, TestApp, config, unique_prefix};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use waitroom::Config;
 use waitroom::queue::{EntryToken, Policy, QueueName, Standing, UserId};
-use waitroom::store::Store;
+use waitroom::store::LineStore;
 use waitroom::store::redis::RedisStore;
 
 use crate::common::{RedisProcess, TestApp, eventually, test_config};

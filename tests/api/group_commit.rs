@@ -17,7 +17,7 @@ use std::time::Duration;
 use waitroom::queue::{EntryToken, Policy, QueueName, Standing, UserId};
 use waitroom::store::redis::{JoinBatch, RedisStore};
 use waitroom::store::{
-    AddressLimits, BuyerBudget, EnterOutcome, JoinLimits, LimitKind, Limited, Rate, Store,
+    AddressLimits, BuyerBudget, EnterOutcome, JoinLimits, LimitKind, Limited, LineStore, Rate,
     StoreError,
 };
 

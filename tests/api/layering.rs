@@ -94,6 +94,69 @@ fn the_api_does_not_reach_into_the_server() {
     );
 }
 
+/// Modules that hold a narrow store handle (one capability of the port),
+/// with the capability: naming the whole `Store` there would hand them
+/// every other capability again (a webhook deliverer able to admit).
+const NARROW: &[(&str, &str)] = &[
+    ("src/webhook", "AuditStore"),
+    ("src/challenge", "ChallengeStore"),
+];
+
+/// Lines of `text` whose code (not comments) names the whole store port:
+/// `SharedStore`, or `Store` as a path, an import, a bound or a trait
+/// object (a variant such as `Refusal::Store` is something else).
+fn whole_store(text: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        let imports = code.trim_start().starts_with("use crate::store::{");
+        let mut names_it = false;
+        let mut at = 0;
+        for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            let before = code[..at].trim_end();
+            names_it |= word == "SharedStore"
+                || (word == "Store"
+                    && (imports
+                        || ["store::", "dyn", "impl", ":", "+"]
+                            .iter()
+                            .any(|p| before.ends_with(p))));
+            at += word.len() + 1;
+        }
+        if names_it {
+            found.push(n + 1);
+        }
+    }
+    found
+}
+
+#[test]
+fn narrow_consumers_do_not_name_the_whole_store() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut wrong = Vec::new();
+    for (part, capability) in NARROW {
+        let mut uses_it = false;
+        for file in sources(&root.join(part)) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            uses_it |= text.contains(capability);
+            for line in whole_store(&text) {
+                wrong.push(format!("{}:{line}: the whole store", file.display()));
+            }
+        }
+        assert!(uses_it, "{part} no longer uses {capability}: update NARROW");
+    }
+    assert!(
+        wrong.is_empty(),
+        "these modules take one capability of the store:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_narrow_check_sees_the_whole_store_but_not_a_capability() {
+    let text = "use crate::store::{AuditStore, MemoryStore};\nfn f(s: SharedStore) {}\n// Store\nfn g<S: Store>() {}\n    Store(#[from] StoreError),\nlet s: Arc<dyn Store> = x;\nuse crate::store::{Store, X};\nlet s = crate::store::Store::ping;";
+    assert_eq!(whole_store(text), [2, 4, 6, 7, 8]);
+}
+
 #[test]
 fn the_check_sees_imports_and_paths_but_not_comments() {
     let text = "use crate::AppState;\nlet x = crate::http::f();\n// crate::server\nuse crate::{app::X, queue};";

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use waitroom::queue::QueueName;
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{QueueEvent, Store, StoreEvent};
+use waitroom::store::{EventStore, LineStore, QueueEvent, StoreEvent};
 
 use crate::common::{RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use waitroom::queue::{EntryToken, QueueName, Standing, UserId};
-use waitroom::store::Store;
 use waitroom::store::redis::RedisStore;
+use waitroom::store::{LineStore, SettingsStore};
 
 use crate::common::{BinApp, RedisProcess, SseStream, TestApp, config, redis_url, unique_prefix};
 

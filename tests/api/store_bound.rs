@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use waitroom::store::redis::{CALL_TIMEOUT, RedisStore};
-use waitroom::store::{Store, StoreError};
+use waitroom::store::{EventStore, StoreError};
 
 use crate::common::RedisProcess;
 

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use waitroom::queue::QueueName;
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{QueueEvent, Store, StoreEvent};
+use waitroom::store::{EventStore, LineStore, QueueEvent, StoreEvent};
 
 use crate::common::{TestApp, config, redis_url, unique_prefix};
 

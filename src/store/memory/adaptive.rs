@@ -11,6 +11,11 @@ use crate::queue::QueueName;
 use crate::queue::adaptive::{MAX_EVIDENCE_WINDOWS, WindowSamples, bucket_of};
 use crate::store::{AdaptiveRead, AdaptiveState, OrderSignal};
 
+use async_trait::async_trait;
+
+use super::{MemoryStore, now_ms};
+use crate::store::{AdaptiveStore, StoreResult};
+
 /// Windows kept at most per queue: the recent ones are all a decision
 /// reads (at most [`MAX_EVIDENCE_WINDOWS`] and the current one), so a
 /// queue nobody decides for cannot grow without bound.
@@ -105,5 +110,40 @@ impl Adaptive {
         });
         q.windows.retain(|w, _| *w >= decision.evidence_from);
         true
+    }
+}
+
+#[async_trait]
+impl AdaptiveStore for MemoryStore {
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        self.adaptive.record(queue, signal, window_ms, now_ms());
+        Ok(())
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        Ok(self.adaptive.read(queue, window_ms, now_ms()))
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        decision: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        _window_ms: u64,
+    ) -> StoreResult<bool> {
+        Ok(self.adaptive.apply(
+            &self.settings,
+            queue,
+            decision,
+            batch,
+            settings_version,
+            now_ms(),
+        ))
     }
 }

@@ -13,6 +13,12 @@ use crate::queue::audit::{
     AUDIT_SCAN_FACTOR, AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery,
 };
 
+use async_trait::async_trait;
+
+use super::MemoryStore;
+use crate::queue::QueueName;
+use crate::store::{AuditStore, StoreResult};
+
 /// One queue's log and its groups.
 #[derive(Default)]
 pub(in crate::store::memory) struct Log {
@@ -158,6 +164,43 @@ impl Log {
                 g.pending.remove(id);
             }
         }
+    }
+}
+
+#[async_trait]
+impl AuditStore for MemoryStore {
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {
+        Ok(self.with_queue(queue, |q, _| q.audit.page(query)))
+    }
+
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        Ok(self.with_queue(queue, |q, now| {
+            q.audit.take(group, start, consumer, idle_ms, count, now)
+        }))
+    }
+
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()> {
+        self.with_queue(queue, |q, now| q.audit.hold(group, consumer, ids, now));
+        Ok(())
+    }
+
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
+        self.with_queue(queue, |q, _| q.audit.ack(group, ids));
+        Ok(())
     }
 }
 

@@ -17,6 +17,10 @@ use crate::store::{
     PreEntry, PreJoin, QueueEvent,
 };
 
+use async_trait::async_trait;
+
+use crate::store::{LotteryStore, StoreResult};
+
 /// One queue's lottery.
 pub(super) struct Lottery {
     opens_at: u64,
@@ -83,13 +87,14 @@ impl Lottery {
     }
 }
 
-impl MemoryStore {
-    pub(super) fn lottery_schedule(
+#[async_trait]
+impl LotteryStore for MemoryStore {
+    async fn schedule_lottery(
         &self,
         queue: &QueueName,
         opens_at: u64,
         seed: &str,
-    ) -> Result<LotteryState, LotteryRefusal> {
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
         let bytes: [u8; SEED_BYTES] = parse_seed(seed).unwrap_or([0; SEED_BYTES]);
         let scheduled = self.with_queue(queue, |q, now| match &mut q.lottery {
             Some(l) if l.closed() => Err(LotteryRefusal::Drawn),
@@ -120,11 +125,11 @@ impl MemoryStore {
         if scheduled.is_ok() {
             self.publish(queue, QueueEvent::Rescheduled { opens_at });
         }
-        scheduled
+        Ok(scheduled)
     }
 
-    pub(super) fn lottery_clear(&self, queue: &QueueName) -> Result<bool, LotteryRefusal> {
-        self.with_queue(queue, |q, _| match &q.lottery {
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
+        Ok(self.with_queue(queue, |q, _| match &q.lottery {
             None => Ok(false),
             Some(l) if l.closed() => Err(LotteryRefusal::Drawn),
             Some(l) if !l.entries.is_empty() => Err(LotteryRefusal::NotEmpty),
@@ -132,21 +137,21 @@ impl MemoryStore {
                 q.lottery = None;
                 Ok(true)
             }
-        })
+        }))
     }
 
-    pub(super) fn lottery_state(&self, queue: &QueueName) -> Option<LotteryState> {
-        self.with_queue(queue, |q, now| q.lottery.as_ref().map(|l| l.state(now)))
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>> {
+        Ok(self.with_queue(queue, |q, now| q.lottery.as_ref().map(|l| l.state(now))))
     }
 
-    pub(super) fn lottery_pre_join(
+    async fn pre_join_limited(
         &self,
         queue: &QueueName,
         user: &UserId,
         nonce: &str,
         address: Option<&AddressLimits>,
-    ) -> Result<PreJoin, Limited> {
-        self.with_queue(queue, |q, now| {
+    ) -> StoreResult<Result<PreJoin, Limited>> {
+        Ok(self.with_queue(queue, |q, now| {
             let open = q.lottery.as_ref().is_none_or(|l| l.drawn);
             if open || q.buyers.find(user.as_str()).is_some() {
                 return Ok(PreJoin::Open);
@@ -209,24 +214,24 @@ impl MemoryStore {
                 entry,
                 created: true,
             })
-        })
+        }))
     }
 
-    pub(super) fn lottery_pre_entry(&self, queue: &QueueName, user: &UserId) -> Option<PreEntry> {
-        self.with_queue(queue, |q, _| {
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
+        Ok(self.with_queue(queue, |q, _| {
             q.lottery
                 .as_ref()
                 .and_then(|l| l.entries.get(user).cloned())
-        })
+        }))
     }
 
-    pub(super) fn lottery_pre_leave(
+    async fn pre_leave(
         &self,
         queue: &QueueName,
         user: &UserId,
         pre_entry: u64,
-    ) -> bool {
-        self.with_queue(queue, |q, _| {
+    ) -> StoreResult<bool> {
+        Ok(self.with_queue(queue, |q, _| {
             let Some(l) = q.lottery.as_mut().filter(|l| !l.drawn) else {
                 return false;
             };
@@ -244,11 +249,11 @@ impl MemoryStore {
                 }
             }
             true
-        })
+        }))
     }
 
-    pub(super) fn lottery_pre_queue(&self, queue: &QueueName) -> (u64, Vec<(UserId, PreEntry)>) {
-        self.with_queue(queue, |q, _| match &q.lottery {
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+        Ok(self.with_queue(queue, |q, _| match &q.lottery {
             None => (0, Vec::new()),
             Some(l) => (
                 l.version,
@@ -257,10 +262,10 @@ impl MemoryStore {
                     .map(|(u, e)| (u.clone(), e.clone()))
                     .collect(),
             ),
-        })
+        }))
     }
 
-    pub(super) fn lottery_begin(
+    async fn draw_begin(
         &self,
         queue: &QueueName,
         draw: &str,
@@ -268,8 +273,8 @@ impl MemoryStore {
         entries: u64,
         list: &str,
         abandon_ms: u64,
-    ) -> DrawStep {
-        self.with_queue(queue, |q, now| {
+    ) -> StoreResult<DrawStep> {
+        Ok(self.with_queue(queue, |q, now| {
             let Some(l) = q.lottery.as_mut() else {
                 return DrawStep::Stale;
             };
@@ -301,17 +306,17 @@ impl MemoryStore {
                 });
             }
             DrawStep::Staged { staged: 0 }
-        })
+        }))
     }
 
-    pub(super) fn lottery_stage(
+    async fn draw_stage(
         &self,
         queue: &QueueName,
         draw: &str,
         offset: u64,
         users: &[UserId],
-    ) -> DrawStep {
-        self.with_queue(queue, |q, now| {
+    ) -> StoreResult<DrawStep> {
+        Ok(self.with_queue(queue, |q, now| {
             let Some(l) = q.lottery.as_mut() else {
                 return DrawStep::Lost;
             };
@@ -356,10 +361,10 @@ impl MemoryStore {
             DrawStep::Staged {
                 staged: stage.staged,
             }
-        })
+        }))
     }
 
-    pub(super) fn lottery_commit(&self, queue: &QueueName, draw: &str) -> DrawStep {
+    async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep> {
         let (step, replaced) = self.with_queue(queue, |q, _| {
             let Some(l) = q.lottery.as_mut() else {
                 return (DrawStep::Lost, None);
@@ -389,13 +394,16 @@ impl MemoryStore {
         });
         // What was replaced is freed here, after the lock.
         drop(replaced);
-        step
+        if matches!(step, DrawStep::Drawn { .. }) {
+            self.publish(queue, QueueEvent::Drawn);
+        }
+        Ok(step)
     }
 
-    pub(super) fn lottery_published(&self, queue: &QueueName) -> Option<String> {
-        self.with_queue(queue, |q, _| {
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+        Ok(self.with_queue(queue, |q, _| {
             q.lottery.as_ref().and_then(|l| l.list.clone())
-        })
+        }))
     }
 }
 

@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::buckets::Buckets;
 use super::buyers::{Buyer, Buyers, Id, State, Token};
+use super::limits::Buckets;
 use crate::queue::{EntryToken, Policy, Snapshot, Standing, UserId};
 use crate::store::Rate;
 

@@ -10,6 +10,11 @@ use std::sync::Mutex;
 
 use crate::queue::{Policy, QueueName, QueueSettings, StoredSettings};
 
+use async_trait::async_trait;
+
+use super::{MemoryStore, now_ms};
+use crate::store::{SettingsStore, StoreResult};
+
 /// Every queue's settings, in name order, and every instance's stream
 /// report (id → streams, until ms).
 #[derive(Default)]
@@ -99,5 +104,32 @@ impl Settings {
 
     pub(super) fn remove(&self, queue: &QueueName) -> bool {
         self.lock().remove(queue).is_some()
+    }
+}
+
+#[async_trait]
+impl SettingsStore for MemoryStore {
+    async fn list_queues(&self) -> StoreResult<Vec<QueueName>> {
+        Ok(self.settings.list())
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>> {
+        Ok(self.settings.get(queue))
+    }
+
+    async fn put_queue_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        only_if_new: bool,
+    ) -> StoreResult<(StoredSettings, bool)> {
+        Ok(self.settings.put(queue, settings, only_if_new, now_ms()))
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
+        let had = self.settings.remove(queue);
+        self.adaptive.remove(queue);
+        self.with_queue(queue, |q, _| q.clear_line());
+        Ok(had)
     }
 }

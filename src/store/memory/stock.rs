@@ -3,9 +3,13 @@
 //! mark, kept under the queue's lock like the rest of its state, so a pass
 //! reads and spends it in one step as `admit.lua` does.
 
-use crate::queue::StockReport;
+use async_trait::async_trait;
+
+use super::MemoryStore;
+use crate::queue::audit::AuditKind;
 use crate::queue::stock::{admissible, may_sweep};
-use crate::store::StockState;
+use crate::queue::{QueueName, StockReport};
+use crate::store::{QueueEvent, StockState, StockStore, StoreError, StoreResult};
 
 /// A queue's stock once an order service reported one.
 #[derive(Debug, Clone)]
@@ -85,4 +89,27 @@ pub(super) fn state(stock: &Option<Stock>, holders: u64) -> Option<StockState> {
         admissible: admissible(s.report, holders, s.consumed),
         sold_out: s.sold_out,
     })
+}
+
+#[async_trait]
+impl StockStore for MemoryStore {
+    async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState> {
+        let (change, state) = self.with_queue(queue, |q, now| {
+            let change = self::report(&mut q.stock, report, now);
+            if change == Change::SoldOut {
+                let max = self.audit_max_len;
+                q.audit
+                    .append(max, now, AuditKind::SoldOut, None, None, None);
+            }
+            (change, self::state(&q.stock, q.active() as u64))
+        });
+        if change == Change::SoldOut {
+            self.publish(queue, QueueEvent::SoldOut);
+        }
+        state.ok_or_else(|| StoreError::Protocol("a report left no stock".into()))
+    }
+
+    async fn stock(&self, queue: &QueueName) -> StoreResult<Option<StockState>> {
+        Ok(self.with_queue(queue, |q, _| self::state(&q.stock, q.active() as u64)))
+    }
 }

@@ -10,10 +10,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use async_trait::async_trait;
+
 use super::{RedisStore, bounded};
 use crate::queue::QueueName;
 use crate::queue::adaptive::{BUCKETS_MS, MAX_EVIDENCE_WINDOWS, WindowSamples};
-use crate::store::{AdaptiveRead, AdaptiveState, OrderSignal, StoreError, StoreResult};
+use crate::store::{
+    AdaptiveRead, AdaptiveState, AdaptiveStore, OrderSignal, StoreError, StoreResult,
+};
 
 static RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/adaptive_record.lua")));
@@ -35,76 +39,6 @@ type ReadReply = (u64, u64, u64, Vec<u64>, u64, Vec<Option<String>>);
 impl RedisStore {
     pub(super) fn adaptive_key(&self, queue: &QueueName) -> String {
         format!("{}:{{{queue}}}:adaptive", self.prefix)
-    }
-
-    pub(super) async fn adaptive_record(
-        &self,
-        queue: &QueueName,
-        signal: OrderSignal,
-        window_ms: u64,
-    ) -> StoreResult<()> {
-        let field = match signal {
-            OrderSignal::Committed { ms } => crate::queue::adaptive::bucket_of(ms).to_string(),
-            OrderSignal::RolledBack => "f".to_owned(),
-        };
-        let mut conn = self.conn.clone();
-        let mut invocation = RECORD.key(self.adaptive_key(queue));
-        invocation
-            .arg(window_ms.max(1))
-            .arg(field)
-            .arg(keep_ms(window_ms));
-        let _: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
-        Ok(())
-    }
-
-    pub(super) async fn adaptive_load(
-        &self,
-        queue: &QueueName,
-        window_ms: u64,
-    ) -> StoreResult<AdaptiveRead> {
-        let mut conn = self.conn.clone();
-        let mut invocation = READ.key(self.adaptive_key(queue));
-        invocation
-            .arg(window_ms.max(1))
-            .arg(BUCKETS_MS.len() + 1)
-            .arg(MAX_EVIDENCE_WINDOWS);
-        let (now_ms, window, evidence_from, buckets, failures, state): ReadReply =
-            bounded(invocation.invoke_async(&mut conn)).await?;
-        Ok(AdaptiveRead {
-            now_ms,
-            window,
-            evidence_from,
-            samples: WindowSamples { buckets, failures },
-            state: decode_state(&state)?,
-        })
-    }
-
-    pub(super) async fn adaptive_store(
-        &self,
-        queue: &QueueName,
-        d: &AdaptiveState,
-        batch: Option<u32>,
-        settings_version: u64,
-        window_ms: u64,
-    ) -> StoreResult<bool> {
-        let mut conn = self.conn.clone();
-        let mut invocation = APPLY.key(self.adaptive_key(queue));
-        invocation
-            .key(self.keys(queue).settings())
-            .arg(d.window)
-            .arg(d.rate_per_sec.to_string())
-            .arg(d.hold_until)
-            .arg(&d.verdict)
-            .arg(d.p95_ms.map_or(String::new(), |p| p.to_string()))
-            .arg(d.commits)
-            .arg(d.failures)
-            .arg(batch.map_or(String::new(), |b| b.to_string()))
-            .arg(settings_version)
-            .arg(keep_ms(window_ms))
-            .arg(d.window_ms.max(1))
-            .arg(d.evidence_from);
-        let stored: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
-        Ok(stored == 1)
     }
 }
 
@@ -134,4 +68,73 @@ fn decode_state(raw: &[Option<String>]) -> StoreResult<Option<AdaptiveState>> {
             None => window.parse::<u64>().map_err(|_| bad("window"))? + 1,
         },
     }))
+}
+
+#[async_trait]
+impl AdaptiveStore for RedisStore {
+    async fn record_order(
+        &self,
+        queue: &QueueName,
+        signal: OrderSignal,
+        window_ms: u64,
+    ) -> StoreResult<()> {
+        let field = match signal {
+            OrderSignal::Committed { ms } => crate::queue::adaptive::bucket_of(ms).to_string(),
+            OrderSignal::RolledBack => "f".to_owned(),
+        };
+        let mut conn = self.conn.clone();
+        let mut invocation = RECORD.key(self.adaptive_key(queue));
+        invocation
+            .arg(window_ms.max(1))
+            .arg(field)
+            .arg(keep_ms(window_ms));
+        let _: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn adaptive_read(&self, queue: &QueueName, window_ms: u64) -> StoreResult<AdaptiveRead> {
+        let mut conn = self.conn.clone();
+        let mut invocation = READ.key(self.adaptive_key(queue));
+        invocation
+            .arg(window_ms.max(1))
+            .arg(BUCKETS_MS.len() + 1)
+            .arg(MAX_EVIDENCE_WINDOWS);
+        let (now_ms, window, evidence_from, buckets, failures, state): ReadReply =
+            bounded(invocation.invoke_async(&mut conn)).await?;
+        Ok(AdaptiveRead {
+            now_ms,
+            window,
+            evidence_from,
+            samples: WindowSamples { buckets, failures },
+            state: decode_state(&state)?,
+        })
+    }
+
+    async fn adaptive_apply(
+        &self,
+        queue: &QueueName,
+        d: &AdaptiveState,
+        batch: Option<u32>,
+        settings_version: u64,
+        window_ms: u64,
+    ) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        let mut invocation = APPLY.key(self.adaptive_key(queue));
+        invocation
+            .key(self.keys(queue).settings())
+            .arg(d.window)
+            .arg(d.rate_per_sec.to_string())
+            .arg(d.hold_until)
+            .arg(&d.verdict)
+            .arg(d.p95_ms.map_or(String::new(), |p| p.to_string()))
+            .arg(d.commits)
+            .arg(d.failures)
+            .arg(batch.map_or(String::new(), |b| b.to_string()))
+            .arg(settings_version)
+            .arg(keep_ms(window_ms))
+            .arg(d.window_ms.max(1))
+            .arg(d.evidence_from);
+        let stored: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        Ok(stored == 1)
+    }
 }

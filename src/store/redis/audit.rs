@@ -13,6 +13,7 @@
 //! which resets their idle time. Each call is one key, so a cluster routes
 //! it to the queue's slot.
 
+use async_trait::async_trait;
 use redis::{RedisError, Value};
 
 use super::{RedisStore, bounded};
@@ -20,111 +21,9 @@ use crate::queue::QueueName;
 use crate::queue::audit::{
     AUDIT_SCAN_FACTOR, AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery,
 };
-use crate::store::{StoreError, StoreResult};
+use crate::store::{AuditStore, StoreError, StoreResult};
 
 impl RedisStore {
-    pub(super) async fn audit_read(
-        &self,
-        queue: &QueueName,
-        query: AuditQuery,
-    ) -> StoreResult<AuditPage> {
-        let key = self.keys(queue).audit();
-        let limit = query.limit.max(1);
-        let mut conn = self.conn.clone();
-        let mut entries = Vec::new();
-        let mut cursor = query.after;
-        let mut scanned = 0;
-        loop {
-            // Exclusive start (`(id`), so a page never repeats its cursor.
-            let start = cursor.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
-            let want = limit - entries.len();
-            let raw: Value = bounded(
-                redis::cmd("XRANGE")
-                    .arg(&key)
-                    .arg(start)
-                    .arg("+")
-                    .arg("COUNT")
-                    .arg(want)
-                    .query_async(&mut conn),
-            )
-            .await?;
-            let batch = parse_entries(raw)?;
-            let got = batch.len();
-            scanned += got;
-            if let Some(last) = batch.last() {
-                cursor = Some(last.id);
-            }
-            entries.extend(
-                batch
-                    .into_iter()
-                    .filter(|e| query.kind.is_none_or(|k| e.kind == k)),
-            );
-            if got < want {
-                // The end of the log.
-                return Ok(AuditPage {
-                    entries,
-                    next: None,
-                });
-            }
-            if entries.len() >= limit || scanned >= limit * AUDIT_SCAN_FACTOR {
-                return Ok(AuditPage {
-                    entries,
-                    next: cursor,
-                });
-            }
-        }
-    }
-
-    pub(super) async fn audit_group_read(
-        &self,
-        queue: &QueueName,
-        group: &str,
-        start: AuditId,
-        consumer: &str,
-        idle_ms: u64,
-        count: usize,
-    ) -> StoreResult<Vec<AuditEntry>> {
-        match self
-            .audit_group_read_once(queue, group, consumer, idle_ms, count)
-            .await
-        {
-            Err(GroupRead::NoGroup) => {
-                // First use of this hook on this queue, or the store lost
-                // its data: the group starts at the hook's start id, so it
-                // delivers what happened since the hook was set up, however
-                // late an instance first looks.
-                let mut conn = self.conn.clone();
-                let created: Result<Value, RedisError> = bounded_raw(
-                    redis::cmd("XGROUP")
-                        .arg("CREATE")
-                        .arg(self.keys(queue).audit())
-                        .arg(group)
-                        .arg(start.to_string())
-                        .arg("MKSTREAM")
-                        .query_async(&mut conn),
-                )
-                .await?;
-                if let Err(e) = created
-                    && !e.to_string().contains("BUSYGROUP")
-                {
-                    return Err(e.into());
-                }
-                match self
-                    .audit_group_read_once(queue, group, consumer, idle_ms, count)
-                    .await
-                {
-                    Ok(entries) => Ok(entries),
-                    Err(GroupRead::NoGroup) => Err(StoreError::Protocol(
-                        "the audit group vanished after it was created".into(),
-                    )),
-                    Err(GroupRead::Store(e)) => Err(e),
-                }
-            }
-            Err(GroupRead::Store(e)) => Err(e),
-            Ok(entries) => Ok(entries),
-        }
-    }
-
     /// Entries idle past `idle_ms` in other consumers' hands (a dead
     /// instance's), then new ones; at most about `count` of each.
     async fn audit_group_read_once(
@@ -177,49 +76,6 @@ impl RedisStore {
         )?;
         entries.extend(parse_read_reply(fresh)?);
         Ok(entries)
-    }
-
-    pub(super) async fn audit_group_hold(
-        &self,
-        queue: &QueueName,
-        group: &str,
-        consumer: &str,
-        ids: &[AuditId],
-    ) -> StoreResult<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut cmd = redis::cmd("XCLAIM");
-        cmd.arg(self.keys(queue).audit())
-            .arg(group)
-            .arg(consumer)
-            .arg(0);
-        for id in ids {
-            cmd.arg(id.to_string());
-        }
-        cmd.arg("JUSTID");
-        let mut conn = self.conn.clone();
-        let _: Value = bounded(cmd.query_async(&mut conn)).await?;
-        Ok(())
-    }
-
-    pub(super) async fn audit_group_ack(
-        &self,
-        queue: &QueueName,
-        group: &str,
-        ids: &[AuditId],
-    ) -> StoreResult<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut cmd = redis::cmd("XACK");
-        cmd.arg(self.keys(queue).audit()).arg(group);
-        for id in ids {
-            cmd.arg(id.to_string());
-        }
-        let mut conn = self.conn.clone();
-        let _: i64 = bounded(cmd.query_async(&mut conn)).await?;
-        Ok(())
     }
 }
 
@@ -347,4 +203,143 @@ pub(super) fn parse_entries(v: Value) -> StoreResult<Vec<AuditEntry>> {
         });
     }
     Ok(out)
+}
+
+#[async_trait]
+impl AuditStore for RedisStore {
+    async fn audit_page(&self, queue: &QueueName, query: AuditQuery) -> StoreResult<AuditPage> {
+        let key = self.keys(queue).audit();
+        let limit = query.limit.max(1);
+        let mut conn = self.conn.clone();
+        let mut entries = Vec::new();
+        let mut cursor = query.after;
+        let mut scanned = 0;
+        loop {
+            // Exclusive start (`(id`), so a page never repeats its cursor.
+            let start = cursor.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+            let want = limit - entries.len();
+            let raw: Value = bounded(
+                redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg(start)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(want)
+                    .query_async(&mut conn),
+            )
+            .await?;
+            let batch = parse_entries(raw)?;
+            let got = batch.len();
+            scanned += got;
+            if let Some(last) = batch.last() {
+                cursor = Some(last.id);
+            }
+            entries.extend(
+                batch
+                    .into_iter()
+                    .filter(|e| query.kind.is_none_or(|k| e.kind == k)),
+            );
+            if got < want {
+                // The end of the log.
+                return Ok(AuditPage {
+                    entries,
+                    next: None,
+                });
+            }
+            if entries.len() >= limit || scanned >= limit * AUDIT_SCAN_FACTOR {
+                return Ok(AuditPage {
+                    entries,
+                    next: cursor,
+                });
+            }
+        }
+    }
+
+    async fn audit_take(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        start: AuditId,
+        consumer: &str,
+        idle_ms: u64,
+        count: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        match self
+            .audit_group_read_once(queue, group, consumer, idle_ms, count)
+            .await
+        {
+            Err(GroupRead::NoGroup) => {
+                // First use of this hook on this queue, or the store lost
+                // its data: the group starts at the hook's start id, so it
+                // delivers what happened since the hook was set up, however
+                // late an instance first looks.
+                let mut conn = self.conn.clone();
+                let created: Result<Value, RedisError> = bounded_raw(
+                    redis::cmd("XGROUP")
+                        .arg("CREATE")
+                        .arg(self.keys(queue).audit())
+                        .arg(group)
+                        .arg(start.to_string())
+                        .arg("MKSTREAM")
+                        .query_async(&mut conn),
+                )
+                .await?;
+                if let Err(e) = created
+                    && !e.to_string().contains("BUSYGROUP")
+                {
+                    return Err(e.into());
+                }
+                match self
+                    .audit_group_read_once(queue, group, consumer, idle_ms, count)
+                    .await
+                {
+                    Ok(entries) => Ok(entries),
+                    Err(GroupRead::NoGroup) => Err(StoreError::Protocol(
+                        "the audit group vanished after it was created".into(),
+                    )),
+                    Err(GroupRead::Store(e)) => Err(e),
+                }
+            }
+            Err(GroupRead::Store(e)) => Err(e),
+            Ok(entries) => Ok(entries),
+        }
+    }
+
+    async fn audit_hold(
+        &self,
+        queue: &QueueName,
+        group: &str,
+        consumer: &str,
+        ids: &[AuditId],
+    ) -> StoreResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(self.keys(queue).audit())
+            .arg(group)
+            .arg(consumer)
+            .arg(0);
+        for id in ids {
+            cmd.arg(id.to_string());
+        }
+        cmd.arg("JUSTID");
+        let mut conn = self.conn.clone();
+        let _: Value = bounded(cmd.query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(self.keys(queue).audit()).arg(group);
+        for id in ids {
+            cmd.arg(id.to_string());
+        }
+        let mut conn = self.conn.clone();
+        let _: i64 = bounded(cmd.query_async(&mut conn)).await?;
+        Ok(())
+    }
 }

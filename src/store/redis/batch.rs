@@ -41,7 +41,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::conn::Conn;
-use super::{CALL_TIMEOUT, Flags, QueueKeys, Row, send_durable, split_row};
+use super::reply::{Flags, LineReply, line_reply, new_place};
+use super::{CALL_TIMEOUT, QueueKeys, send_durable};
 use crate::queue::{EntryToken, QueueName, UserId};
 use crate::store::{StoreError, StoreResult};
 
@@ -137,8 +138,8 @@ impl JoinShared {
     }
 }
 
-/// A join's row and the queue's flags (`split_row`).
-type Joined = (Row, Flags);
+/// A join's answer, from its own part of the group's reply.
+type Joined = LineReply;
 
 type Pending = (JoinCall, oneshot::Sender<StoreResult<Joined>>);
 
@@ -349,7 +350,7 @@ impl Runner {
                     }
                     Err(e) => {
                         for reply in replies {
-                            let _ = reply.send(Err(same(&e)));
+                            let _ = reply.send(Err(e.clone()));
                         }
                     }
                 }
@@ -408,12 +409,11 @@ impl Runner {
                 }
             }
         }
-        cmd.arg(names.fence.as_str())
-            .arg(names.stock.as_str())
-            .arg(names.audit.as_str())
-            .arg(names.lottery[0].as_str())
-            .arg(names.lottery[1].as_str())
-            .arg(keys.token_prefix.as_str())
+        cmd.arg(names.fence.as_str());
+        for key in &names.tail {
+            cmd.arg(key.as_str());
+        }
+        cmd.arg(keys.token_prefix.as_str())
             .arg(keys.channel.as_str());
         shared.push_args(crate::store::first_entry_id(), &mut cmd);
         cmd.arg(number);
@@ -432,7 +432,8 @@ impl Runner {
     }
 }
 
-/// Reads `enter_many.lua`'s reply for `n` joins: `{now, pass, soldout}`,
+/// Reads `enter_many.lua`'s reply for `n` joins: `{now, pass, flags}`
+/// (the flags of `row_flags()`: sold out, held),
 /// then, in join order, either a run of new places in line as three
 /// numbers (the first one's rank and entry id, and how many: each next
 /// one is one further back, with the next entry id) or one join's row.
@@ -454,11 +455,7 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
     };
     let now = int(values.next())?;
     let pass = int(values.next())?.max(0) as u64;
-    let bits = int(values.next())?;
-    let flags = Flags {
-        sold_out: bits & 1 == 1,
-        paused: bits & 2 == 2,
-    };
+    let flags = Flags::from_bits(int(values.next())?);
     let mut rows = Vec::with_capacity(n);
     while let Some(v) = values.next() {
         rows.push(match v {
@@ -469,23 +466,11 @@ fn group_rows(value: redis::Value, n: usize) -> StoreResult<Vec<Joined>> {
                     return Err(bad(&format!("a run of {count} new places")));
                 }
                 for i in 0..count {
-                    let rank = rank + i;
-                    let row = (
-                        "waiting".to_owned(),
-                        1,
-                        rank,
-                        seq + i,
-                        String::new(),
-                        -1,
-                        now,
-                        rank.max(0) as u64 + 1,
-                        pass,
-                    );
-                    rows.push((row, flags));
+                    rows.push(new_place(rank + i, seq + i, now, pass, flags));
                 }
                 continue;
             }
-            redis::Value::Array(row) => split_row(row)?,
+            row @ redis::Value::Array(_) => line_reply("enter_many.lua", row)?,
             other => return Err(bad(&format!("unexpected row {other:?}"))),
         });
     }
@@ -507,10 +492,8 @@ struct GroupKeys {
     address: String,
     /// The task's fence (`enter_many.lua`): its last group's number.
     fence: String,
-    stock: String,
-    audit: String,
-    /// The lottery and its pre-queue (a join answers `prequeue` before a draw).
-    lottery: [String; 2],
+    /// The queue-wide keys every join reads last ([`QueueKeys::join_tail`]).
+    tail: [String; 4],
 }
 
 impl GroupKeys {
@@ -522,20 +505,7 @@ impl GroupKeys {
             budget,
             address,
             fence: format!("{}fence:{task:016x}", keys.base),
-            stock: keys.stock(),
-            audit: keys.audit(),
-            lottery: {
-                let [lot, pre, _] = keys.lottery();
-                [lot, pre]
-            },
+            tail: keys.join_tail(),
         }
-    }
-}
-
-/// A copy of `e` for each join of a failed group.
-fn same(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
     }
 }

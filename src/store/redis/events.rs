@@ -18,15 +18,16 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
 use redis::{Client, PushKind};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::conn::{Endpoint, Locator, cluster_builder};
-use super::{QueueKeys, Topology};
+use super::{QueueKeys, RedisStore, Topology, bounded};
 use crate::queue::QueueName;
-use crate::store::{QueueEvent, StoreEvent};
+use crate::store::{EventStore, QueueEvent, StoreEvent, StoreResult};
 
 /// How often the subscriber connection is checked with a ping.
 const HEALTH_EVERY: Duration = Duration::from_secs(5);
@@ -289,5 +290,68 @@ impl Session<'_> {
                 true
             }
         }
+    }
+}
+
+#[async_trait]
+impl EventStore for RedisStore {
+    async fn ping(&self) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    fn subscribe(&self, queues: &[QueueName]) -> BoxStream<'static, StoreEvent> {
+        self::subscribe(self.topology.clone(), &self.prefix, queues)
+    }
+
+    /// Stream reports live in one hash, `<prefix>:instances`: id →
+    /// `"<streams> <until ms>"` (the reporter's clock; a TTL of seconds
+    /// makes small clock skews harmless). Stale fields are dropped by
+    /// whoever reads them.
+    async fn report_streams(
+        &self,
+        instance: &str,
+        streams: u64,
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let key = format!("{}:instances", self.prefix);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut conn = self.conn.clone();
+        let (_, all): (i64, HashMap<String, String>) = bounded(
+            redis::pipe()
+                .cmd("HSET")
+                .arg(&key)
+                .arg(instance)
+                .arg(format!("{streams} {}", now + ttl_ms))
+                .cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut conn),
+        )
+        .await?;
+        let mut live = Vec::new();
+        let mut stale = Vec::new();
+        for (id, report) in all {
+            let parsed = report
+                .split_once(' ')
+                .and_then(|(n, until)| Some((n.parse::<u64>().ok()?, until.parse::<u64>().ok()?)));
+            match parsed {
+                Some((n, until)) if until > now => live.push((id, n)),
+                _ => stale.push(id),
+            }
+        }
+        if !stale.is_empty() {
+            let _: i64 = bounded(
+                redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(&stale)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        }
+        live.sort();
+        Ok(live)
     }
 }

@@ -10,43 +10,21 @@
 //! a chunk per call and renamed into place by one short commit, so no call
 //! holds Redis for long however large the pre-queue.
 
-use super::{QueueKeys, RedisStore, bounded};
+use async_trait::async_trait;
+
+use super::limits::rate_args;
+use super::reply::pre_join_reply;
+use super::{RedisStore, bounded};
 use crate::queue::lottery::{commitment, parse_seed};
 use crate::queue::{QueueName, UserId};
 use crate::store::{AddressLimits, Limited};
 use crate::store::{
-    DrawStep, LotteryRefusal, LotteryState, PreEntry, PreJoin, StoreError, StoreResult,
+    DrawStep, LotteryRefusal, LotteryState, LotteryStore, PreEntry, PreJoin, StoreError,
+    StoreResult,
 };
 
 /// Entries asked for per `HSCAN` page of the pre-queue.
 const SCAN_PAGE: usize = 5_000;
-
-impl QueueKeys {
-    /// The lottery hash, the pre-queue hash and the published list.
-    pub(super) fn lottery(&self) -> [String; 3] {
-        ["lottery", "lottery:pre", "lottery:list"].map(|k| format!("{}{k}", self.base))
-    }
-
-    /// A staged draw's line, presence, records, frozen entries that left,
-    /// and list (`lua/lottery_begin.lua`).
-    pub(super) fn lottery_stage(&self) -> [String; 5] {
-        [
-            "lottery:stage",
-            "lottery:stage:seen",
-            "lottery:stage:pre",
-            "lottery:stage:left",
-            "lottery:stage:list",
-        ]
-        .map(|k| format!("{}{k}", self.base))
-    }
-
-    /// Every key of the draw's steps, in their scripts' order.
-    fn lottery_draw(&self) -> Vec<String> {
-        let mut keys = self.lottery().to_vec();
-        keys.extend(self.lottery_stage());
-        keys
-    }
-}
 
 /// A draw step's reply.
 fn step(script: &str, reply: &[String]) -> StoreResult<DrawStep> {
@@ -126,35 +104,6 @@ impl RedisStore {
         bounded(inv.invoke_async(&mut conn)).await
     }
 
-    pub(super) async fn lottery_set(
-        &self,
-        queue: &QueueName,
-        opens_at: u64,
-        seed: &str,
-    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
-        let reply = self.lottery_schedule(queue, Some(opens_at), seed).await?;
-        match reply.first().map(String::as_str) {
-            Some("drawn") => Ok(Err(LotteryRefusal::Drawn)),
-            Some("ok") => state(&reply[1..])
-                .map(Ok)
-                .ok_or_else(|| protocol("lottery_schedule.lua", &reply)),
-            _ => Err(protocol("lottery_schedule.lua", &reply)),
-        }
-    }
-
-    pub(super) async fn lottery_clear(
-        &self,
-        queue: &QueueName,
-    ) -> StoreResult<Result<bool, LotteryRefusal>> {
-        let reply = self.lottery_schedule(queue, None, "").await?;
-        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["drawn"] => Ok(Err(LotteryRefusal::Drawn)),
-            ["not_empty"] => Ok(Err(LotteryRefusal::NotEmpty)),
-            ["cleared", n] => Ok(Ok(n == "1")),
-            _ => Err(protocol("lottery_schedule.lua", &reply)),
-        }
-    }
-
     /// The lottery, and with `entries` the pre-queue read with it.
     pub(super) async fn lottery_read(
         &self,
@@ -183,15 +132,113 @@ impl RedisStore {
         }
         Ok(Some((lottery, list)))
     }
+}
+
+#[async_trait]
+impl LotteryStore for RedisStore {
+    async fn schedule_lottery(
+        &self,
+        queue: &QueueName,
+        opens_at: u64,
+        seed: &str,
+    ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
+        let reply = self.lottery_schedule(queue, Some(opens_at), seed).await?;
+        match reply.first().map(String::as_str) {
+            Some("drawn") => Ok(Err(LotteryRefusal::Drawn)),
+            Some("ok") => state(&reply[1..])
+                .map(Ok)
+                .ok_or_else(|| protocol("lottery_schedule.lua", &reply)),
+            _ => Err(protocol("lottery_schedule.lua", &reply)),
+        }
+    }
+
+    async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
+        let reply = self.lottery_schedule(queue, None, "").await?;
+        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["drawn"] => Ok(Err(LotteryRefusal::Drawn)),
+            ["not_empty"] => Ok(Err(LotteryRefusal::NotEmpty)),
+            ["cleared", n] => Ok(Ok(n == "1")),
+            _ => Err(protocol("lottery_schedule.lua", &reply)),
+        }
+    }
+
+    async fn lottery(&self, queue: &QueueName) -> StoreResult<Option<LotteryState>> {
+        Ok(self.lottery_read(queue, false).await?.map(|(l, _)| l))
+    }
+
+    async fn pre_join_limited(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        nonce: &str,
+        address: Option<&AddressLimits>,
+    ) -> StoreResult<Result<PreJoin, Limited>> {
+        let keys = self.keys(queue);
+        let [lot, pre, _] = keys.lottery();
+        // Placeholder keys, which the script does not touch, for an
+        // address without limits.
+        let [joins, places] = keys.address(address.map_or("-", |a| a.key.as_str()));
+        let (join_period, join_burst) = rate_args(address.and_then(|a| a.joins));
+        let max_places = address.and_then(|a| a.places).unwrap_or(0);
+        let reply: redis::Value = self
+            .run_for(
+                &self.scripts.lottery_join,
+                queue,
+                &[user],
+                {
+                    let [stage, stage_seen, stage_pre, _, _] = keys.lottery_stage();
+                    vec![lot, pre, joins, places, stage, stage_seen, stage_pre]
+                },
+                |inv| {
+                    inv.arg(user.as_str())
+                        .arg(nonce)
+                        .arg(crate::store::first_entry_id())
+                        .arg(join_period)
+                        .arg(join_burst)
+                        .arg(max_places);
+                },
+            )
+            .await?;
+        pre_join_reply(reply)
+    }
+
+    async fn pre_entry(&self, queue: &QueueName, user: &UserId) -> StoreResult<Option<PreEntry>> {
+        let [_, pre, _] = self.keys(queue).lottery();
+        let mut conn = self.conn.clone();
+        let raw: Option<String> = bounded(
+            redis::cmd("HGET")
+                .arg(pre)
+                .arg(user.as_str())
+                .query_async(&mut conn),
+        )
+        .await?;
+        Ok(raw.as_deref().and_then(record))
+    }
+
+    async fn pre_leave(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        pre_entry: u64,
+    ) -> StoreResult<bool> {
+        let keys = self.keys(queue);
+        let [lot, pre, _] = keys.lottery();
+        let [stage, stage_seen, stage_pre, left, _] = keys.lottery_stage();
+        let mut inv = self.scripts.lottery_leave.prepare_invoke();
+        for key in [lot, pre, stage, stage_seen, stage_pre, left] {
+            inv.key(key);
+        }
+        inv.arg(user.as_str()).arg(pre_entry);
+        let mut conn = self.conn.clone();
+        let removed: i64 = bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(removed == 1)
+    }
 
     /// The pre-queue in pages (`HSCAN`), so no reply is huge however
     /// long it is: the version read before the scan is answered, and any
     /// change during the scan bumps it, so a draw computed from a scan
     /// that raced a change is refused (`Stale`) and recomputed.
-    pub(super) async fn lottery_scan(
-        &self,
-        queue: &QueueName,
-    ) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
+    async fn pre_queue(&self, queue: &QueueName) -> StoreResult<(u64, Vec<(UserId, PreEntry)>)> {
         let Some((lottery, _)) = self.lottery_read(queue, false).await? else {
             return Ok((0, Vec::new()));
         };
@@ -225,101 +272,7 @@ impl RedisStore {
         Ok((lottery.version, found.into_iter().collect()))
     }
 
-    pub(super) async fn lottery_pre_join(
-        &self,
-        queue: &QueueName,
-        user: &UserId,
-        nonce: &str,
-        address: Option<&AddressLimits>,
-    ) -> StoreResult<Result<PreJoin, Limited>> {
-        let keys = self.keys(queue);
-        let [lot, pre, _] = keys.lottery();
-        // Placeholder keys, which the script does not touch, for an
-        // address without limits.
-        let [joins, places] = keys.address(address.map_or("-", |a| a.key.as_str()));
-        let (join_period, join_burst) = super::rate_args(address.and_then(|a| a.joins));
-        let max_places = address.and_then(|a| a.places).unwrap_or(0);
-        let reply: redis::Value = self
-            .run_for(
-                &self.scripts.lottery_join,
-                queue,
-                &[user],
-                {
-                    let [stage, stage_seen, stage_pre, _, _] = keys.lottery_stage();
-                    vec![lot, pre, joins, places, stage, stage_seen, stage_pre]
-                },
-                |inv| {
-                    inv.arg(user.as_str())
-                        .arg(nonce)
-                        .arg(crate::store::first_entry_id())
-                        .arg(join_period)
-                        .arg(join_burst)
-                        .arg(max_places);
-                },
-            )
-            .await?;
-        type Row = (String, i64, i64, String, i64);
-        if let Ok((kind, created, pre_entry, nonce, entry)) =
-            redis::from_redis_value::<Row>(reply.clone())
-            && kind == "pre"
-        {
-            return Ok(Ok(PreJoin::Pre {
-                entry: PreEntry {
-                    pre_entry: pre_entry.max(0) as u64,
-                    nonce,
-                    entry: (entry >= 0).then_some(entry as u64),
-                },
-                created: created == 1,
-            }));
-        }
-        if let Ok(row) = redis::from_redis_value::<super::Row>(reply.clone())
-            && let Some(limited) = super::refusal(&row)?
-        {
-            return Ok(Err(limited));
-        }
-        match redis::from_redis_value::<Vec<String>>(reply.clone()) {
-            Ok(v) if v == ["open"] => Ok(Ok(PreJoin::Open)),
-            _ => Err(protocol("lottery_join.lua", &reply)),
-        }
-    }
-
-    pub(super) async fn lottery_pre_entry(
-        &self,
-        queue: &QueueName,
-        user: &UserId,
-    ) -> StoreResult<Option<PreEntry>> {
-        let [_, pre, _] = self.keys(queue).lottery();
-        let mut conn = self.conn.clone();
-        let raw: Option<String> = bounded(
-            redis::cmd("HGET")
-                .arg(pre)
-                .arg(user.as_str())
-                .query_async(&mut conn),
-        )
-        .await?;
-        Ok(raw.as_deref().and_then(record))
-    }
-
-    pub(super) async fn lottery_pre_leave(
-        &self,
-        queue: &QueueName,
-        user: &UserId,
-        pre_entry: u64,
-    ) -> StoreResult<bool> {
-        let keys = self.keys(queue);
-        let [lot, pre, _] = keys.lottery();
-        let [stage, stage_seen, stage_pre, left, _] = keys.lottery_stage();
-        let mut inv = self.scripts.lottery_leave.prepare_invoke();
-        for key in [lot, pre, stage, stage_seen, stage_pre, left] {
-            inv.key(key);
-        }
-        inv.arg(user.as_str()).arg(pre_entry);
-        let mut conn = self.conn.clone();
-        let removed: i64 = bounded(inv.invoke_async(&mut conn)).await?;
-        Ok(removed == 1)
-    }
-
-    pub(super) async fn lottery_begin(
+    async fn draw_begin(
         &self,
         queue: &QueueName,
         draw: &str,
@@ -342,7 +295,7 @@ impl RedisStore {
         step("lottery_begin.lua", &reply)
     }
 
-    pub(super) async fn lottery_stage_chunk(
+    async fn draw_stage(
         &self,
         queue: &QueueName,
         draw: &str,
@@ -361,11 +314,7 @@ impl RedisStore {
         step("lottery_stage.lua", &reply)
     }
 
-    pub(super) async fn lottery_commit(
-        &self,
-        queue: &QueueName,
-        draw: &str,
-    ) -> StoreResult<DrawStep> {
+    async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep> {
         let keys = self.keys(queue).lottery_draw();
         let reply: Vec<String> = self
             .run_for(&self.scripts.lottery_commit, queue, &[], keys, |inv| {
@@ -375,7 +324,7 @@ impl RedisStore {
         step("lottery_commit.lua", &reply)
     }
 
-    pub(super) async fn lottery_published(&self, queue: &QueueName) -> StoreResult<Option<String>> {
+    async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
         let [_, _, list] = self.keys(queue).lottery();
         let mut conn = self.conn.clone();
         bounded(redis::cmd("GET").arg(list).query_async(&mut conn)).await

@@ -9,11 +9,12 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use redis::Script;
 
 use super::{RedisStore, bounded};
 use crate::queue::{QueueName, QueueSettings, StoredSettings};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{SettingsStore, StoreError, StoreResult};
 
 /// The write script, loaded once per store.
 pub(super) fn put_settings_script() -> Script {
@@ -23,181 +24,6 @@ pub(super) fn put_settings_script() -> Script {
 impl RedisStore {
     fn registry(&self) -> String {
         format!("{}:queues", self.prefix)
-    }
-
-    pub(super) async fn settings_list(&self) -> StoreResult<Vec<QueueName>> {
-        let mut conn = self.conn.clone();
-        let raw: Vec<String> = bounded(
-            redis::cmd("SMEMBERS")
-                .arg(self.registry())
-                .query_async(&mut conn),
-        )
-        .await?;
-        let mut names: Vec<QueueName> = raw
-            .iter()
-            .filter_map(|n| QueueName::parse(n).ok())
-            .collect();
-        names.sort();
-        Ok(names)
-    }
-
-    pub(super) async fn settings_get(
-        &self,
-        queue: &QueueName,
-    ) -> StoreResult<Option<StoredSettings>> {
-        let mut conn = self.conn.clone();
-        let raw: HashMap<String, String> = bounded(
-            redis::cmd("HGETALL")
-                .arg(self.keys(queue).settings())
-                .query_async(&mut conn),
-        )
-        .await?;
-        if raw.is_empty() {
-            return Ok(None);
-        }
-        decode(&raw).map(Some)
-    }
-
-    pub(super) async fn settings_put(
-        &self,
-        queue: &QueueName,
-        settings: &QueueSettings,
-        only_if_new: bool,
-    ) -> StoreResult<(StoredSettings, bool)> {
-        let texts = serde_json::to_string(&settings.texts)
-            .map_err(|e| StoreError::Protocol(e.to_string()))?;
-        // Empty: off (a field is cleared by writing it empty, so a write
-        // without adaptive settings switches them off).
-        let adaptive = match &settings.adaptive {
-            Some(a) => serde_json::to_string(a).map_err(|e| StoreError::Protocol(e.to_string()))?,
-            None => String::new(),
-        };
-        let mut invocation = self.put_settings.key(self.keys(queue).settings());
-        invocation
-            .arg(if only_if_new { "1" } else { "0" })
-            .arg("batch")
-            .arg(settings.batch)
-            .arg("intervalMs")
-            .arg(settings.interval_ms)
-            .arg("tokenTtlMs")
-            .arg(settings.token_ttl_ms)
-            .arg("maxActive")
-            .arg(settings.max_active.map_or(-1, |m| m as i64))
-            .arg("abandonAfterMs")
-            .arg(settings.abandon_after_ms.unwrap_or(0))
-            .arg("claimLeaseMs")
-            .arg(settings.claim_lease_ms)
-            .arg("texts")
-            .arg(texts)
-            .arg("adaptive")
-            .arg(adaptive)
-            // Empty: none (cleared by writing it empty, like adaptive).
-            .arg("shopUrl")
-            .arg(settings.shop_url.as_deref().unwrap_or(""));
-        let mut conn = self.conn.clone();
-        let written: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
-        // Listed after the write: a queue is never listed without settings
-        // (a failure in between is repaired by the next write).
-        let _: i64 = bounded(
-            redis::cmd("SADD")
-                .arg(self.registry())
-                .arg(queue.as_str())
-                .query_async(&mut conn),
-        )
-        .await?;
-        let stored = self
-            .settings_get(queue)
-            .await?
-            .ok_or_else(|| StoreError::Protocol("settings vanished after a write".into()))?;
-        Ok((stored, written == 1))
-    }
-
-    pub(super) async fn settings_delete(&self, queue: &QueueName) -> StoreResult<bool> {
-        let mut conn = self.conn.clone();
-        // Unlisted first: no instance picks the queue up again meanwhile.
-        let _: i64 = bounded(
-            redis::cmd("SREM")
-                .arg(self.registry())
-                .arg(queue.as_str())
-                .query_async(&mut conn),
-        )
-        .await?;
-        let keys = self.keys(queue);
-        let had: i64 = bounded(
-            redis::cmd("DEL")
-                .arg(keys.settings())
-                .query_async(&mut conn),
-        )
-        .await?;
-        let mut doomed = Vec::new();
-        // The line, presence, budget and hold go. The entry and pass
-        // counters stay (no entry id or event id is handed out twice), and
-        // so do the holders (tokens already issued live out their TTL).
-        const KEPT: [&str; 3] = [":seq", ":pass", ":active"];
-        doomed.extend(
-            keys.script_keys()
-                .into_iter()
-                .filter(|k| !KEPT.iter().any(|kept| k.ends_with(kept))),
-        );
-        // Adaptive admission's samples and last decision: a queue opened
-        // again starts from its own batch.
-        doomed.push(self.adaptive_key(queue));
-        doomed.extend(keys.lottery());
-        doomed.extend(keys.lottery_stage());
-        let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
-        Ok(had == 1)
-    }
-}
-
-impl RedisStore {
-    /// Stream reports live in one hash, `<prefix>:instances`: id →
-    /// `"<streams> <until ms>"` (the reporter's clock; a TTL of seconds
-    /// makes small clock skews harmless). Stale fields are dropped by
-    /// whoever reads them.
-    pub(super) async fn settings_report_streams(
-        &self,
-        instance: &str,
-        streams: u64,
-        ttl_ms: u64,
-    ) -> StoreResult<Vec<(String, u64)>> {
-        let key = format!("{}:instances", self.prefix);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let mut conn = self.conn.clone();
-        let (_, all): (i64, HashMap<String, String>) = bounded(
-            redis::pipe()
-                .cmd("HSET")
-                .arg(&key)
-                .arg(instance)
-                .arg(format!("{streams} {}", now + ttl_ms))
-                .cmd("HGETALL")
-                .arg(&key)
-                .query_async(&mut conn),
-        )
-        .await?;
-        let mut live = Vec::new();
-        let mut stale = Vec::new();
-        for (id, report) in all {
-            let parsed = report
-                .split_once(' ')
-                .and_then(|(n, until)| Some((n.parse::<u64>().ok()?, until.parse::<u64>().ok()?)));
-            match parsed {
-                Some((n, until)) if until > now => live.push((id, n)),
-                _ => stale.push(id),
-            }
-        }
-        if !stale.is_empty() {
-            let _: i64 = bounded(
-                redis::cmd("HDEL")
-                    .arg(&key)
-                    .arg(&stale)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        }
-        live.sort();
-        Ok(live)
     }
 }
 
@@ -245,4 +71,127 @@ fn decode(raw: &HashMap<String, String>) -> StoreResult<StoredSettings> {
         version: positive("version")?,
         updated_at: positive("updatedAt")?,
     })
+}
+
+#[async_trait]
+impl SettingsStore for RedisStore {
+    async fn list_queues(&self) -> StoreResult<Vec<QueueName>> {
+        let mut conn = self.conn.clone();
+        let raw: Vec<String> = bounded(
+            redis::cmd("SMEMBERS")
+                .arg(self.registry())
+                .query_async(&mut conn),
+        )
+        .await?;
+        let mut names: Vec<QueueName> = raw
+            .iter()
+            .filter_map(|n| QueueName::parse(n).ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn queue_settings(&self, queue: &QueueName) -> StoreResult<Option<StoredSettings>> {
+        let mut conn = self.conn.clone();
+        let raw: HashMap<String, String> = bounded(
+            redis::cmd("HGETALL")
+                .arg(self.keys(queue).settings())
+                .query_async(&mut conn),
+        )
+        .await?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        decode(&raw).map(Some)
+    }
+
+    async fn put_queue_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        only_if_new: bool,
+    ) -> StoreResult<(StoredSettings, bool)> {
+        let texts = serde_json::to_string(&settings.texts)
+            .map_err(|e| StoreError::Protocol(e.to_string()))?;
+        // Empty: off (a field is cleared by writing it empty, so a write
+        // without adaptive settings switches them off).
+        let adaptive = match &settings.adaptive {
+            Some(a) => serde_json::to_string(a).map_err(|e| StoreError::Protocol(e.to_string()))?,
+            None => String::new(),
+        };
+        let mut invocation = self.put_settings.key(self.keys(queue).settings());
+        invocation
+            .arg(if only_if_new { "1" } else { "0" })
+            .arg("batch")
+            .arg(settings.batch)
+            .arg("intervalMs")
+            .arg(settings.interval_ms)
+            .arg("tokenTtlMs")
+            .arg(settings.token_ttl_ms)
+            .arg("maxActive")
+            .arg(settings.max_active.map_or(-1, |m| m as i64))
+            .arg("abandonAfterMs")
+            .arg(settings.abandon_after_ms.unwrap_or(0))
+            .arg("claimLeaseMs")
+            .arg(settings.claim_lease_ms)
+            .arg("texts")
+            .arg(texts)
+            .arg("adaptive")
+            .arg(adaptive)
+            // Empty: none (cleared by writing it empty, like adaptive).
+            .arg("shopUrl")
+            .arg(settings.shop_url.as_deref().unwrap_or(""));
+        let mut conn = self.conn.clone();
+        let written: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        // Listed after the write: a queue is never listed without settings
+        // (a failure in between is repaired by the next write).
+        let _: i64 = bounded(
+            redis::cmd("SADD")
+                .arg(self.registry())
+                .arg(queue.as_str())
+                .query_async(&mut conn),
+        )
+        .await?;
+        let stored = self
+            .queue_settings(queue)
+            .await?
+            .ok_or_else(|| StoreError::Protocol("settings vanished after a write".into()))?;
+        Ok((stored, written == 1))
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        // Unlisted first: no instance picks the queue up again meanwhile.
+        let _: i64 = bounded(
+            redis::cmd("SREM")
+                .arg(self.registry())
+                .arg(queue.as_str())
+                .query_async(&mut conn),
+        )
+        .await?;
+        let keys = self.keys(queue);
+        let had: i64 = bounded(
+            redis::cmd("DEL")
+                .arg(keys.settings())
+                .query_async(&mut conn),
+        )
+        .await?;
+        let mut doomed = Vec::new();
+        // The line, presence, budget and hold go. The entry and pass
+        // counters stay (no entry id or event id is handed out twice), and
+        // so do the holders (tokens already issued live out their TTL).
+        const KEPT: [&str; 3] = [":seq", ":pass", ":active"];
+        doomed.extend(
+            keys.script_keys()
+                .into_iter()
+                .filter(|k| !KEPT.iter().any(|kept| k.ends_with(kept))),
+        );
+        // Adaptive admission's samples and last decision: a queue opened
+        // again starts from its own batch.
+        doomed.push(self.adaptive_key(queue));
+        doomed.extend(keys.lottery());
+        doomed.extend(keys.lottery_stage());
+        let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;
+        Ok(had == 1)
+    }
 }

@@ -10,6 +10,11 @@ use std::sync::Mutex;
 
 use crate::queue::QueueName;
 
+use async_trait::async_trait;
+
+use super::{MemoryStore, now_ms};
+use crate::store::{ChallengeStore, StoreResult};
+
 /// Spent keys pruned per call at most, so one call stays short however
 /// many expired at once (the rest go on the next calls).
 const PRUNE_LIMIT: usize = 256;
@@ -106,6 +111,25 @@ impl Inner {
             let (_, queue, key) = self.spent_order.pop_first().expect("checked above");
             self.spent.remove(&(queue, key));
         }
+    }
+}
+
+#[async_trait]
+impl ChallengeStore for MemoryStore {
+    async fn spend_once(&self, queue: &QueueName, key: &str, ttl_ms: u64) -> StoreResult<bool> {
+        Ok(self.door.spend_once(queue, key, ttl_ms, now_ms()))
+    }
+
+    async fn note_joins(
+        &self,
+        queue: &QueueName,
+        joins: u64,
+        threshold: u64,
+        hold_ms: u64,
+    ) -> StoreResult<u64> {
+        Ok(self
+            .door
+            .note_joins(queue, joins, threshold, hold_ms, now_ms()))
     }
 }
 

@@ -5,6 +5,11 @@ use std::hash::Hash;
 
 use crate::store::Rate;
 
+use async_trait::async_trait;
+
+use super::{MemoryStore, now_ms};
+use crate::store::{LimitKind, LimitStore, Limited, StoreResult};
+
 /// How often full buckets are forgotten.
 const SWEEP_BUCKETS_MS: u64 = 30_000;
 
@@ -48,5 +53,18 @@ impl<K: Hash + Eq> Buckets<K> {
         if tat > 0 {
             self.tat.insert(key, tat);
         }
+    }
+}
+
+#[async_trait]
+impl LimitStore for MemoryStore {
+    async fn spend(&self, bucket: &str, rate: Rate) -> StoreResult<Result<(), Limited>> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(buckets
+            .spend(bucket.to_owned(), rate, now_ms())
+            .map_err(|wait| Limited {
+                kind: LimitKind::Bucket,
+                retry_after_ms: wait,
+            }))
     }
 }

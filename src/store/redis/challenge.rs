@@ -5,11 +5,12 @@
 //! and both are passed to Redis as keys (`SET … NX PX` for a spent
 //! challenge, `note_joins.lua` for the rate), ready for Redis Cluster.
 
+use async_trait::async_trait;
 use redis::Script;
 
 use super::{RedisStore, bounded};
 use crate::queue::QueueName;
-use crate::store::StoreResult;
+use crate::store::{ChallengeStore, StoreResult};
 
 /// The rate script, loaded once per store.
 pub(super) fn note_joins_script() -> Script {
@@ -21,13 +22,9 @@ fn key(prefix: &str, queue: &QueueName, name: &str) -> String {
     format!("{prefix}:{{{queue}}}:{name}")
 }
 
-impl RedisStore {
-    pub(super) async fn door_spend_once(
-        &self,
-        queue: &QueueName,
-        spent: &str,
-        ttl_ms: u64,
-    ) -> StoreResult<bool> {
+#[async_trait]
+impl ChallengeStore for RedisStore {
+    async fn spend_once(&self, queue: &QueueName, spent: &str, ttl_ms: u64) -> StoreResult<bool> {
         let mut conn = self.conn.clone();
         // SET NX answers OK when set, nil when the key was there.
         let set: Option<String> = bounded(
@@ -43,7 +40,7 @@ impl RedisStore {
         Ok(set.is_some())
     }
 
-    pub(super) async fn door_note_joins(
+    async fn note_joins(
         &self,
         queue: &QueueName,
         joins: u64,

@@ -1,0 +1,103 @@
+//! Claims in Redis: an order's lease on an entry token (`claim.lua`,
+//! `renew_claim.lua`), and its commit (`consume.lua`) or rollback
+//! (`release.lua`), each one atomic step on the user's token hash; and
+//! whose a live token is (`token_holder.lua`, a read of the token index).
+
+use async_trait::async_trait;
+
+use super::RedisStore;
+use crate::queue::{EntryToken, QueueName, UserId};
+use crate::store::{ClaimOutcome, ClaimStore, StoreError, StoreResult};
+
+#[async_trait]
+impl ClaimStore for RedisStore {
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        presented: &str,
+        lease_ms: u64,
+    ) -> StoreResult<ClaimOutcome> {
+        let claim_id = EntryToken::generate();
+        let reply: Vec<String> = self
+            .run_for(&self.scripts.claim, queue, &[user], Vec::new(), |inv| {
+                inv.arg(user.as_str())
+                    .arg(presented)
+                    .arg(lease_ms)
+                    .arg(claim_id.as_str());
+            })
+            .await?;
+        match reply.first().map(String::as_str) {
+            Some("claimed") => Ok(ClaimOutcome::Claimed {
+                claim_id: claim_id.as_str().to_owned(),
+            }),
+            Some("invalid") => Ok(ClaimOutcome::Invalid),
+            Some("in_use") => Ok(ClaimOutcome::InUse),
+            other => Err(StoreError::Protocol(format!("claim returned {other:?}"))),
+        }
+    }
+
+    async fn token_holder(
+        &self,
+        queue: &QueueName,
+        presented: &str,
+    ) -> StoreResult<Option<UserId>> {
+        let user: Option<String> = self
+            .run_for(&self.scripts.token_holder, queue, &[], Vec::new(), |inv| {
+                inv.arg(presented);
+            })
+            .await?;
+        user.map(|u| {
+            UserId::parse(&u).map_err(|e| {
+                StoreError::Protocol(format!("token_holder returned a bad user id: {}", e.0))
+            })
+        })
+        .transpose()
+    }
+
+    async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
+        let stock = vec![self.keys(queue).stock(), self.keys(queue).audit()];
+        let n: i64 = self
+            .run_for(&self.scripts.consume, queue, &[user], stock, |inv| {
+                inv.arg(user.as_str()).arg(claim_id);
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn release(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
+        let n: i64 = self
+            .run_for(
+                &self.scripts.release,
+                queue,
+                &[user],
+                vec![self.keys(queue).audit()],
+                |inv| {
+                    inv.arg(user.as_str()).arg(claim_id);
+                },
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn renew_claim(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        claim_id: &str,
+        lease_ms: u64,
+    ) -> StoreResult<bool> {
+        let n: i64 = self
+            .run_for(
+                &self.scripts.renew_claim,
+                queue,
+                &[user],
+                Vec::new(),
+                |inv| {
+                    inv.arg(user.as_str()).arg(claim_id).arg(lease_ms);
+                },
+            )
+            .await?;
+        Ok(n == 1)
+    }
+}
