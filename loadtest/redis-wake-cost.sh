@@ -11,7 +11,7 @@
 # already waiting. The difference is the price of a wake-up on this
 # machine: why a group-commit run whose Redis idles between groups
 # measures a grouped join's Redis cost far above what the same call costs
-# back to back (see the README's group-commit sections).
+# back to back (see the group-commit reports in docs/benchmarks/).
 #
 # Loopback only; every redis-benchmark run is bounded in count (OPS) and
 # time (60 s); the redis-server is stopped on exit.

@@ -1,7 +1,7 @@
 //! Flags and environment variables, validated at start-up.
 //!
 //! Every flag can also be set through the environment variable named in
-//! `--help`; names and defaults are the public contract (README).
+//! `--help`; names and defaults are the public contract (docs/configuration-reference.md).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

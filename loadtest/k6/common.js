@@ -1,7 +1,7 @@
 // Shared helpers for the waitroom k6 scripts. This is a module, not a test:
 // `k6 run` the other files in this folder, not this one.
 //
-// Everything here follows the public API (README, "The API"):
+// Everything here follows the public API (docs/api.md):
 //   POST /api/queues/{queue}/entries   -> 201/200 QueueStatus + ticket
 //   GET  /api/queues/{queue}/position  -> 200 QueueStatus (X-Queue-Ticket)
 //   GET  /api/products, POST /api/orders (X-User-Id + X-Entry-Token)

@@ -241,12 +241,12 @@ async fn the_feed_shows_the_streams_of_every_instance() {
     b.stop().await;
 }
 
-/// Every metric the dashboard queries is one the README documents.
+/// Every metric the dashboard queries is one the operating guide documents.
 #[test]
 fn the_dashboard_reads_documented_metrics() {
     let root = env!("CARGO_MANIFEST_DIR");
     let dashboard = std::fs::read_to_string(format!("{root}/docs/grafana/waitroom.json")).unwrap();
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let guide = std::fs::read_to_string(format!("{root}/docs/operating.md")).unwrap();
     let parsed: Value = serde_json::from_str(&dashboard).unwrap();
     assert!(!parsed["panels"].as_array().unwrap().is_empty());
     let names = |text: &str| -> BTreeSet<String> {
@@ -260,7 +260,7 @@ fn the_dashboard_reads_documented_metrics() {
         }
         out
     };
-    let documented = names(&readme);
+    let documented = names(&guide);
     let used = names(&dashboard);
     assert!(used.len() >= 10, "{used:?}");
     let missing: Vec<&String> = used.difference(&documented).collect();

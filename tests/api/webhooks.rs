@@ -467,7 +467,8 @@ async fn delivery_survives_redis_going_away() {
     app.stop().await;
 }
 
-/// A receiver written to the README's recipe (*Verifying a delivery*):
+/// A receiver written to the documented recipe (docs/webhooks.md,
+/// *Verifying a delivery*):
 /// the signature over `<t>.<raw body>` checked, an old timestamp refused,
 /// duplicates dropped by the body's signed `idempotencyKey`, everything
 /// else processed once. Every request it got is kept, to be replayed.

@@ -266,7 +266,7 @@ mod tests {
         out
     }
 
-    /// The record is what every waiting buyer pays for; the README's table
+    /// The record is what every waiting buyer pays for; the million-buyer report in docs/benchmarks/
     /// counts it as 72 bytes (a free slot costs nothing more).
     #[test]
     fn a_record_is_72_bytes() {
