@@ -266,8 +266,9 @@ mod tests {
         out
     }
 
-    /// The record is what every waiting buyer pays for; the million-buyer report in docs/benchmarks/
-    /// counts it as 72 bytes (a free slot costs nothing more).
+    /// The record is what every waiting buyer pays for; the million-buyer
+    /// report (docs/benchmarks/) counts it as 72 bytes (a free slot costs
+    /// nothing more).
     #[test]
     fn a_record_is_72_bytes() {
         assert_eq!(std::mem::size_of::<Option<Buyer>>(), 72);
