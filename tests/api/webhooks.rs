@@ -135,15 +135,21 @@ pub(super) fn verifies(signature: &str, body: &[u8], secret: &str) -> bool {
     mac.verify_slice(&given).is_ok()
 }
 
+/// A `[[webhooks]]` table's keys (`extra`: more `key = value` lines).
 pub(super) fn hook(name: &str, url: &str, extra: &str) -> String {
-    format!("name={name},url={url},secret={SECRET},backoff-ms=50,timeout-ms=2000{extra}")
+    format!(
+        "name = \"{name}\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nbackoff_ms = 50\ntimeout_ms = 2000\n{extra}"
+    )
 }
 
 pub(super) fn cfg(hooks: &[String], claim_ms: u64) -> Config {
     let mut a = vec!["--admin-token", ADMIN];
     a.extend_from_slice(IDLE);
     let mut c = config(&a);
-    c.webhooks = hooks.iter().map(|h| h.parse().unwrap()).collect();
+    c.webhooks = hooks
+        .iter()
+        .map(|h| waitroom::webhook::WebhookSpec::from_toml(h).unwrap())
+        .collect();
     c.webhook_claim_ms = claim_ms;
     c
 }
@@ -276,7 +282,7 @@ async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
     let (url, receiver) = Receiver::start(0).await;
     receiver.slow_first.store(1, Ordering::SeqCst);
     let c = cfg(
-        &[hook("crm", &url, "").replace("timeout-ms=2000", "timeout-ms=300")],
+        &[hook("crm", &url, "").replace("timeout_ms = 2000", "timeout_ms = 300")],
         60_000,
     );
     let app = TestApp::memory_with(c).await;
@@ -299,7 +305,7 @@ async fn an_entry_is_given_up_after_its_attempts() {
     receiver.down.store(true, Ordering::SeqCst);
     let app = TestApp::redis_with(
         "hooks-dead",
-        cfg(&[hook("dead", &url, ",attempts=2")], 1_000),
+        cfg(&[hook("dead", &url, "attempts = 2")], 1_000),
     )
     .await;
     actions(&app, "x", 1).await;
@@ -348,7 +354,7 @@ async fn a_hook_gets_only_its_kinds() {
     let (consumed_url, consumed) = Receiver::start(0).await;
     let hooks = [
         hook("all", &all_url, ""),
-        hook("orders", &consumed_url, ",kinds=consumed"),
+        hook("orders", &consumed_url, "kinds = [\"consumed\"]"),
     ];
     let app = TestApp::redis_with("hooks-kinds", cfg(&hooks, 60_000)).await;
     let (_, ann) = app.enter("default", "ann").await;
@@ -416,7 +422,7 @@ async fn a_stopped_instances_entries_are_taken_over() {
     receiver.down.store(true, Ordering::SeqCst);
     let prefix = unique_prefix("hooks-takeover");
     let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
-    let mut c = cfg(&[hook("crm", &url, ",attempts=100")], 1_000);
+    let mut c = cfg(&[hook("crm", &url, "attempts = 100")], 1_000);
     c.key_prefix = prefix;
     let first = TestApp::spawn_with(c.clone(), store.clone()).await;
     actions(&first, "d", 3).await;
