@@ -298,3 +298,157 @@ fn clap_error(
     let key = keys::by_arg(id).map_or(id, |k| k.file);
     LoadError::Invalid(format!("{first} [{key} (source: {source})]"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use clap::CommandFactory;
+
+    use super::super::keys::{self, KEYS, SECTIONS};
+    use super::*;
+
+    fn file(name: &str, text: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "waitroom-{name}-{}-{:x}.toml",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn load_file(text: &str, flags: &[&str]) -> Result<Loaded, String> {
+        let path = file("load", text);
+        let mut args = vec!["--config".to_owned(), path.display().to_string()];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let loaded = load(args, false).map_err(|e| e.to_string());
+        let _ = std::fs::remove_file(path);
+        loaded
+    }
+
+    #[test]
+    fn every_flag_has_exactly_one_file_key() {
+        let cmd = Config::command();
+        let ids: Vec<&str> = cmd
+            .get_arguments()
+            .map(|a| a.get_id().as_str())
+            .filter(|id| !matches!(*id, "help" | "version" | keys::CONFIG_ARG))
+            .collect();
+        for id in &ids {
+            assert_eq!(
+                KEYS.iter().filter(|k| k.arg == *id).count(),
+                1,
+                "--{id} needs one key in keys.rs"
+            );
+        }
+        for key in KEYS {
+            assert!(ids.contains(&key.arg), "{} names no flag", key.file);
+            assert_eq!(keys::by_file(key.file).unwrap().arg, key.arg, "{}", key.file);
+            assert!(SECTIONS.iter().any(|s| s.name == keys::section_of(key.file).name));
+        }
+    }
+
+    #[test]
+    fn the_file_stands_in_for_defaults_and_flags_win() {
+        let loaded = load_file(
+            "[admission]\nbatch = 7\ninterval_ms = 2_000\n\n[store.group_commit]\nmax = 8\n\n[proxy]\ntrusted = [\"10.0.0.0/8\", \"192.0.2.1\"]\n\n[tickets]\nin_query = true\n",
+            &["--admission-interval-ms", "3000"],
+        )
+        .unwrap();
+        let c = &loaded.config;
+        assert_eq!(c.admission_batch, 7, "file over default");
+        assert_eq!(c.admission_interval_ms, 3000, "flag over file");
+        assert_eq!(c.join_batch_max, 8, "a nested section");
+        assert_eq!(c.trusted_proxies, ["10.0.0.0/8", "192.0.2.1"], "a list");
+        assert!(c.ticket_in_query, "a switch");
+        assert_eq!(c.token_ttl_secs, 300, "default");
+        let s = &loaded.sources;
+        assert!(matches!(s.source("admission_batch"), Source::File { line: 2, .. }));
+        assert_eq!(s.source("admission_interval_ms"), Source::Flag("--admission-interval-ms".into()));
+        assert_eq!(s.source("token_ttl_secs"), Source::Default);
+        assert_eq!(s.source("max_active"), Source::Unset);
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_source() {
+        let e = load_file("# x\n[admission]\nbatch = 0\n", &[]).unwrap_err();
+        assert!(e.contains("admission.batch") && e.contains(":3)"), "{e}");
+        let e = load_file("[admission]\nbatch = \"many\"\n", &[]).unwrap_err();
+        assert!(e.contains("admission.batch (source: file:"), "{e}");
+        let e = load_file("", &["--admission-batch", "0"]).unwrap_err();
+        assert!(e.contains("source: flag --admission-batch"), "{e}");
+        let e = load_file("[admission]\nbatchh = 1\n", &[]).unwrap_err();
+        assert!(e.contains("admission.batchh: unknown key") && e.contains(":2)"), "{e}");
+        let e = load_file("[nope]\n", &[]).unwrap_err();
+        assert!(e.contains("nope: unknown section"), "{e}");
+        let e = load_file("[server]\naddr = [\"a\"]\n", &[]).unwrap_err();
+        assert!(e.contains("server.addr: takes one value"), "{e}");
+        let e = load_file("[tickets]\nin_query = 1\n", &[]).unwrap_err();
+        assert!(e.contains("tickets.in_query: must be true or false"), "{e}");
+        let e = load_file("[queues.default]\nbatchy = 1\n", &[]).unwrap_err();
+        assert!(e.contains("unknown field `batchy`") && e.contains(":2"), "{e}");
+        let e = load_file("[queues.other]\nbatch = 1\n", &[]).unwrap_err();
+        assert!(e.contains("queues.other: not a configured queue"), "{e}");
+        let e = load_file("[queues.default]\nbatch = 0\n", &[]).unwrap_err();
+        assert!(e.contains("queues.default: batch") && e.contains(":1)"), "{e}");
+        let e = load_file(
+            "[[webhooks]]\nname = \"a\"\nurl = \"http://127.0.0.1/\"\nsecret = \"0123456789abcdef\"\n\n[[webhooks]]\nname = \"a\"\nurl = \"http://127.0.0.1/\"\nsecret = \"0123456789abcdef\"\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("names must be distinct"), "{e}");
+        assert!(!e.contains("0123456789abcdef"), "no secret in messages: {e}");
+    }
+
+    #[test]
+    fn queue_tables_override_the_admission_defaults_of_their_queue() {
+        let loaded = load_file(
+            "[admission]\nqueues = [\"a\", \"shoes\"]\nbatch = 7\n\n[queues.shoes]\nbatch = 3\nabandon_after_secs = 0\n\n[queues.shoes.adaptive]\nceiling = 40.0\n",
+            &[],
+        )
+        .unwrap();
+        let seeds = loaded.config.seed_settings().unwrap();
+        let (a, shoes) = (&seeds[0].1, &seeds[1].1);
+        assert_eq!((a.batch, a.abandon_after_ms, a.adaptive.is_some()), (7, Some(120_000), false));
+        assert_eq!((shoes.batch, shoes.abandon_after_ms), (3, None));
+        let adaptive = shoes.adaptive.as_ref().unwrap();
+        assert_eq!((adaptive.floor_per_sec, adaptive.ceiling_per_sec), (1.0, 40.0));
+        assert_eq!(loaded.config.seed_defaults().batch, 7, "new queues: [admission]");
+    }
+
+    #[test]
+    fn the_init_template_loads_and_check_masks_its_secrets() {
+        let template = super::super::init_template();
+        assert_ne!(template, super::super::init_template(), "fresh secrets each time");
+        let loaded = load_file(&template, &[]).unwrap();
+        let token = loaded.config.admin_token.clone().unwrap();
+        assert_eq!(token.len(), 64);
+        assert!(loaded.config.service_token.is_some() && loaded.config.ticket_secret.is_some());
+        let report = loaded.report();
+        assert!(!report.contains(&token), "secrets masked");
+        assert!(report.contains("auth.admin_token = \"********\"  (source: file:"), "{report}");
+        assert!(report.contains("admission.batch = 50  (source: default)"), "{report}");
+        // Every commented default, uncommented, is a file that loads.
+        let sections = template.split("\n# Per-queue overrides").next().unwrap();
+        let uncommented: String = sections
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(kv) if kv.contains(" = ") && !kv.contains("(unset") => kv,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let loaded = load_file(&uncommented, &[]).unwrap();
+        assert!(matches!(loaded.sources.source("addr"), Source::File { .. }));
+        assert!(matches!(loaded.sources.source("queues"), Source::File { .. }));
+    }
+
+    #[test]
+    fn without_a_file_loading_is_parsing_the_flags() {
+        let loaded = load(["--admission-batch", "2"], false).unwrap();
+        assert_eq!(loaded.config.admission_batch, 2);
+        assert!(loaded.sources.file.is_none());
+        assert!(matches!(load(["--no-such-flag"], false), Err(LoadError::Usage(_))));
+    }
+}
