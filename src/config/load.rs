@@ -344,8 +344,17 @@ mod tests {
         }
         for key in KEYS {
             assert!(ids.contains(&key.arg), "{} names no flag", key.file);
-            assert_eq!(keys::by_file(key.file).unwrap().arg, key.arg, "{}", key.file);
-            assert!(SECTIONS.iter().any(|s| s.name == keys::section_of(key.file).name));
+            assert_eq!(
+                keys::by_file(key.file).unwrap().arg,
+                key.arg,
+                "{}",
+                key.file
+            );
+            assert!(
+                SECTIONS
+                    .iter()
+                    .any(|s| s.name == keys::section_of(key.file).name)
+            );
         }
     }
 
@@ -364,8 +373,14 @@ mod tests {
         assert!(c.ticket_in_query, "a switch");
         assert_eq!(c.token_ttl_secs, 300, "default");
         let s = &loaded.sources;
-        assert!(matches!(s.source("admission_batch"), Source::File { line: 2, .. }));
-        assert_eq!(s.source("admission_interval_ms"), Source::Flag("--admission-interval-ms".into()));
+        assert!(matches!(
+            s.source("admission_batch"),
+            Source::File { line: 2, .. }
+        ));
+        assert_eq!(
+            s.source("admission_interval_ms"),
+            Source::Flag("--admission-interval-ms".into())
+        );
         assert_eq!(s.source("token_ttl_secs"), Source::Default);
         assert_eq!(s.source("max_active"), Source::Unset);
     }
@@ -379,7 +394,10 @@ mod tests {
         let e = load_file("", &["--admission-batch", "0"]).unwrap_err();
         assert!(e.contains("source: flag --admission-batch"), "{e}");
         let e = load_file("[admission]\nbatchh = 1\n", &[]).unwrap_err();
-        assert!(e.contains("admission.batchh: unknown key") && e.contains(":2)"), "{e}");
+        assert!(
+            e.contains("admission.batchh: unknown key") && e.contains(":2)"),
+            "{e}"
+        );
         let e = load_file("[nope]\n", &[]).unwrap_err();
         assert!(e.contains("nope: unknown section"), "{e}");
         let e = load_file("[server]\naddr = [\"a\"]\n", &[]).unwrap_err();
@@ -387,18 +405,27 @@ mod tests {
         let e = load_file("[tickets]\nin_query = 1\n", &[]).unwrap_err();
         assert!(e.contains("tickets.in_query: must be true or false"), "{e}");
         let e = load_file("[queues.default]\nbatchy = 1\n", &[]).unwrap_err();
-        assert!(e.contains("unknown field `batchy`") && e.contains(":2"), "{e}");
+        assert!(
+            e.contains("unknown field `batchy`") && e.contains(":2"),
+            "{e}"
+        );
         let e = load_file("[queues.other]\nbatch = 1\n", &[]).unwrap_err();
         assert!(e.contains("queues.other: not a configured queue"), "{e}");
         let e = load_file("[queues.default]\nbatch = 0\n", &[]).unwrap_err();
-        assert!(e.contains("queues.default: batch") && e.contains(":1)"), "{e}");
+        assert!(
+            e.contains("queues.default: batch") && e.contains(":1)"),
+            "{e}"
+        );
         let e = load_file(
             "[[webhooks]]\nname = \"a\"\nurl = \"http://127.0.0.1/\"\nsecret = \"0123456789abcdef\"\n\n[[webhooks]]\nname = \"a\"\nurl = \"http://127.0.0.1/\"\nsecret = \"0123456789abcdef\"\n",
             &[],
         )
         .unwrap_err();
         assert!(e.contains("names must be distinct"), "{e}");
-        assert!(!e.contains("0123456789abcdef"), "no secret in messages: {e}");
+        assert!(
+            !e.contains("0123456789abcdef"),
+            "no secret in messages: {e}"
+        );
     }
 
     #[test]
@@ -410,25 +437,45 @@ mod tests {
         .unwrap();
         let seeds = loaded.config.seed_settings().unwrap();
         let (a, shoes) = (&seeds[0].1, &seeds[1].1);
-        assert_eq!((a.batch, a.abandon_after_ms, a.adaptive.is_some()), (7, Some(120_000), false));
+        assert_eq!(
+            (a.batch, a.abandon_after_ms, a.adaptive.is_some()),
+            (7, Some(120_000), false)
+        );
         assert_eq!((shoes.batch, shoes.abandon_after_ms), (3, None));
         let adaptive = shoes.adaptive.as_ref().unwrap();
-        assert_eq!((adaptive.floor_per_sec, adaptive.ceiling_per_sec), (1.0, 40.0));
-        assert_eq!(loaded.config.seed_defaults().batch, 7, "new queues: [admission]");
+        assert_eq!(
+            (adaptive.floor_per_sec, adaptive.ceiling_per_sec),
+            (1.0, 40.0)
+        );
+        assert_eq!(
+            loaded.config.seed_defaults().batch,
+            7,
+            "new queues: [admission]"
+        );
     }
 
     #[test]
     fn the_init_template_loads_and_check_masks_its_secrets() {
         let template = super::super::init_template();
-        assert_ne!(template, super::super::init_template(), "fresh secrets each time");
+        assert_ne!(
+            template,
+            super::super::init_template(),
+            "fresh secrets each time"
+        );
         let loaded = load_file(&template, &[]).unwrap();
         let token = loaded.config.admin_token.clone().unwrap();
         assert_eq!(token.len(), 64);
         assert!(loaded.config.service_token.is_some() && loaded.config.ticket_secret.is_some());
         let report = loaded.report();
         assert!(!report.contains(&token), "secrets masked");
-        assert!(report.contains("auth.admin_token = \"********\"  (source: file:"), "{report}");
-        assert!(report.contains("admission.batch = 50  (source: default)"), "{report}");
+        assert!(
+            report.contains("auth.admin_token = \"********\"  (source: file:"),
+            "{report}"
+        );
+        assert!(
+            report.contains("admission.batch = 50  (source: default)"),
+            "{report}"
+        );
         // Every commented default, uncommented, is a file that loads.
         let sections = template.split("\n# Per-queue overrides").next().unwrap();
         let uncommented: String = sections
@@ -441,7 +488,10 @@ mod tests {
             .join("\n");
         let loaded = load_file(&uncommented, &[]).unwrap();
         assert!(matches!(loaded.sources.source("addr"), Source::File { .. }));
-        assert!(matches!(loaded.sources.source("queues"), Source::File { .. }));
+        assert!(matches!(
+            loaded.sources.source("queues"),
+            Source::File { .. }
+        ));
     }
 
     #[test]
@@ -449,6 +499,9 @@ mod tests {
         let loaded = load(["--admission-batch", "2"], false).unwrap();
         assert_eq!(loaded.config.admission_batch, 2);
         assert!(loaded.sources.file.is_none());
-        assert!(matches!(load(["--no-such-flag"], false), Err(LoadError::Usage(_))));
+        assert!(matches!(
+            load(["--no-such-flag"], false),
+            Err(LoadError::Usage(_))
+        ));
     }
 }

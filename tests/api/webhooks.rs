@@ -22,7 +22,9 @@ use waitroom::queue::{QueueName, UserId};
 use waitroom::store::redis::RedisStore;
 use waitroom::store::{ClaimOutcome, SharedStore};
 
-use crate::common::{IDLE, RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
+use crate::common::{
+    IDLE, RedisProcess, TestApp, config, config_with_file, eventually, redis_url, unique_prefix,
+};
 
 const ADMIN: &str = "admin-token-for-webhook-tests-0123";
 pub(super) const SECRET: &str = "whsec-0123456789abcdef";
@@ -266,6 +268,35 @@ async fn memory_retries_until_the_receiver_recovers() {
     let (url, receiver) = Receiver::start(3).await;
     let app = TestApp::memory_with(cfg(&[hook("crm", &url, "")], 60_000)).await;
     retries_until_the_receiver_recovers(app, receiver).await;
+}
+
+/// Hooks written as the configuration file's `[[webhooks]]` tables (what
+/// replaced the `--webhook` string) deliver like any: every entry, signed
+/// with the table's secret, only the kinds it names.
+#[tokio::test]
+async fn hooks_from_the_configuration_file_deliver() {
+    let (all_url, all) = Receiver::start(0).await;
+    let (left_url, left) = Receiver::start(0).await;
+    let file = format!(
+        "[audit]\nwebhook_claim_ms = 60000\n\n[[webhooks]]\n{}\n[[webhooks]]\n{}",
+        hook("from-file", &all_url, ""),
+        hook("left-only", &left_url, "kinds = [\"left\"]\n"),
+    );
+    let mut args = vec!["--admin-token", ADMIN];
+    args.extend_from_slice(IDLE);
+    let c = config_with_file(&file, &args);
+    assert_eq!(c.webhooks.len(), 2);
+    let app = TestApp::memory_with(c).await;
+    actions(&app, "f", 2).await;
+    every_entry_delivered(&app, &all, 3).await;
+    eventually(BOUND, "the left entries delivered", || async {
+        (left.delivered().len() == 2).then_some(())
+    })
+    .await;
+    for g in all.got().iter().chain(left.got().iter()) {
+        assert!(verifies(&g.signature, &g.body, SECRET), "{g:?}");
+    }
+    app.stop().await;
 }
 
 #[tokio::test]
