@@ -237,7 +237,7 @@ pub fn toml_literal(arg: &clap::Arg, raw: &[String]) -> String {
             .flat_map(|v| v.split(','))
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(|v| scalar(v))
+            .map(scalar)
             .collect();
         format!("[{}]", items.join(", "))
     } else {

@@ -94,6 +94,9 @@ fn each_layer_overrides_the_one_below() {
     assert!(stdout(&out).contains(&format!("admission.batch = 7  {}", at(2))));
 }
 
+/// Arguments, environment, and what stderr must say.
+type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+
 #[test]
 fn bad_values_exit_2_naming_the_key_and_its_source() {
     let file = TempToml::new("# a sale\n[admission]\nbatch = 0\n");
@@ -109,7 +112,7 @@ fn bad_values_exit_2_naming_the_key_and_its_source() {
         "admision: unknown section or key (source: file:{}:1)",
         typo.path()
     );
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (vec!["-c", &file_path], vec![], &from_file),
         (vec!["check", "-c", &file_path], vec![], &from_file),
         (
