@@ -19,7 +19,7 @@ use crate::config::{self, Config};
 use crate::http::client::{ClientInfo, TrustedProxies};
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
-use crate::queue::{self, Policy, QueueName, QueueSettings, TicketSigner};
+use crate::queue::{self, Policy, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
@@ -178,13 +178,10 @@ impl AppState {
         };
         let policy = config.policy();
         let catalog = Arc::new(
-            Catalog::open(
+            Catalog::open_with(
                 store.clone(),
-                queues.clone(),
-                QueueSettings {
-                    adaptive: config.adaptive_settings(),
-                    ..QueueSettings::from_policy(&policy, config.claim_lease_secs * 1000)
-                },
+                config.seed_settings()?,
+                config.seed_defaults(),
             )
             .await,
         );

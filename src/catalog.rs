@@ -3,8 +3,9 @@
 //!
 //! Queues and their settings live in the store so an operator can open a
 //! queue or change its rate mid-sale on one instance and every instance
-//! follows without a restart. `--queues` and the admission flags only seed
-//! queues the store does not know yet (so a queue named in `--queues`
+//! follows without a restart. `--queues` and the admission flags (with the
+//! configuration file's `[queues.<name>]` overrides) only seed queues the
+//! store does not know yet (so a queue named in `--queues`
 //! comes back, at the flags' settings, if the store loses its data). Admission passes do not depend on
 //! this copy being fresh: the store reads a queue's settings inside the
 //! pass itself (see [`Store::put_queue_settings`]); this copy decides which
@@ -32,7 +33,8 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 pub struct Catalog {
     store: SharedStore,
     defaults: QueueSettings,
-    seeds: Vec<QueueName>,
+    /// The start-up queues, each with the settings it is seeded with.
+    seeds: Vec<(QueueName, QueueSettings)>,
     /// Bumped by every [`Catalog::apply`]: a reload that started before
     /// one may have read the store before that write, so it is dropped.
     applied: AtomicU64,
@@ -46,11 +48,23 @@ impl Catalog {
     /// and seeds them on its first successful reload. The seeds are
     /// permanent: whenever the store lacks one, it is seeded again.
     pub async fn open(store: SharedStore, seeds: Vec<QueueName>, defaults: QueueSettings) -> Self {
+        let seeds = seeds.into_iter().map(|q| (q, defaults.clone())).collect();
+        Self::open_with(store, seeds, defaults).await
+    }
+
+    /// [`Catalog::open`], each seed with settings of its own (the
+    /// configuration file's `[queues.<name>]` overrides); `defaults` are
+    /// still those of queues opened later through the admin API.
+    pub async fn open_with(
+        store: SharedStore,
+        seeds: Vec<(QueueName, QueueSettings)>,
+        defaults: QueueSettings,
+    ) -> Self {
         let initial: Queues = seeds
             .iter()
-            .map(|q| {
+            .map(|(q, settings)| {
                 let stored = StoredSettings {
-                    settings: defaults.clone(),
+                    settings: settings.clone(),
                     version: 0,
                     updated_at: 0,
                 };
@@ -132,12 +146,9 @@ impl Catalog {
     pub async fn reload(&self) -> StoreResult<()> {
         let applied = self.applied.load(Ordering::Acquire);
         let mut listed = self.store.list_queues().await?;
-        for queue in &self.seeds {
+        for (queue, settings) in &self.seeds {
             if !listed.contains(queue) {
-                let (_, written) = self
-                    .store
-                    .put_queue_settings(queue, &self.defaults, true)
-                    .await?;
+                let (_, written) = self.store.put_queue_settings(queue, settings, true).await?;
                 if written {
                     tracing::info!(%queue, "queue seeded from the start-up flags");
                 }
@@ -163,7 +174,7 @@ impl Catalog {
     /// Whether `queue` is one of this instance's start-up queues (which it
     /// re-creates whenever the store lacks them).
     pub fn is_seed(&self, queue: &QueueName) -> bool {
-        self.seeds.contains(queue)
+        self.seeds.iter().any(|(q, _)| q == queue)
     }
 
     /// Re-reads the catalog every [`RELOAD_EVERY`] until `shutdown`.

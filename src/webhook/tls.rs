@@ -161,9 +161,11 @@ mod tests {
         let (url, ca_pem) = server().await;
         let file = std::env::temp_dir().join(format!("waitroom-ca-ok-{}.pem", std::process::id()));
         std::fs::write(&file, &ca_pem).unwrap();
-        let base = format!("name=t,url={url},secret=0123456789abcdef");
-        let plain: WebhookSpec = base.parse().unwrap();
-        let with_ca: WebhookSpec = format!("{base},ca={}", file.display()).parse().unwrap();
+        let base = format!("name = \"t\"\nurl = \"{url}\"\nsecret = \"0123456789abcdef\"\n");
+        let plain = WebhookSpec::from_toml(&base).unwrap();
+        let with_ca =
+            WebhookSpec::from_toml(&format!("{base}ca = {:?}", file.display().to_string()))
+                .unwrap();
         std::fs::remove_file(&file).unwrap();
 
         let e = client(&plain).request(post(&url)).await.unwrap_err();

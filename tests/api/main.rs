@@ -11,6 +11,7 @@ mod challenge;
 mod client_limits;
 mod cluster;
 mod cluster_failover;
+mod config_file;
 mod console;
 mod eta_range;
 mod failures;

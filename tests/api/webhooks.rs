@@ -22,7 +22,9 @@ use waitroom::queue::{QueueName, UserId};
 use waitroom::store::redis::RedisStore;
 use waitroom::store::{ClaimOutcome, SharedStore};
 
-use crate::common::{IDLE, RedisProcess, TestApp, config, eventually, redis_url, unique_prefix};
+use crate::common::{
+    IDLE, RedisProcess, TestApp, config, config_with_file, eventually, redis_url, unique_prefix,
+};
 
 const ADMIN: &str = "admin-token-for-webhook-tests-0123";
 pub(super) const SECRET: &str = "whsec-0123456789abcdef";
@@ -135,15 +137,21 @@ pub(super) fn verifies(signature: &str, body: &[u8], secret: &str) -> bool {
     mac.verify_slice(&given).is_ok()
 }
 
+/// A `[[webhooks]]` table's keys (`extra`: more `key = value` lines).
 pub(super) fn hook(name: &str, url: &str, extra: &str) -> String {
-    format!("name={name},url={url},secret={SECRET},backoff-ms=50,timeout-ms=2000{extra}")
+    format!(
+        "name = \"{name}\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nbackoff_ms = 50\ntimeout_ms = 2000\n{extra}"
+    )
 }
 
 pub(super) fn cfg(hooks: &[String], claim_ms: u64) -> Config {
     let mut a = vec!["--admin-token", ADMIN];
     a.extend_from_slice(IDLE);
     let mut c = config(&a);
-    c.webhooks = hooks.iter().map(|h| h.parse().unwrap()).collect();
+    c.webhooks = hooks
+        .iter()
+        .map(|h| waitroom::webhook::WebhookSpec::from_toml(h).unwrap())
+        .collect();
     c.webhook_claim_ms = claim_ms;
     c
 }
@@ -262,6 +270,35 @@ async fn memory_retries_until_the_receiver_recovers() {
     retries_until_the_receiver_recovers(app, receiver).await;
 }
 
+/// Hooks written as the configuration file's `[[webhooks]]` tables (what
+/// replaced the `--webhook` string) deliver like any: every entry, signed
+/// with the table's secret, only the kinds it names.
+#[tokio::test]
+async fn hooks_from_the_configuration_file_deliver() {
+    let (all_url, all) = Receiver::start(0).await;
+    let (left_url, left) = Receiver::start(0).await;
+    let file = format!(
+        "[audit]\nwebhook_claim_ms = 60000\n\n[[webhooks]]\n{}\n[[webhooks]]\n{}",
+        hook("from-file", &all_url, ""),
+        hook("left-only", &left_url, "kinds = [\"left\"]\n"),
+    );
+    let mut args = vec!["--admin-token", ADMIN];
+    args.extend_from_slice(IDLE);
+    let c = config_with_file(&file, &args);
+    assert_eq!(c.webhooks.len(), 2);
+    let app = TestApp::memory_with(c).await;
+    actions(&app, "f", 2).await;
+    every_entry_delivered(&app, &all, 3).await;
+    eventually(BOUND, "the left entries delivered", || async {
+        (left.delivered().len() == 2).then_some(())
+    })
+    .await;
+    for g in all.got().iter().chain(left.got().iter()) {
+        assert!(verifies(&g.signature, &g.body, SECRET), "{g:?}");
+    }
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn redis_retries_until_the_receiver_recovers() {
     let (url, receiver) = Receiver::start(3).await;
@@ -276,7 +313,7 @@ async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
     let (url, receiver) = Receiver::start(0).await;
     receiver.slow_first.store(1, Ordering::SeqCst);
     let c = cfg(
-        &[hook("crm", &url, "").replace("timeout-ms=2000", "timeout-ms=300")],
+        &[hook("crm", &url, "").replace("timeout_ms = 2000", "timeout_ms = 300")],
         60_000,
     );
     let app = TestApp::memory_with(c).await;
@@ -299,7 +336,7 @@ async fn an_entry_is_given_up_after_its_attempts() {
     receiver.down.store(true, Ordering::SeqCst);
     let app = TestApp::redis_with(
         "hooks-dead",
-        cfg(&[hook("dead", &url, ",attempts=2")], 1_000),
+        cfg(&[hook("dead", &url, "attempts = 2")], 1_000),
     )
     .await;
     actions(&app, "x", 1).await;
@@ -348,7 +385,7 @@ async fn a_hook_gets_only_its_kinds() {
     let (consumed_url, consumed) = Receiver::start(0).await;
     let hooks = [
         hook("all", &all_url, ""),
-        hook("orders", &consumed_url, ",kinds=consumed"),
+        hook("orders", &consumed_url, "kinds = [\"consumed\"]"),
     ];
     let app = TestApp::redis_with("hooks-kinds", cfg(&hooks, 60_000)).await;
     let (_, ann) = app.enter("default", "ann").await;
@@ -416,7 +453,7 @@ async fn a_stopped_instances_entries_are_taken_over() {
     receiver.down.store(true, Ordering::SeqCst);
     let prefix = unique_prefix("hooks-takeover");
     let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
-    let mut c = cfg(&[hook("crm", &url, ",attempts=100")], 1_000);
+    let mut c = cfg(&[hook("crm", &url, "attempts = 100")], 1_000);
     c.key_prefix = prefix;
     let first = TestApp::spawn_with(c.clone(), store.clone()).await;
     actions(&first, "d", 3).await;

@@ -123,7 +123,7 @@ async fn retried(app: &TestApp, hook: &str) -> f64 {
 #[tokio::test]
 async fn an_https_hook_trusting_its_ca_delivers_signed_entries() {
     let r = start_tls_receiver().await;
-    let ca = format!(",ca={}", r.ca_file.display());
+    let ca = format!("ca = {:?}", r.ca_file.display().to_string());
     let app = TestApp::memory_with(cfg(&[hook("tls-ok", &r.url, &ca)], 60_000)).await;
     actions(&app, "t", 3).await;
     let keys = every_entry_delivered(&app, &r.receiver, 4).await;
@@ -146,7 +146,7 @@ async fn an_untrusted_certificate_is_retried_never_acknowledged() {
     let r = start_tls_receiver().await;
     let prefix = unique_prefix("hooks-tls");
     let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
-    let mut untrusting = cfg(&[hook("tls-untrusted", &r.url, ",attempts=100")], 1_000);
+    let mut untrusting = cfg(&[hook("tls-untrusted", &r.url, "attempts = 100")], 1_000);
     untrusting.key_prefix = prefix.clone();
     let first = TestApp::spawn_with(untrusting, store.clone()).await;
     actions(&first, "u", 3).await;
@@ -162,7 +162,7 @@ async fn an_untrusted_certificate_is_retried_never_acknowledged() {
         "nothing crosses an untrusted connection: {:?}",
         r.receiver.got()
     );
-    let ca = format!(",attempts=100,ca={}", r.ca_file.display());
+    let ca = format!("attempts = 100\nca = {:?}", r.ca_file.display().to_string());
     let mut trusting = cfg(&[hook("tls-untrusted", &r.url, &ca)], 1_000);
     trusting.key_prefix = prefix;
     let second = TestApp::spawn_with(trusting, store).await;
@@ -173,8 +173,9 @@ async fn an_untrusted_certificate_is_retried_never_acknowledged() {
     second.stop().await;
 }
 
-/// The binary, given a hook whose `ca=` is missing or not a certificate,
-/// exits at once with a message naming the hook and the file.
+/// The binary, given a hook whose `ca` is missing or not a certificate,
+/// exits at once (code 2) with a message naming the hook, the file and
+/// the line of its table.
 #[tokio::test]
 async fn a_bad_ca_file_stops_the_server_at_start_up() {
     let junk = std::env::temp_dir().join(format!(
@@ -186,13 +187,17 @@ async fn a_bad_ca_file_stops_the_server_at_start_up() {
         (PathBuf::from("/nonexistent/waitroom/ca.pem"), "cannot read"),
         (junk.clone(), "no PEM certificate"),
     ] {
-        let spec = format!(
-            "name=billing,url=https://127.0.0.1:9/h,secret={SECRET},ca={}",
-            path.display()
+        let file =
+            std::env::temp_dir().join(format!("waitroom-hook-{:016x}.toml", rand::random::<u64>()));
+        let table = format!(
+            "# hooks\n[[webhooks]]\nname = \"billing\"\nurl = \"https://127.0.0.1:9/h\"\nsecret = \"{SECRET}\"\nca = {:?}\n",
+            path.display().to_string()
         );
+        std::fs::write(&file, table).unwrap();
         let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
             .args(["--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
-            .args(["--webhook", &spec])
+            .arg("--config")
+            .arg(&file)
             .env("NO_COLOR", "1")
             .kill_on_drop(true)
             .output();
@@ -200,10 +205,12 @@ async fn a_bad_ca_file_stops_the_server_at_start_up() {
             .await
             .expect("the server must refuse to start, not run")
             .unwrap();
+        let _ = std::fs::remove_file(&file);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{stderr}");
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(
             stderr.contains("hook `billing`")
+                && stderr.contains(&format!("{}:2", file.display()))
                 && stderr.contains(&path.display().to_string())
                 && stderr.contains(why),
             "{stderr}"

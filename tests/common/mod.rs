@@ -396,6 +396,23 @@ pub fn config(args: &[&str]) -> Config {
     Config::from_args(all).expect("valid test arguments")
 }
 
+/// [`config`] with a configuration file of `toml` (written to a temporary
+/// file, given with `--config`), loaded as the binary loads it, the
+/// environment aside.
+pub fn config_with_file(toml: &str, args: &[&str]) -> Config {
+    let path =
+        std::env::temp_dir().join(format!("waitroom-test-{:016x}.toml", rand::random::<u64>()));
+    std::fs::write(&path, toml).unwrap();
+    let shown = path.display().to_string();
+    let mut all = vec!["--orders-db", ":memory:", "--identity", "header"];
+    all.extend_from_slice(&NO_ADDRESS_LIMITS);
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--config", &shown]);
+    let loaded = waitroom::config::load(all, false);
+    let _ = std::fs::remove_file(&path);
+    loaded.expect("a valid test configuration").config
+}
+
 /// One running instance on 127.0.0.1:0, its operator listener on another
 /// port 0.
 pub struct TestApp {

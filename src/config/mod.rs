@@ -1,7 +1,24 @@
-//! Flags and environment variables, validated at start-up.
+//! The configuration: flags, environment variables and a TOML file,
+//! validated at start-up.
 //!
 //! Every flag can also be set through the environment variable named in
-//! `--help`; names and defaults are the public contract (docs/configuration-reference.md).
+//! `--help` and through a key of the file given with `--config` (the table
+//! in `keys.rs`); names and defaults are the public contract
+//! (docs/configuration.md, generated from this module). Precedence:
+//! defaults < file < environment < flags (`load.rs`).
+
+mod check;
+mod doc;
+mod file;
+mod init;
+pub mod keys;
+mod load;
+mod queues;
+
+pub use doc::markdown as configuration_doc;
+pub use init::template as init_template;
+pub use load::{LoadError, Loaded, Source, Sources, load};
+pub use queues::{AdaptiveOverrides, QueueOverrides};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +33,11 @@ use crate::store::redis::Topology;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "waitroom", version, about, args_override_self = true)]
 pub struct Config {
+    /// A TOML configuration file (`waitroom init` prints one). Its values
+    /// stand in for the defaults; the environment and the flags still win.
+    #[arg(short = 'c', long = "config", env = "WAITROOM_CONFIG")]
+    pub config_file: Option<PathBuf>,
+
     /// Address to listen on (buyers: the queue, the page, the demo orders).
     #[arg(long, env = "WAITROOM_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
@@ -83,9 +105,10 @@ pub struct Config {
     pub key_prefix: String,
 
     /// Queue names (comma-separated), each `[a-z0-9_-]{1,64}`. Seeded in
-    /// the store with the admission flags below when the store does not
-    /// know them; from then on their settings are changed live through the
-    /// admin API, and more queues can be opened there.
+    /// the store with the admission flags below (and the file's
+    /// `[queues.<name>]` overrides) when the store does not know them; from
+    /// then on their settings are changed live through the admin API, and
+    /// more queues can be opened there.
     #[arg(
         long,
         env = "WAITROOM_QUEUES",
@@ -423,13 +446,15 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_AUDIT_MAX_LEN", default_value_t = crate::queue::audit::DEFAULT_AUDIT_MAX_LEN)]
     pub audit_max_len: u64,
 
-    /// A webhook, repeatable (in the environment, `;` between hooks):
-    /// name=NAME,url=https://…,secret=SECRET[,kinds=admitted+consumed]
-    /// [,queues=a+b][,attempts=10][,max-age-secs=86400][,backoff-ms=500]
-    /// [,timeout-ms=5000][,ca=PEM file][,insecure-http=true]. http:// only
-    /// to loopback unless insecure-http=true. The same on every instance.
-    #[arg(long = "webhook", env = "WAITROOM_WEBHOOKS", value_delimiter = ';', value_parser = crate::webhook::SpecParser)]
+    /// Webhooks: the file's `[[webhooks]]` tables (no flag), each checked
+    /// and its `ca` file read when the file is loaded.
+    #[arg(skip)]
     pub webhooks: Vec<crate::webhook::WebhookSpec>,
+
+    /// Per-queue overrides of the admission settings: the file's
+    /// `[queues.<name>]` tables (no flag), applied when a queue is seeded.
+    #[arg(skip)]
+    pub queue_overrides: Vec<(QueueName, QueueOverrides)>,
 
     /// How long a webhook entry may sit unacknowledged with an instance
     /// that stopped holding it (it died) before another instance takes it
@@ -539,11 +564,14 @@ impl Config {
             return bad("--webhook-claim-ms must be 1000-3600000");
         }
         if !self.webhooks.is_empty() && self.audit_max_len == 0 {
-            return bad("--webhook needs the audit log: --audit-max-len must not be 0");
+            return bad("[[webhooks]] need the audit log: --audit-max-len must not be 0");
         }
         for (i, hook) in self.webhooks.iter().enumerate() {
             if self.webhooks[..i].iter().any(|h| h.name == hook.name) {
-                return bad("--webhook names must be distinct");
+                return Err(ConfigError(format!(
+                    "webhooks: two hooks are named `{}`: names must be distinct",
+                    hook.name
+                )));
             }
         }
         if self.join_batch_window_us > 2000 {
@@ -642,6 +670,7 @@ impl Config {
                 "--body-timeout-secs must be at least 1 and shorter than --claim-lease-secs",
             );
         }
+        self.seed_settings()?;
         Ok(())
     }
 
