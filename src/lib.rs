@@ -30,7 +30,7 @@
 //! - [`telemetry`] sets up logs and metrics.
 
 pub mod admission;
-pub mod app;
+mod app;
 pub mod brand;
 pub mod catalog;
 pub mod challenge;
@@ -53,8 +53,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use app::{AppState, StartError};
+pub use app::{App, StartError};
 pub use config::Config;
+pub use http::AppState;
 
 /// The two listeners of an instance: buyers on `public` (`--addr`),
 /// operators on `admin` (`--admin-addr`: metrics, the admin API, the token
@@ -151,21 +152,23 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), StartError> {
     telemetry::install_metrics();
-    let state = AppState::new(config, shutdown.clone()).await?;
-    if state.config().admin_token.is_none() {
+    let app = App::new(config, shutdown.clone()).await?;
+    if app.config().admin_token.is_none() {
         // Never through the log macros, whatever RUST_LOG says: written
         // once, to stderr beside the log, and only when it was made up
         // here. A configured token is never written anywhere.
         eprintln!(
             "admin token (set --admin-token to choose one): {}",
-            state.admin_token()
+            app.state().admin_token()
         );
     }
-    serve(state, listeners).await
+    serve(app, listeners).await
 }
 
-/// Serves an already built state on both listeners; see [`run`].
-pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartError> {
+/// Serves an already built instance on both listeners; see [`run`].
+pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
+    let state = app.state().clone();
+    let settings = app.server_settings().clone();
     let Listeners {
         public: listener,
         admin,
@@ -174,7 +177,7 @@ pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartErr
     let state_gate = state.gate().clone();
     // The whole shutdown fits in `--drain-secs` + 5 s from the signal: the
     // server's own hard cap, and what is left of it for the tasks below.
-    let grace = Duration::from_secs(state.config().drain_secs) + SHUTDOWN_SLACK;
+    let grace = settings.drain + SHUTDOWN_SLACK;
     let stop_by = {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -183,17 +186,18 @@ pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartErr
         })
     };
     let tasks = TaskTracker::new();
-    state.spawn_background(&tasks);
+    app.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
     tracing::info!(addr = %admin.local_addr()?, "operator listener (metrics, admin and token APIs)");
     let operators = tokio::spawn(server::serve(
         state.clone(),
+        settings.clone(),
         admin,
         http::admin_router(state.clone()),
         server::Listener::Operator,
     ));
     let router = http::router(state.clone());
-    let served = server::serve(state, listener, router, server::Listener::Public).await;
+    let served = server::serve(state, settings, listener, router, server::Listener::Public).await;
     shutdown.cancel();
     let stop_by = stop_by
         .await

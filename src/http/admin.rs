@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, Queue};
-use crate::app::AppState;
 use crate::orders::{Product, ProductUpdate};
 use crate::queue::QueueName;
 

@@ -11,9 +11,9 @@
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 
+use super::AppState;
 use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
 use crate::queue::QueueName;
 use crate::queue::audit::{AuditId, AuditKind, AuditPage, AuditQuery, MAX_AUDIT_PAGE};
 use utoipa_axum::router::OpenApiRouter;

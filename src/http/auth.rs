@@ -27,8 +27,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
+use super::AppState;
 use super::error::ApiError;
-use crate::app::AppState;
 
 /// Checks `Authorization: Bearer <expected>` in constant time.
 pub fn require_bearer(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {

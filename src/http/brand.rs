@@ -15,9 +15,9 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::ErrorBody;
 use super::extract::Queue;
-use crate::app::AppState;
 use crate::brand::Branding;
 
 /// `/api/queues/{queue}/page`.
@@ -71,6 +71,6 @@ async fn page(State(state): State<AppState>, Queue(queue): Queue) -> Json<PageVi
         queue_texts: settings.map(|s| s.texts.clone()).unwrap_or_default(),
         shop_url: settings
             .and_then(|s| s.shop_url.clone())
-            .or_else(|| state.config().shop_url.clone()),
+            .or_else(|| state.settings().shop_url.clone()),
     })
 }

@@ -18,9 +18,9 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::Queue;
-use crate::app::AppState;
 use crate::challenge::Refusal;
 use crate::queue::QueueName;
 

@@ -29,9 +29,9 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
 use crate::queue::StoredSettings;
 
 #[derive(RustEmbed)]
@@ -275,7 +275,7 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
         .report_streams(
             state.instance(),
             streams_open as u64,
-            crate::app::STREAMS_REPORT_TTL.as_millis() as u64,
+            crate::push::STREAMS_REPORT_TTL.as_millis() as u64,
         )
         .await
         .ok()

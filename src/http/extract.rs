@@ -11,8 +11,8 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
+use super::AppState;
 use super::error::ApiError;
-use crate::app::AppState;
 use crate::queue::{QueueName, Snapshot, TicketError, UserId};
 
 pub use super::cookies::{TICKET_COOKIE, TICKET_COOKIE_SECURE};
@@ -200,7 +200,7 @@ pub fn request_ticket(
 ) -> Option<String> {
     raw_ticket(
         headers.get("x-queue-ticket").and_then(|v| v.to_str().ok()),
-        uri.query().filter(|_| state.config().ticket_in_query),
+        uri.query().filter(|_| state.settings().ticket_in_query),
         headers
             .get_all("cookie")
             .iter()

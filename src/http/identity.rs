@@ -8,9 +8,9 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use super::AppState;
 use super::client::{ClientInfo, client_of};
 use super::error::ApiError;
-use crate::app::AppState;
 use crate::identity::IdentityError;
 use crate::queue::UserId;
 use crate::store::Rate;

@@ -17,11 +17,11 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, Queue, now_ms};
 use super::wire::{PreQueueBody, QueueStatus};
-use crate::app::AppState;
 use crate::queue::lottery::{fingerprint, new_nonce, new_seed};
 use crate::queue::{QueueName, Snapshot, UserId};
 use crate::store::{LotteryRefusal, LotteryState, PreEntry, PreJoin};
@@ -63,7 +63,7 @@ struct LotteryView {
 
 impl LotteryView {
     fn new(state: &AppState, queue: &QueueName, l: LotteryState) -> Self {
-        let base = &state.config().base_path;
+        let base = &state.settings().base_path;
         Self {
             queue: queue.as_str().to_owned(),
             opens_at: l.opens_at,

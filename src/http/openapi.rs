@@ -29,9 +29,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
+use super::AppState;
 use super::error::ErrorBody;
 use super::wire::{GoneEvent, QueueStatus, ReadyEvent};
-use crate::app::AppState;
 
 /// The document's frame: what no handler states.
 #[derive(OpenApi)]
@@ -367,7 +367,7 @@ static DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| {
         content_type = "application/json", body = Object))
 )]
 pub async fn openapi_json(State(state): State<AppState>) -> impl IntoResponse {
-    let base = &state.config().base_path;
+    let base = &state.settings().base_path;
     let body = if base.is_empty() {
         DOCUMENT.clone()
     } else {

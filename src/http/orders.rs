@@ -20,8 +20,8 @@ use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
 use crate::gate::EntryPass;
 use crate::identity::IdentityError;
 use crate::orders::{Order, OrderError, OrderStore, Product};

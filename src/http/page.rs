@@ -12,10 +12,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
 
+use super::AppState;
 use super::client::Client;
 use super::error::ApiError;
 use super::identity::allow_new_visitor;
-use crate::app::AppState;
 
 #[derive(RustEmbed)]
 #[folder = "static/"]

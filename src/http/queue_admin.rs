@@ -15,10 +15,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
-use crate::app::AppState;
 use crate::queue::{AdaptiveSettings, QueueName, QueueSettings, StoredSettings};
 use crate::store::AdaptiveState;
 

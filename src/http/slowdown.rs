@@ -8,10 +8,10 @@ use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
-use crate::app::AppState;
 use crate::orders::slowdown::SlowdownSetting;
 
 /// `/api/admin/orders/slowdown`.

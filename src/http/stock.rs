@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::{AdminAuth, ServiceAuth};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, Queue};
-use crate::app::AppState;
 use crate::queue::stock::MAX_UNITS;
 use crate::queue::{QueueName, StockReport};
 use crate::store::StockState;
@@ -213,7 +213,7 @@ async fn report_stock(
 /// store. A failure is logged, not returned: the order or restock it
 /// follows is done, and the next report (or an operator's) catches up.
 pub(super) async fn report_demo_stock(state: &AppState, queue: &str) {
-    if !state.config().stock_from_orders {
+    if !state.settings().stock_from_orders {
         return;
     }
     let (Some(orders), Ok(queue)) = (state.orders(), QueueName::parse(queue)) else {

@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::ServiceAuth;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
-use crate::app::AppState;
 use crate::gate::Settle;
 use crate::queue::{QueueName, UserId};
 
@@ -124,7 +124,7 @@ async fn claim(
         queue: claim.queue.as_str().to_owned(),
         user_id: claim.user.as_str().to_owned(),
         idempotency_key: claim.idempotency_key,
-        lease_seconds: state.config().claim_lease_secs,
+        lease_seconds: state.settings().claim_lease_secs,
     })
     .into_response())
 }
