@@ -35,6 +35,7 @@ pub mod brand;
 pub mod catalog;
 pub mod challenge;
 pub mod config;
+pub mod error;
 pub mod gate;
 pub mod http;
 pub mod identity;

@@ -12,7 +12,8 @@
 use axum::body::{Body, Bytes};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::error::ApiError;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// Why a body could not be read whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +55,7 @@ impl From<BodyError> for ApiError {
             BodyError::TooLarge => ApiError::PayloadTooLarge,
             BodyError::TimedOut => ApiError::RequestTimeout,
             BodyError::Broken => {
-                ApiError::bad_request("invalid_body", "the body could not be read")
+                ApiError::bad_request(ErrorCode::InvalidBody, "the body could not be read")
             }
         }
     }

@@ -16,9 +16,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::error::ErrorBody;
 use super::extract::Queue;
 use crate::brand::Branding;
+use crate::error::ErrorBody;
 
 /// `/api/queues/{queue}/page`.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -30,7 +30,7 @@ use axum::http::request::Parts;
 use ipnet::IpNet;
 
 use super::AppState;
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// Which forwarding header trusted proxies set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

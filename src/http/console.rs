@@ -31,7 +31,8 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::StoredSettings;
 
 #[derive(RustEmbed)]
@@ -66,7 +67,7 @@ async fn page(uri: Uri) -> Response {
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             response
         }
-        None => ApiError::not_found("not_found", "no such resource").into_response(),
+        None => ApiError::not_found(ErrorCode::NotFound, "no such resource").into_response(),
     }
 }
 

@@ -32,12 +32,12 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::client::{Client, ClientInfo};
-use super::error::{ApiError, ErrorBody};
 use super::extract::Member;
 use super::handoff::LeanStream;
 use super::lottery::PreTicket;
 use super::openapi::{StreamEvent, TicketParams};
 use super::wire;
+use crate::error::{ApiError, ErrorBody};
 use crate::push::{EventId, StreamSession, View, shed_frame, view_of};
 
 /// The route of the event stream (the lean writer matches it too; the

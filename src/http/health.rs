@@ -8,7 +8,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody};
 
 /// `/healthz`, `/readyz` (on both listeners).
 pub fn probes() -> OpenApiRouter<AppState> {

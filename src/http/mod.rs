@@ -3,7 +3,6 @@
 pub(crate) mod body;
 pub mod client;
 pub mod cookies;
-pub mod error;
 pub mod extract;
 
 mod admin;
@@ -14,6 +13,7 @@ mod challenge;
 mod console;
 mod entries;
 mod events;
+pub mod gate;
 mod handoff;
 mod headers;
 mod health;
@@ -42,8 +42,9 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use error::ApiError;
+pub use crate::error::{ApiError, ErrorBody, ErrorCode};
 pub use events::PATH as EVENTS_PATH;
+pub use gate::EntryPass;
 pub use handoff::LeanStream;
 pub use openapi::document as api_document;
 pub use state::{AppState, HttpSettings, Services};
@@ -179,7 +180,7 @@ async fn below_base(
         .filter(|rest| rest.starts_with('/'))
         .and_then(|rest| format!("{rest}{query}").parse::<Uri>().ok());
     let Some(inner) = inner else {
-        return Ok(ApiError::not_found("not_found", "no such resource").into_response());
+        return Ok(ApiError::not_found(ErrorCode::NotFound, "no such resource").into_response());
     };
     *request.uri_mut() = inner;
     service.oneshot(request).await
@@ -187,7 +188,7 @@ async fn below_base(
 
 /// A path the operator listener does not serve.
 async fn not_found() -> ApiError {
-    ApiError::not_found("not_found", "no such resource")
+    ApiError::not_found(ErrorCode::NotFound, "no such resource")
 }
 
 /// A known path with a method it does not take: the JSON error shape (axum

@@ -27,7 +27,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// An origin as browsers serialize it: lower-case scheme and host, and the
 /// port only when it is not the scheme's default. `None` for anything else

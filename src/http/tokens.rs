@@ -22,8 +22,9 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::ServiceAuth;
-use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::gate::Settle;
 use crate::queue::{QueueName, UserId};
 
@@ -76,14 +77,14 @@ struct ClaimGranted {
 }
 
 fn user(raw: &str) -> Result<UserId, ApiError> {
-    UserId::parse(raw).map_err(|e| ApiError::bad_request("invalid_user_id", e.0))
+    UserId::parse(raw).map_err(|e| ApiError::bad_request(ErrorCode::InvalidUserId, e.0))
 }
 
 fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
     QueueName::parse(raw)
         .ok()
         .filter(|q| state.has_queue(q))
-        .ok_or_else(|| ApiError::not_found("unknown_queue", "no such queue"))
+        .ok_or_else(|| ApiError::not_found(ErrorCode::UnknownQueue, "no such queue"))
 }
 
 /// Claims a buyer's entry token for one order: no other order can use it
@@ -232,7 +233,7 @@ async fn settle(
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::conflict(
-            "claim_not_held",
+            ErrorCode::ClaimNotHeld,
             "this claim no longer holds the token",
         ))
     }

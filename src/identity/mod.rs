@@ -66,19 +66,6 @@ pub enum IdentityError {
     Expired,
 }
 
-impl IdentityError {
-    /// The JSON error code of the API.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::MissingUserHeader => "missing_user_id",
-            Self::InvalidUserHeader(_) => "invalid_user_id",
-            Self::Missing(_) => "missing_identity",
-            Self::Invalid(_) => "invalid_identity",
-            Self::Expired => "identity_expired",
-        }
-    }
-}
-
 /// The buyer of a join: who it is and, when the visitor was minted just
 /// now, the cookie to set.
 #[derive(Debug, Clone)]

@@ -82,6 +82,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use tower_http::timeout::RequestBodyDeadlineLayer;
 
+use crate::error::ErrorCode;
 use crate::http::ApiError;
 use crate::http::AppState;
 use admit::{Admission, Admitted, Limits, ReserveConfig};
@@ -269,7 +270,7 @@ pub async fn serve(
 /// The answer to a connection over its address's share.
 fn address_full() -> ApiError {
     ApiError::ClientLimited {
-        code: "address_connections_limited",
+        code: ErrorCode::AddressConnectionsLimited,
         message: "too many open connections from this address; close some and retry".into(),
         retry_after_secs: 1,
     }
