@@ -23,7 +23,8 @@ use crate::queue::{self, QueueName, QueueSettings, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
-use crate::{admission, gate, orders, push, server};
+use crate::tasks::gate::{gate_adaptive, gate_queues};
+use crate::{gate, orders, push, server, tasks};
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -157,18 +158,18 @@ impl App {
         let shutdown = state.shutdown();
         let store = state.store();
         let catalog = state.catalog();
-        tasks.spawn(catalog.clone().run(shutdown.clone()));
-        tasks.spawn(admission::run(
+        tasks.spawn(tasks::catalog::run(catalog.clone(), shutdown.clone()));
+        tasks.spawn(tasks::admission::run(
             store.clone(),
             catalog.watch(),
             shutdown.clone(),
         ));
-        tasks.spawn(admission::adaptive::run(
+        tasks.spawn(tasks::adaptive::run(
             store.clone(),
             catalog.watch(),
             shutdown.clone(),
         ));
-        tasks.spawn(crate::lottery::run(
+        tasks.spawn(tasks::lottery::run(
             store.clone(),
             catalog.watch(),
             state.lotteries().clone(),
@@ -184,24 +185,24 @@ impl App {
             catalog.watch(),
             shutdown.clone(),
         ));
-        tasks.spawn(report_streams(
+        tasks.spawn(tasks::streams::run(
             store.clone(),
             state.hub().clone(),
             state.instance().to_owned(),
             shutdown.clone(),
         ));
-        tasks.spawn(crate::webhook::run(
+        tasks.spawn(tasks::webhooks::run(
             store.clone(),
             self.config.webhooks.clone(),
             catalog.watch(),
-            crate::webhook::DeliveryOptions {
+            tasks::webhooks::DeliveryOptions {
                 consumer: state.instance().to_owned(),
                 claim_ms: self.config.webhook_claim_ms,
                 tick: Duration::from_millis(250),
             },
             shutdown.clone(),
         ));
-        tasks.spawn(follow_gate(
+        tasks.spawn(tasks::gate::run(
             state.gate().clone(),
             catalog.watch(),
             shutdown.clone(),
@@ -215,34 +216,20 @@ impl App {
                     .run(store.clone(), shutdown.clone()),
             );
         }
-        self.spawn_orders(tasks);
-    }
-
-    /// The demo order service's tasks: the stock report at start (with
-    /// `--stock-from-orders`) and the token-delete reconciler.
-    fn spawn_orders(&self, tasks: &TaskTracker) {
-        let state = &self.state;
-        let Some(orders) = state.orders() else {
-            return;
-        };
-        if self.config.stock_from_orders {
-            // Links each queue to its products' stock once at start; every
-            // order and restock reports again (`http::stock`).
-            let (store, orders, queues) =
-                (state.store().clone(), orders.clone(), state.queue_names());
-            tasks.spawn(async move {
-                for queue in &queues {
-                    if let Err(e) = crate::http::stock::report_from(&store, &orders, queue).await {
-                        tracing::warn!(%queue, error = %e, "cannot report the demo stock");
-                    }
-                }
-            });
+        if let Some(orders) = state.orders() {
+            if self.config.stock_from_orders {
+                tasks.spawn(tasks::orders::report_stock(
+                    store.clone(),
+                    orders.clone(),
+                    state.queue_names(),
+                ));
+            }
+            tasks.spawn(tasks::orders::reconcile(
+                orders.clone(),
+                state.gate().clone(),
+                shutdown.clone(),
+            ));
         }
-        tasks.spawn(orders::reconcile::run(
-            orders.clone(),
-            state.gate().clone(),
-            state.shutdown().clone(),
-        ));
     }
 }
 
@@ -410,68 +397,6 @@ fn instance_id() -> String {
         std::process::id(),
         rand::random::<u16>()
     )
-}
-
-/// Reports this instance's open streams to the store every 2 s, so the
-/// console of any instance shows the streams of all.
-async fn report_streams(
-    store: SharedStore,
-    hub: Arc<push::Hub>,
-    instance: String,
-    shutdown: CancellationToken,
-) {
-    let ttl = push::STREAMS_REPORT_TTL.as_millis() as u64;
-    loop {
-        let streams = hub.open_streams() as u64;
-        if let Err(e) = store.report_streams(&instance, streams, ttl).await {
-            tracing::debug!(error = %e, "streams report failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
-    }
-}
-
-/// The gate's queues and claim leases from the catalog.
-fn gate_queues(queues: &crate::catalog::Queues) -> Vec<(QueueName, Duration)> {
-    queues
-        .iter()
-        .map(|(q, s)| (q.clone(), Duration::from_millis(s.settings.claim_lease_ms)))
-        .collect()
-}
-
-/// The queues whose orders' outcomes the gate counts: adaptive admission
-/// on, each with its window.
-fn gate_adaptive(queues: &crate::catalog::Queues) -> std::collections::HashMap<QueueName, u64> {
-    queues
-        .iter()
-        .filter_map(|(q, s)| {
-            let a = s.settings.adaptive.as_ref().filter(|a| a.enabled)?;
-            Some((q.clone(), a.window_ms))
-        })
-        .collect()
-}
-
-/// Keeps the gate's queues and leases in step with the catalog.
-async fn follow_gate(
-    gate: gate::Gate,
-    mut queues: tokio::sync::watch::Receiver<Arc<crate::catalog::Queues>>,
-    shutdown: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            changed = queues.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                let current = queues.borrow_and_update().clone();
-                gate.set_queues(gate_queues(&current));
-                gate.set_adaptive(gate_adaptive(&current));
-            }
-        }
-    }
 }
 
 /// Each stream holds one socket: leave a twentieth of the open-file limit

@@ -29,11 +29,11 @@
 //!   (uses `store`, `queue`);
 //! - [`telemetry`] sets up logs and metrics.
 
-pub mod admission;
 mod app;
 pub mod brand;
 pub mod catalog;
 pub mod challenge;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod gate;
@@ -45,6 +45,7 @@ pub mod push;
 pub mod queue;
 pub mod server;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod webhook;
 

@@ -286,9 +286,7 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
                 .collect()
         });
     ConsoleSnapshot {
-        at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
+        at: crate::clock::now_ms(),
         queues,
         instance: state.instance().to_owned(),
         streams_open,

@@ -18,11 +18,12 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::client::Client;
 use super::cookies;
-use super::extract::{Member, OptionalJson, Queue, now_ms, request_ticket, ticket_ended};
+use super::extract::{Member, OptionalJson, Queue, request_ticket, ticket_ended};
 use super::identity::Joiner;
 use super::lottery::PreTicket;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
+use crate::clock::now_ms;
 use crate::error::{ApiError, ErrorBody};
 use crate::queue::{EntryToken, QueueName, Standing, UserId};
 

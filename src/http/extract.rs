@@ -12,6 +12,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::AppState;
+use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::error::ErrorCode;
 use crate::queue::{QueueName, Snapshot, TicketError, UserId};
@@ -69,13 +70,6 @@ pub fn raw_ticket<'a>(
         }
     }
     plain
-}
-
-/// Now, in ms since the epoch: the clock tickets are issued and checked by.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A queue member authenticated by their ticket: the queue in the path, the

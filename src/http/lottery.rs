@@ -19,8 +19,9 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::AdminAuth;
-use super::extract::{JsonBody, Queue, now_ms};
+use super::extract::{JsonBody, Queue};
 use super::wire::{PreQueueBody, QueueStatus};
+use crate::clock::now_ms;
 use crate::error::ErrorCode;
 use crate::error::{ApiError, ErrorBody};
 use crate::queue::lottery::{fingerprint, new_nonce, new_seed};

@@ -220,27 +220,7 @@ pub(super) async fn report_demo_stock(state: &AppState, queue: &str) {
     let (Some(orders), Ok(queue)) = (state.orders(), QueueName::parse(queue)) else {
         return;
     };
-    if let Err(e) = report_from(state.store(), orders, &queue).await {
+    if let Err(e) = crate::orders::stock::report_from(state.store(), orders, &queue).await {
         tracing::warn!(%queue, error = %e, "cannot report the demo stock");
     }
-}
-
-/// Reports the demo products of `queue` to `store`.
-pub async fn report_from(
-    store: &crate::store::SharedStore,
-    orders: &crate::orders::OrderStore,
-    queue: &QueueName,
-) -> Result<StockState, String> {
-    let (units, per) = orders
-        .queue_stock(queue.as_str())
-        .await
-        .map_err(|e| e.to_string())?;
-    let report = StockReport {
-        remaining: units.max(0) as u64,
-        per_buyer: per.max(1) as u64,
-    };
-    store
-        .set_stock(queue, report)
-        .await
-        .map_err(|e| e.to_string())
 }

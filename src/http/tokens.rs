@@ -23,6 +23,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::ServiceAuth;
 use super::extract::JsonBody;
+use crate::clock::now_ms;
 use crate::error::ErrorCode;
 use crate::error::{ApiError, ErrorBody};
 use crate::gate::Settle;
@@ -148,12 +149,6 @@ fn unstamp(raw: &str) -> (&str, Option<u64>) {
         },
         None => (raw, None),
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// After the order committed: deletes the token.
