@@ -1,33 +1,46 @@
 //! waitroom: a virtual waiting room in front of an order API.
 //!
 //! [`run`] serves a configured instance until its shutdown token fires;
-//! [`serve`] does the same for an already built [`AppState`] (tests share a
+//! [`serve`] does the same for an already built [`App`] (tests share a
 //! store between several instances that way).
 //!
-//! The modules, with dependencies pointing one way (each uses only the ones
-//! after it):
+//! The top-level modules, bottom-up; each uses only the modules named
+//! after "uses" (`tests/api/layering.rs` holds this table, `LAYERS`, and
+//! checks every module against it, that the arrows form no circle, that
+//! nothing but this file names `app`, that `queue` names nothing else of
+//! the crate and that `gate` names neither `http` nor axum):
 //!
-//! - `main` parses the command line ([`config`]) and calls [`run`];
-//! - [`server`] owns the connections: the two listeners (buyers on
-//!   `--addr`, operators on `--admin-addr`), the lean stream writer and the
-//!   hyper fallback, connection caps, shutdown;
-//! - [`app`] builds the [`AppState`] from the configuration and starts the
-//!   background tasks, handing each only its own handles;
-//! - [`http`] is the API: routes, extractors, the one error type, the
-//!   per-buyer request limits;
-//! - [`identity`] says who a request is for (visitor cookie, gateway
-//!   header or signed login token), for the API and the gate alike;
-//! - [`push`] fans the store's queue events out to this instance's streams;
-//!   [`gate`] guards entry tokens for order services; [`admission`] runs the
-//!   admission passes; [`orders`] is the demo order service;
-//! - [`catalog`] is the instance's copy of the live queues and their
-//!   settings, re-read from the store every second;
-//! - [`store`] keeps the state (Redis, or memory for one instance);
-//! - [`queue`] holds the rules, knowing neither Redis nor HTTP;
-//! - [`brand`] reads and checks operators' page branding (`--page-dir`);
-//! - [`webhook`] delivers the queues' audit logs to operators' endpoints
-//!   (uses `store`, `queue`);
-//! - [`telemetry`] sets up logs and metrics.
+//! - `queue` holds the rules, knowing neither Redis nor HTTP (uses nothing);
+//!   `clock` is the one wall clock; `telemetry` sets up logs and metrics;
+//! - [`store`] keeps the state, Redis or memory (uses `queue`, `clock`);
+//! - [`identity`] says who a request is for; [`brand`] reads operators'
+//!   page branding (`--page-dir`) (both use `queue`);
+//! - [`error`] is the one error shape, `ApiError` and its `ErrorCode`s
+//!   (uses `store`);
+//! - [`catalog`] is the instance's copy of the live queues; [`push`] fans
+//!   queue events out to this instance's streams (both use `queue`,
+//!   `store`);
+//! - [`challenge`] (join challenges), [`lottery`] (the draw of a scheduled
+//!   opening) and [`webhook`] (audit-log delivery) use `queue`, `store`,
+//!   `clock`;
+//! - [`gate`] guards entry tokens for order services, framework-free (uses
+//!   `queue`, `store`, `identity`); [`orders`] is the demo order service
+//!   (uses `queue`, `store`, `gate`);
+//! - [`tasks`] is everything that runs in the background (uses the domain
+//!   modules above: `queue`, `store`, `clock`, `catalog`, `push`,
+//!   `lottery`, `webhook`, `gate`, `orders`);
+//! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
+//!   routes, extractors (the order gate's `EntryPass` too), request limits
+//!   (uses the modules above but `tasks` and `webhook`);
+//! - [`server`] owns the connections: the two listeners, the lean stream
+//!   writer, caps, shutdown (uses `http`, `error`, `push`);
+//! - [`config`] is the command line and environment (uses `queue`,
+//!   `store`, `identity`, `challenge`, `webhook`, `http`: the types it
+//!   configures live with their behaviour);
+//! - `app`, the composition root, builds the services and the HTTP state
+//!   from the configuration and starts the tasks; only this file uses it
+//!   (re-exported as [`App`], [`StartError`]);
+//! - `main` parses the command line and calls [`run`].
 
 mod app;
 pub mod brand;

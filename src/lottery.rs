@@ -15,7 +15,6 @@
 
 use std::collections::HashSet;
 use std::sync::RwLock;
-use std::time::Duration;
 
 use crate::clock::now_ms;
 use crate::queue::lottery::{draw_order, fingerprint, parse_seed, published_list};

@@ -1,6 +1,6 @@
 //! Reading a request body whole: the one reader of every endpoint that
 //! takes a body, the API's JSON bodies (`super::extract`) and the order
-//! gate's ([`crate::gate::EntryPass`]).
+//! gate's ([`crate::http::EntryPass`]).
 //!
 //! A read fails in three ways that call for three answers, and the cause
 //! arrives wrapped by whatever layers sit in front (the body deadline, the

@@ -3,7 +3,7 @@
 //!
 //! A queue is only as fair as its idea of who is in it, so every part that
 //! names a buyer (a join, the ticket-user binding of position, events and
-//! leave, [`crate::gate::EntryPass`], `GET /api/orders/{id}`) asks the same
+//! leave, [`crate::http::EntryPass`], `GET /api/orders/{id}`) asks the same
 //! [`Identity`]. It runs in one of three modes:
 //!
 //! - **visitor** (the default, for anonymous shoppers): waitroom mints a
