@@ -1,11 +1,10 @@
-//! The application state: what a request handler or background task
-//! needs, built once from the configuration and cheap to clone.
+//! The composition root: builds the services from the configuration,
+//! hands the HTTP layer its state ([`AppState`], with typed
+//! [`HttpSettings`]) and the transport its [`server::Settings`], and
+//! starts the background tasks, each with only its own handles.
 //!
-//! It is the composition root: it opens the store, the order database and
-//! the ticket secret, and hands each part only what it uses. Background
-//! tasks get their own handles (the push hub, the store, the policy, the
-//! shutdown token), not the state, so `push`, `gate`, `store` and `queue`
-//! never depend on this module or on `http`.
+//! Nothing in the crate imports this module but `lib.rs`: `http`, `gate`,
+//! `push`, `store` and `queue` never see the whole `Config`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,15 +15,16 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::Catalog;
 use crate::challenge::{self, auto};
 use crate::config::{self, Config};
-use crate::http::client::{ClientInfo, TrustedProxies};
+use crate::http::client::TrustedProxies;
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
+use crate::http::{AppState, HttpSettings, Services};
 use crate::identity::Identity;
-use crate::queue::{self, Policy, QueueName, TicketSigner};
+use crate::queue::{self, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
-use crate::{admission, gate, orders, push};
-
+use crate::tasks::gate::{gate_adaptive, gate_queues};
+use crate::{gate, orders, push, server, tasks};
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -40,75 +40,28 @@ pub enum StartError {
     Page(#[from] crate::brand::BrandError),
 }
 
-/// Everything a request handler or background task needs; cheap to clone.
+/// A built instance: the HTTP state, the transport's settings and what
+/// the background tasks need; cheap to clone.
 #[derive(Clone)]
-pub struct AppState {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: Config,
-    /// The live queues and their settings (re-read from the store).
-    catalog: Arc<Catalog>,
-    /// This instance's name in the streams report of the console.
-    instance: String,
-    store: SharedStore,
-    signer: TicketSigner,
-    admin_token: String,
-    hub: Arc<push::Hub>,
-    gate: gate::Gate,
-    identity: Identity,
+pub struct App {
+    state: AppState,
+    config: Arc<Config>,
+    server: server::Settings,
     limits: Arc<RequestLimits>,
-    proxies: TrustedProxies,
-    orders: Option<orders::OrderStore>,
-    max_streams: usize,
-    max_connections: usize,
-    shutdown: CancellationToken,
-    /// Join challenges: issued and checked by `door`, asked for by `door_switch`.
-    door: challenge::Door,
     door_switch: Arc<auto::Switch>,
-    /// `--page-dir`: page files and brandings, checked at start-up.
-    page_dir: Option<crate::brand::PageDir>,
-    /// Queues whose lottery draw is still ahead (`crate::lottery`).
-    lotteries: Arc<crate::lottery::Pending>,
 }
 
-impl AppState {
+impl App {
     /// Validates `config`, connects the store and sets up the ticket secret.
     pub async fn new(config: Config, shutdown: CancellationToken) -> Result<Self, StartError> {
         config.validate()?;
-        let (store, shared_secret): (SharedStore, Option<String>) = match &config.redis_url {
-            Some(url) => {
-                let options = RedisOptions {
-                    topology: Topology::from_flags(url, config.redis_cluster)
-                        .map_err(config::ConfigError)?,
-                    wait_replicas: config.redis_wait_replicas,
-                };
-                let redis = RedisStore::open(&options, &config.key_prefix)
-                    .await?
-                    .with_audit_max_len(config.audit_max_len)
-                    .with_join_batch(config.join_batch());
-                let secret = match config.ticket_secret {
-                    Some(_) => None,
-                    None => {
-                        tracing::warn!(
-                            "no --ticket-secret: using a secret shared through Redis; set one explicitly in production"
-                        );
-                        Some(redis.shared_secret().await?)
-                    }
-                };
-                (Arc::new(redis), secret)
-            }
-            None => (
-                Arc::new(MemoryStore::new().with_audit_max_len(config.audit_max_len)),
-                None,
-            ),
-        };
+        let (store, shared_secret) = open_store(&config).await?;
         Self::with_store(config, store, shared_secret, shutdown).await
     }
 
-    /// Builds the state around an existing store (tests share one between
-    /// several instances), opening the demo order database if `--orders on`.
+    /// Builds the instance around an existing store (tests share one
+    /// between several instances), opening the demo order database if
+    /// `--orders on`.
     pub async fn with_store(
         config: Config,
         store: SharedStore,
@@ -117,22 +70,10 @@ impl AppState {
     ) -> Result<Self, StartError> {
         config.validate()?;
         let queues = config.queue_names()?;
-        let secret: Vec<u8> = match (&config.ticket_secret, shared_secret) {
-            (Some(secret), _) => secret.as_bytes().to_vec(),
-            (None, Some(shared)) => shared.into_bytes(),
-            (None, None) => {
-                let mut random = vec![0u8; 32];
-                rand::fill(&mut random[..]);
-                random
-            }
-        };
+        let secret = ticket_secret(&config, shared_secret);
         // Visitor cookies are signed with a key derived from the ticket
         // secret, so they are shared across instances the same way.
-        let identity = match config.signed_identity()? {
-            Some(signed) => Identity::signed(&signed).map_err(config::ConfigError)?,
-            None if config.identity == config::IdentityMode::Header => Identity::header(),
-            None => Identity::visitor(&secret),
-        };
+        let identity = open_identity(&config, &secret)?;
         // Like visitor cookies, join challenges are signed with a key
         // derived from the ticket secret, so every instance accepts them.
         let door = challenge::Door::new(
@@ -146,328 +87,302 @@ impl AppState {
             config.join_challenge_threshold,
             Duration::from_secs(config.join_challenge_hold_secs),
         ));
-        let signer = TicketSigner::new(secret);
-        let admin_token = config
-            .admin_token
-            .clone()
-            .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned());
         let orders = match config.orders {
+            // The demo product is sold in the first configured queue.
             config::OrdersMode::On => {
-                // The demo product is sold in the first configured queue.
                 Some(orders::OrderStore::open(&config.orders_db, queues[0].as_str()).await?)
             }
             config::OrdersMode::Off => None,
         };
-        // Every stream is a connection: unset, either cap follows the
-        // other one set explicitly.
-        let max_connections = config
-            .max_connections
-            .unwrap_or_else(|| default_max_connections().max(config.max_streams.unwrap_or(0)));
-        let max_streams = config
-            .max_streams
-            .unwrap_or_else(|| default_max_streams().min(max_connections));
-        if max_streams > max_connections {
-            return Err(config::ConfigError(format!(
-                "--max-connections ({max_connections}) must be at least --max-streams ({max_streams})"
-            ))
-            .into());
-        }
+        let (max_streams, max_connections) = caps(&config)?;
         let page_dir = match &config.page_dir {
             Some(dir) => Some(crate::brand::PageDir::open(dir, &queues)?),
             None => None,
         };
-        let policy = config.policy();
-        let catalog = Arc::new(
-            Catalog::open_with(
-                store.clone(),
-                config.seed_settings()?,
-                config.seed_defaults(),
-            )
-            .await,
-        );
-        let proxies = TrustedProxies::new(config.proxy_nets()?, config.client_address_header);
-        let limits = RequestLimits::new(
-            PER_SECOND,
-            BURST,
-            AddressPolicy {
-                joins_per_minute: config.joins_per_address_per_minute,
-                places: config.places_per_address,
-                visitors_per_minute: config.visitors_per_address_per_minute,
-            },
-        );
-        let gate = gate::Gate::new(
-            store.clone(),
-            queues.clone(),
-            Duration::from_secs(config.claim_lease_secs),
-            Duration::from_millis(policy.token_ttl_ms)
-                + Duration::from_secs(config.claim_lease_secs),
-            shutdown.clone(),
-        )
-        .with_identity(identity.clone());
-        gate.set_queues(gate_queues(&catalog.current()));
-        gate.set_adaptive(gate_adaptive(&catalog.current()));
+        let catalog = open_catalog(&config, &store).await?;
+        let limits = Arc::new(request_limits(&config));
+        let gate = open_gate(&config, &store, &queues, &catalog, &shutdown)
+            .with_identity(identity.clone());
+        let settings = http_settings(&config, max_streams)?;
+        let server = server_settings(&config, max_connections);
+        let state = AppState::new(Services {
+            catalog,
+            instance: instance_id(),
+            store,
+            signer: TicketSigner::new(secret),
+            hub: Arc::new(push::Hub::new(&queues)),
+            gate,
+            identity,
+            limits: limits.clone(),
+            proxies: TrustedProxies::new(config.proxy_nets()?, config.client_address_header),
+            orders,
+            shutdown,
+            door,
+            door_switch: door_switch.clone(),
+            page_dir,
+            lotteries: Arc::default(),
+            settings,
+        });
         Ok(Self {
-            inner: Arc::new(Inner {
-                catalog,
-                instance: instance_id(),
-                gate,
-                identity,
-                limits: Arc::new(limits),
-                proxies,
-                orders,
-                hub: Arc::new(push::Hub::new(&queues)),
-                max_streams,
-                max_connections,
-                config,
-                store,
-                signer,
-                admin_token,
-                shutdown,
-                door,
-                door_switch,
-                page_dir,
-                lotteries: Arc::default(),
-            }),
+            state,
+            config: Arc::new(config),
+            server,
+            limits,
+            door_switch,
         })
     }
 
-    /// Queues whose lottery draw is still ahead, as this instance last saw.
-    pub fn lotteries(&self) -> &Arc<crate::lottery::Pending> {
-        &self.inner.lotteries
-    }
-
-    /// The store.
-    pub fn store(&self) -> &SharedStore {
-        &self.inner.store
+    /// The HTTP layer's state.
+    pub fn state(&self) -> &AppState {
+        &self.state
     }
 
     /// The validated configuration.
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        &self.config
     }
 
-    /// `queue`'s admission policy, as this instance last read it.
-    pub fn policy(&self, queue: &QueueName) -> Policy {
-        self.inner.catalog.policy(queue)
+    /// What the transport reads of the configuration.
+    pub fn server_settings(&self) -> &server::Settings {
+        &self.server
     }
 
-    /// The live queues, in name order.
-    pub fn queue_names(&self) -> Vec<QueueName> {
-        self.inner.catalog.current().keys().cloned().collect()
-    }
-
-    /// Whether `queue` exists (configured, or opened by an operator).
-    pub fn has_queue(&self, queue: &QueueName) -> bool {
-        self.inner.catalog.contains(queue)
-    }
-
-    /// The live queue catalog.
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.inner.catalog
-    }
-
-    /// This instance's name among its peers (host, process, a random tag).
-    pub fn instance(&self) -> &str {
-        &self.inner.instance
-    }
-
-    /// The ticket signer.
-    pub fn signer(&self) -> &TicketSigner {
-        &self.inner.signer
-    }
-
-    /// The bearer token of the admin API.
-    pub fn admin_token(&self) -> &str {
-        &self.inner.admin_token
-    }
-
-    /// Most streams this instance holds open: `--max-streams`, or the
-    /// open-file limit less headroom for Redis, the database and the rest.
-    pub fn max_streams(&self) -> usize {
-        self.inner.max_streams
-    }
-
-    /// Most connections this instance holds open, streams included:
-    /// `--max-connections`, or the open-file limit less a smaller headroom
-    /// than the stream cap's.
-    pub fn max_connections(&self) -> usize {
-        self.inner.max_connections
-    }
-
-    /// The order gate (entry-token claims).
-    pub fn gate(&self) -> &gate::Gate {
-        &self.inner.gate
-    }
-
-    /// Who requests are for: the one identity source of the queue, the
-    /// gate and the demo order service.
-    pub fn identity(&self) -> &Identity {
-        &self.inner.identity
-    }
-
-    /// Per-buyer request limits of this instance.
-    pub fn limits(&self) -> &RequestLimits {
-        &self.inner.limits
-    }
-
-    /// The proxies whose forwarding headers name the client.
-    pub fn trusted_proxies(&self) -> &TrustedProxies {
-        &self.inner.proxies
-    }
-
-    /// Whether cookies set for `client` get `Secure` (`--cookie-secure`).
-    pub fn cookie_secure(&self, client: &ClientInfo) -> bool {
-        crate::http::cookies::secure(self.inner.config.cookie_secure, client)
-    }
-
-    /// The `Set-Cookie` value of a visitor cookie carrying `value`.
-    pub fn visitor_cookie(&self, value: String, client: &ClientInfo) -> String {
-        crate::http::cookies::visitor(value, self.cookie_secure(client))
-    }
-
-    /// The demo order database, when `--orders on`.
-    pub fn orders(&self) -> Option<&orders::OrderStore> {
-        self.inner.orders.as_ref()
-    }
-
-    /// The bearer token of the token API: `--service-token`; `None` while
-    /// the token API is off. Never the admin token (a separate scope: an
-    /// order service cannot pause queues or reprice products).
-    pub fn service_token(&self) -> Option<&str> {
-        self.inner.config.service_token.as_deref()
-    }
-
-    /// Issues and checks join challenges.
-    pub fn door(&self) -> &challenge::Door {
-        &self.inner.door
-    }
-
-    /// Whether joins need a solved challenge now.
-    pub fn door_switch(&self) -> &auto::Switch {
-        &self.inner.door_switch
-    }
-
-    /// `--page-dir`, when set.
-    pub fn page_dir(&self) -> Option<&crate::brand::PageDir> {
-        self.inner.page_dir.as_ref()
-    }
-
-    /// The per-instance event hub.
-    pub fn hub(&self) -> &Arc<push::Hub> {
-        &self.inner.hub
-    }
-
-    /// The shutdown signal shared by the server and every task.
-    pub fn shutdown(&self) -> &CancellationToken {
-        &self.inner.shutdown
-    }
-
-    /// The wait forecast of `queue`: from its observed passes, or a point
-    /// estimate at the configured rate until there is data.
-    pub fn forecast(&self, queue: &QueueName) -> crate::queue::Forecast {
-        self.inner
-            .hub
-            .forecast(queue, self.policy(queue).configured_rate())
-    }
-
-    /// Starts the admission loop, the event subscription, the request
-    /// limiter's clean-up and, with the demo order service, its
-    /// token-delete reconciler on `tasks`.
+    /// Starts the background tasks on `tasks`: the catalog's re-reads, the
+    /// admission passes and the adaptive controller, the lottery draw, the
+    /// push loop and the streams report, webhook delivery, the gate
+    /// following the catalog, the request limiter's clean-up, the join
+    /// challenge's `auto` switch and, with the demo order service, its
+    /// stock report and token-delete reconciler.
     pub fn spawn_background(&self, tasks: &TaskTracker) {
-        tasks.spawn(self.catalog().clone().run(self.shutdown().clone()));
-        tasks.spawn(admission::run(
-            self.store().clone(),
-            self.catalog().watch(),
-            self.shutdown().clone(),
+        let state = &self.state;
+        let shutdown = state.shutdown();
+        let store = state.store();
+        let catalog = state.catalog();
+        tasks.spawn(tasks::catalog::run(catalog.clone(), shutdown.clone()));
+        tasks.spawn(tasks::admission::run(
+            store.clone(),
+            catalog.watch(),
+            shutdown.clone(),
         ));
-        tasks.spawn(admission::adaptive::run(
-            self.store().clone(),
-            self.catalog().watch(),
-            self.shutdown().clone(),
+        tasks.spawn(tasks::adaptive::run(
+            store.clone(),
+            catalog.watch(),
+            shutdown.clone(),
         ));
-        tasks.spawn(crate::lottery::run(
-            self.store().clone(),
-            self.catalog().watch(),
-            self.lotteries().clone(),
-            self.config().lottery_draw_chunk as usize,
-            self.shutdown().clone(),
+        tasks.spawn(tasks::lottery::run(
+            store.clone(),
+            catalog.watch(),
+            state.lotteries().clone(),
+            self.config.lottery_draw_chunk as usize,
+            shutdown.clone(),
         ));
         // The streams' presence writes and first estimates follow the
         // start-up flags; their queues follow the catalog.
         tasks.spawn(push::run(
-            self.hub().clone(),
-            self.store().clone(),
-            self.catalog().defaults().policy(),
-            self.catalog().watch(),
-            self.shutdown().clone(),
+            state.hub().clone(),
+            store.clone(),
+            catalog.defaults().policy(),
+            catalog.watch(),
+            shutdown.clone(),
         ));
-        tasks.spawn(report_streams(
-            self.store().clone(),
-            self.hub().clone(),
-            self.instance().to_owned(),
-            self.shutdown().clone(),
+        tasks.spawn(tasks::streams::run(
+            store.clone(),
+            state.hub().clone(),
+            state.instance().to_owned(),
+            shutdown.clone(),
         ));
-        tasks.spawn(crate::webhook::run(
-            self.store().clone(),
-            self.config().webhooks.clone(),
-            self.catalog().watch(),
-            crate::webhook::DeliveryOptions {
-                consumer: self.instance().to_owned(),
-                claim_ms: self.config().webhook_claim_ms,
+        tasks.spawn(tasks::webhooks::run(
+            store.clone(),
+            self.config.webhooks.clone(),
+            catalog.watch(),
+            tasks::webhooks::DeliveryOptions {
+                consumer: state.instance().to_owned(),
+                claim_ms: self.config.webhook_claim_ms,
                 tick: Duration::from_millis(250),
             },
-            self.shutdown().clone(),
+            shutdown.clone(),
         ));
-        tasks.spawn(follow_gate(
-            self.gate().clone(),
-            self.catalog().watch(),
-            self.shutdown().clone(),
+        tasks.spawn(tasks::gate::run(
+            state.gate().clone(),
+            catalog.watch(),
+            shutdown.clone(),
         ));
-        tasks.spawn(
-            self.inner
-                .limits
-                .clone()
-                .housekeeping(self.shutdown().clone()),
-        );
+        tasks.spawn(self.limits.clone().housekeeping(shutdown.clone()));
         // Only `auto` runs anything: the other modes need no store.
-        if self.inner.door_switch.mode() == auto::Mode::Auto {
+        if self.door_switch.mode() == auto::Mode::Auto {
             tasks.spawn(
-                self.inner
-                    .door_switch
+                self.door_switch
                     .clone()
-                    .run(self.store().clone(), self.shutdown().clone()),
+                    .run(store.clone(), shutdown.clone()),
             );
         }
-        if let Some(orders) = self.orders()
-            && self.config().stock_from_orders
-        {
-            // Links each queue to its products' stock once at start; every
-            // order and restock reports again (`http::stock`).
-            let (store, orders, queues) = (
-                self.store().clone(),
+        if let Some(orders) = state.orders() {
+            if self.config.stock_from_orders {
+                tasks.spawn(tasks::orders::report_stock(
+                    store.clone(),
+                    orders.clone(),
+                    state.queue_names(),
+                ));
+            }
+            tasks.spawn(tasks::orders::reconcile(
                 orders.clone(),
-                self.queue_names().to_vec(),
-            );
-            tasks.spawn(async move {
-                for queue in &queues {
-                    if let Err(e) = crate::http::stock::report_from(&store, &orders, queue).await {
-                        tracing::warn!(%queue, error = %e, "cannot report the demo stock");
-                    }
-                }
-            });
-        }
-        if let Some(orders) = self.orders() {
-            tasks.spawn(orders::reconcile::run(
-                orders.clone(),
-                self.gate().clone(),
-                self.shutdown().clone(),
+                state.gate().clone(),
+                shutdown.clone(),
             ));
         }
     }
 }
 
-/// How long an instance's streams report lasts: a few missed reports.
-pub const STREAMS_REPORT_TTL: Duration = Duration::from_secs(10);
+/// Opens the store `config` names (Redis, or memory), with the secret
+/// shared through Redis when no `--ticket-secret` is set.
+async fn open_store(config: &Config) -> Result<(SharedStore, Option<String>), StartError> {
+    let Some(url) = &config.redis_url else {
+        let memory = MemoryStore::new().with_audit_max_len(config.audit_max_len);
+        return Ok((Arc::new(memory), None));
+    };
+    let options = RedisOptions {
+        topology: Topology::from_flags(url, config.redis_cluster).map_err(config::ConfigError)?,
+        wait_replicas: config.redis_wait_replicas,
+    };
+    let redis = RedisStore::open(&options, &config.key_prefix)
+        .await?
+        .with_audit_max_len(config.audit_max_len)
+        .with_join_batch(config.join_batch());
+    let secret = match config.ticket_secret {
+        Some(_) => None,
+        None => {
+            tracing::warn!(
+                "no --ticket-secret: using a secret shared through Redis; set one explicitly in production"
+            );
+            Some(redis.shared_secret().await?)
+        }
+    };
+    Ok((Arc::new(redis), secret))
+}
+
+/// The ticket secret: `--ticket-secret`, else the one shared through the
+/// store, else a random one (a single instance on the memory store).
+fn ticket_secret(config: &Config, shared_secret: Option<String>) -> Vec<u8> {
+    match (&config.ticket_secret, shared_secret) {
+        (Some(secret), _) => secret.as_bytes().to_vec(),
+        (None, Some(shared)) => shared.into_bytes(),
+        (None, None) => {
+            let mut random = vec![0u8; 32];
+            rand::fill(&mut random[..]);
+            random
+        }
+    }
+}
+
+/// Who requests are for, from `--identity` (visitor cookies signed with a
+/// key derived from `secret`).
+fn open_identity(config: &Config, secret: &[u8]) -> Result<Identity, StartError> {
+    Ok(match config.signed_identity()? {
+        Some(signed) => Identity::signed(&signed).map_err(config::ConfigError)?,
+        None if config.identity == config::IdentityMode::Header => Identity::header(),
+        None => Identity::visitor(secret),
+    })
+}
+
+/// `(max_streams, max_connections)`. Every stream is a connection: unset,
+/// either cap follows the other one set explicitly.
+fn caps(config: &Config) -> Result<(usize, usize), StartError> {
+    let max_connections = config
+        .max_connections
+        .unwrap_or_else(|| default_max_connections().max(config.max_streams.unwrap_or(0)));
+    let max_streams = config
+        .max_streams
+        .unwrap_or_else(|| default_max_streams().min(max_connections));
+    if max_streams > max_connections {
+        return Err(config::ConfigError(format!(
+            "--max-connections ({max_connections}) must be at least --max-streams ({max_streams})"
+        ))
+        .into());
+    }
+    Ok((max_streams, max_connections))
+}
+
+/// The live queue catalog, seeded from the flags.
+async fn open_catalog(
+    config: &Config,
+    store: &SharedStore,
+) -> Result<Arc<Catalog>, config::ConfigError> {
+    let seeds = config.seed_settings()?;
+    Ok(Arc::new(
+        Catalog::open_with(store.clone(), seeds, config.seed_defaults()).await,
+    ))
+}
+
+/// The per-buyer and per-address request limits.
+fn request_limits(config: &Config) -> RequestLimits {
+    RequestLimits::new(
+        PER_SECOND,
+        BURST,
+        AddressPolicy {
+            joins_per_minute: config.joins_per_address_per_minute,
+            places: config.places_per_address,
+            visitors_per_minute: config.visitors_per_address_per_minute,
+        },
+    )
+}
+
+/// The order gate, following the catalog's queues from the start.
+fn open_gate(
+    config: &Config,
+    store: &SharedStore,
+    queues: &[QueueName],
+    catalog: &Catalog,
+    shutdown: &CancellationToken,
+) -> gate::Gate {
+    let lease = Duration::from_secs(config.claim_lease_secs);
+    let gate = gate::Gate::new(
+        store.clone(),
+        queues.to_vec(),
+        lease,
+        Duration::from_millis(config.policy().token_ttl_ms) + lease,
+        shutdown.clone(),
+    );
+    gate.set_queues(gate_queues(&catalog.current()));
+    gate.set_adaptive(gate_adaptive(&catalog.current()));
+    gate
+}
+
+/// What the handlers read of `config`.
+fn http_settings(config: &Config, max_streams: usize) -> Result<HttpSettings, StartError> {
+    Ok(HttpSettings {
+        base_path: config.base_path.clone(),
+        ticket_in_query: config.ticket_in_query,
+        ticket_ttl_secs: config.ticket_ttl_secs,
+        allowed_origins: config.allowed_origins.clone(),
+        drain: Duration::from_secs(config.drain_secs),
+        keep_alive: Duration::from_secs(config.keep_alive_secs),
+        streams_per_address: config.streams_per_address,
+        shop_url: config.shop_url.clone(),
+        claim_lease_secs: config.claim_lease_secs,
+        stock_from_orders: config.stock_from_orders,
+        admin_hosts: config.admin_host_names()?,
+        cookie_secure: config.cookie_secure,
+        service_token: config.service_token.clone(),
+        admin_token: config
+            .admin_token
+            .clone()
+            .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned()),
+        max_streams,
+    })
+}
+
+/// What the transport reads of `config`.
+fn server_settings(config: &Config, max_connections: usize) -> server::Settings {
+    server::Settings {
+        body_timeout: config.body_timeout(),
+        first_byte_timeout: config.first_byte_timeout(),
+        idle_timeout: config.idle_timeout(),
+        drain: Duration::from_secs(config.drain_secs),
+        max_connections,
+        connections_per_address: config.connections_per_address(max_connections),
+        admin_reserved_connections: config.admin_reserved_connections,
+    }
+}
 
 /// `<host>/<pid>-<random>`: readable, and distinct for instances sharing
 /// a host and a process (tests).
@@ -485,68 +400,6 @@ fn instance_id() -> String {
     )
 }
 
-/// Reports this instance's open streams to the store every 2 s, so the
-/// console of any instance shows the streams of all.
-async fn report_streams(
-    store: SharedStore,
-    hub: Arc<push::Hub>,
-    instance: String,
-    shutdown: CancellationToken,
-) {
-    let ttl = STREAMS_REPORT_TTL.as_millis() as u64;
-    loop {
-        let streams = hub.open_streams() as u64;
-        if let Err(e) = store.report_streams(&instance, streams, ttl).await {
-            tracing::debug!(error = %e, "streams report failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
-    }
-}
-
-/// The gate's queues and claim leases from the catalog.
-fn gate_queues(queues: &crate::catalog::Queues) -> Vec<(QueueName, Duration)> {
-    queues
-        .iter()
-        .map(|(q, s)| (q.clone(), Duration::from_millis(s.settings.claim_lease_ms)))
-        .collect()
-}
-
-/// The queues whose orders' outcomes the gate counts: adaptive admission
-/// on, each with its window.
-fn gate_adaptive(queues: &crate::catalog::Queues) -> std::collections::HashMap<QueueName, u64> {
-    queues
-        .iter()
-        .filter_map(|(q, s)| {
-            let a = s.settings.adaptive.as_ref().filter(|a| a.enabled)?;
-            Some((q.clone(), a.window_ms))
-        })
-        .collect()
-}
-
-/// Keeps the gate's queues and leases in step with the catalog.
-async fn follow_gate(
-    gate: gate::Gate,
-    mut queues: tokio::sync::watch::Receiver<Arc<crate::catalog::Queues>>,
-    shutdown: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            changed = queues.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                let current = queues.borrow_and_update().clone();
-                gate.set_queues(gate_queues(&current));
-                gate.set_adaptive(gate_adaptive(&current));
-            }
-        }
-    }
-}
-
 /// Each stream holds one socket: leave a twentieth of the open-file limit
 /// (at least 256) for everything else.
 fn default_max_streams() -> usize {
@@ -562,10 +415,4 @@ fn default_max_connections() -> usize {
     let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
     let soft = usize::try_from(soft).unwrap_or(usize::MAX).min(1 << 24);
     soft.saturating_sub((soft / 40).max(128)).max(1)
-}
-
-impl axum::extract::FromRef<AppState> for gate::Gate {
-    fn from_ref(state: &AppState) -> Self {
-        state.inner.gate.clone()
-    }
 }

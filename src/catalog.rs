@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 pub use crate::queue::Queues;
 use crate::queue::{Policy, QueueName, QueueSettings, StoredSettings};
@@ -175,28 +174,5 @@ impl Catalog {
     /// re-creates whenever the store lacks them).
     pub fn is_seed(&self, queue: &QueueName) -> bool {
         self.seeds.iter().any(|(q, _)| q == queue)
-    }
-
-    /// Re-reads the catalog every [`RELOAD_EVERY`] until `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut failing = false;
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(RELOAD_EVERY) => {}
-            }
-            match self.reload().await {
-                Ok(()) if failing => {
-                    tracing::info!("queue catalog reloads again");
-                    failing = false;
-                }
-                Ok(()) => {}
-                Err(e) if !failing => {
-                    tracing::warn!(error = %e, "queue catalog reload failed: keeping the last one");
-                    failing = true;
-                }
-                Err(_) => {}
-            }
-        }
     }
 }

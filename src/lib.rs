@@ -1,40 +1,55 @@
 //! waitroom: a virtual waiting room in front of an order API.
 //!
 //! [`run`] serves a configured instance until its shutdown token fires;
-//! [`serve`] does the same for an already built [`AppState`] (tests share a
+//! [`serve`] does the same for an already built [`App`] (tests share a
 //! store between several instances that way).
 //!
-//! The modules, with dependencies pointing one way (each uses only the ones
-//! after it):
+//! The top-level modules, bottom-up; each uses only the modules named
+//! after "uses" (`tests/api/layering.rs` holds this table, `LAYERS`, and
+//! checks every module against it, that the arrows form no circle, that
+//! nothing but this file names `app`, that `queue` names nothing else of
+//! the crate and that `gate` names neither `http` nor axum):
 //!
-//! - `main` parses the command line ([`config`]) and calls [`run`];
-//! - [`server`] owns the connections: the two listeners (buyers on
-//!   `--addr`, operators on `--admin-addr`), the lean stream writer and the
-//!   hyper fallback, connection caps, shutdown;
-//! - [`app`] builds the [`AppState`] from the configuration and starts the
-//!   background tasks, handing each only its own handles;
-//! - [`http`] is the API: routes, extractors, the one error type, the
-//!   per-buyer request limits;
-//! - [`identity`] says who a request is for (visitor cookie, gateway
-//!   header or signed login token), for the API and the gate alike;
-//! - [`push`] fans the store's queue events out to this instance's streams;
-//!   [`gate`] guards entry tokens for order services; [`admission`] runs the
-//!   admission passes; [`orders`] is the demo order service;
-//! - [`catalog`] is the instance's copy of the live queues and their
-//!   settings, re-read from the store every second;
-//! - [`store`] keeps the state (Redis, or memory for one instance);
-//! - [`queue`] holds the rules, knowing neither Redis nor HTTP;
-//! - [`brand`] reads and checks operators' page branding (`--page-dir`);
-//! - [`webhook`] delivers the queues' audit logs to operators' endpoints
-//!   (uses `store`, `queue`);
-//! - [`telemetry`] sets up logs and metrics.
+//! - `queue` holds the rules, knowing neither Redis nor HTTP (uses nothing);
+//!   `clock` is the one wall clock; `telemetry` sets up logs and metrics;
+//! - [`store`] keeps the state, Redis or memory (uses `queue`, `clock`);
+//! - [`identity`] says who a request is for; [`brand`] reads operators'
+//!   page branding (`--page-dir`) (both use `queue`);
+//! - [`error`] is the one error shape, `ApiError` and its `ErrorCode`s
+//!   (uses `store`);
+//! - [`catalog`] is the instance's copy of the live queues; [`push`] fans
+//!   queue events out to this instance's streams (both use `queue`,
+//!   `store`);
+//! - [`challenge`] (join challenges), [`lottery`] (the draw of a scheduled
+//!   opening) and [`webhook`] (audit-log delivery) use `queue`, `store`,
+//!   `clock`;
+//! - [`gate`] guards entry tokens for order services, framework-free (uses
+//!   `queue`, `store`, `identity`); [`orders`] is the demo order service
+//!   (uses `queue`, `store`, `gate`);
+//! - [`tasks`] is everything that runs in the background (uses the domain
+//!   modules above: `queue`, `store`, `clock`, `catalog`, `push`,
+//!   `lottery`, `webhook`, `gate`, `orders`);
+//! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
+//!   routes, extractors (the order gate's `EntryPass` too), request limits
+//!   (uses the modules above but `tasks` and `webhook`);
+//! - [`server`] owns the connections: the two listeners, the lean stream
+//!   writer, caps, shutdown (uses `http`, `error`, `push`);
+//! - [`config`] is the configuration file, environment and command line,
+//!   in that order of precedence (uses `queue`,
+//!   `store`, `identity`, `challenge`, `webhook`, `http`: the types it
+//!   configures live with their behaviour);
+//! - `app`, the composition root, builds the services and the HTTP state
+//!   from the configuration and starts the tasks; only this file uses it
+//!   (re-exported as [`App`], [`StartError`]);
+//! - `main` parses the command line and calls [`run`].
 
-pub mod admission;
-pub mod app;
+mod app;
 pub mod brand;
 pub mod catalog;
 pub mod challenge;
+pub mod clock;
 pub mod config;
+pub mod error;
 pub mod gate;
 pub mod http;
 pub mod identity;
@@ -44,6 +59,7 @@ pub mod push;
 pub mod queue;
 pub mod server;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod webhook;
 
@@ -53,8 +69,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use app::{AppState, StartError};
+pub use app::{App, StartError};
 pub use config::Config;
+pub use http::AppState;
 
 /// The two listeners of an instance: buyers on `public` (`--addr`),
 /// operators on `admin` (`--admin-addr`: metrics, the admin API, the token
@@ -151,21 +168,23 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), StartError> {
     telemetry::install_metrics();
-    let state = AppState::new(config, shutdown.clone()).await?;
-    if state.config().admin_token.is_none() {
+    let app = App::new(config, shutdown.clone()).await?;
+    if app.config().admin_token.is_none() {
         // Never through the log macros, whatever RUST_LOG says: written
         // once, to stderr beside the log, and only when it was made up
         // here. A configured token is never written anywhere.
         eprintln!(
             "admin token (set --admin-token to choose one): {}",
-            state.admin_token()
+            app.state().admin_token()
         );
     }
-    serve(state, listeners).await
+    serve(app, listeners).await
 }
 
-/// Serves an already built state on both listeners; see [`run`].
-pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartError> {
+/// Serves an already built instance on both listeners; see [`run`].
+pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
+    let state = app.state().clone();
+    let settings = app.server_settings().clone();
     let Listeners {
         public: listener,
         admin,
@@ -174,7 +193,7 @@ pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartErr
     let state_gate = state.gate().clone();
     // The whole shutdown fits in `--drain-secs` + 5 s from the signal: the
     // server's own hard cap, and what is left of it for the tasks below.
-    let grace = Duration::from_secs(state.config().drain_secs) + SHUTDOWN_SLACK;
+    let grace = settings.drain + SHUTDOWN_SLACK;
     let stop_by = {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -183,17 +202,18 @@ pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartErr
         })
     };
     let tasks = TaskTracker::new();
-    state.spawn_background(&tasks);
+    app.spawn_background(&tasks);
     tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
     tracing::info!(addr = %admin.local_addr()?, "operator listener (metrics, admin and token APIs)");
     let operators = tokio::spawn(server::serve(
         state.clone(),
+        settings.clone(),
         admin,
         http::admin_router(state.clone()),
         server::Listener::Operator,
     ));
     let router = http::router(state.clone());
-    let served = server::serve(state, listener, router, server::Listener::Public).await;
+    let served = server::serve(state, settings, listener, router, server::Listener::Public).await;
     shutdown.cancel();
     let stop_by = stop_by
         .await

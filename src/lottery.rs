@@ -14,22 +14,15 @@
 //! joins all the same.
 
 use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::RwLock;
 
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-
+use crate::clock::now_ms;
 use crate::queue::lottery::{draw_order, fingerprint, parse_seed, published_list};
-use crate::queue::{QueueName, Queues, UserId};
+use crate::queue::{QueueName, UserId};
 use crate::store::{
     DRAW_ABANDON_MS, DRAW_CHUNK, DrawOutcome, SharedStore, StoreError, StoreResult, draw_in_steps,
     new_draw_id,
 };
-
-/// How often each queue's lottery is looked at: how late after `opensAt`
-/// the draw may run.
-const TICK: Duration = Duration::from_millis(250);
 
 /// How many times one draw is recomputed when the pre-queue changed under
 /// it (a join or a leave between reading and applying) before the next tick.
@@ -67,12 +60,6 @@ impl Pending {
             seen.pending.remove(queue);
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Runs `queue`'s draw if its `opensAt` has come and nobody ran it yet.
@@ -128,47 +115,4 @@ pub async fn draw_if_due_in(
         }
     }
     Ok(Some(outcome))
-}
-
-/// Draws every live queue's lottery when due (`chunk` entries staged per
-/// store call), and keeps `pending`, until `shutdown`. A failed draw (the
-/// store unreachable) is retried next tick: buyers saw all of it or
-/// nothing, and a stage it left is taken over once abandoned.
-pub async fn run(
-    store: SharedStore,
-    live: watch::Receiver<Arc<Queues>>,
-    pending: Arc<Pending>,
-    chunk: usize,
-    shutdown: CancellationToken,
-) {
-    let mut ticker = tokio::time::interval(TICK);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = ticker.tick() => {}
-        }
-        let queues = live.borrow().clone();
-        for queue in queues.keys() {
-            match store.lottery(queue).await {
-                Ok(lottery) => {
-                    let ahead = lottery.as_ref().is_some_and(|l| !l.drawn);
-                    pending.set(queue, ahead);
-                    if !ahead || lottery.is_some_and(|l| now_ms() < l.opens_at) {
-                        continue;
-                    }
-                }
-                Err(_) => continue,
-            }
-            match draw_if_due_in(&store, queue, chunk).await {
-                Ok(Some(DrawOutcome::Drawn { placed })) => {
-                    tracing::info!(%queue, placed, "lottery drawn");
-                    pending.set(queue, false);
-                }
-                Ok(Some(DrawOutcome::AlreadyDrawn)) => pending.set(queue, false),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(%queue, error = %e, "lottery draw failed; retrying"),
-            }
-        }
-    }
 }

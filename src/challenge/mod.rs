@@ -24,7 +24,7 @@
 
 pub mod auto;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use altcha_lib_rs::algorithm::AltchaAlgorithm;
 use altcha_lib_rs::{Challenge, ChallengeOptions, Payload};
@@ -96,7 +96,7 @@ impl Door {
 
     /// A new challenge for `queue`, expiring `ttl` from now.
     pub fn issue(&self, queue: &QueueName) -> IssuedChallenge {
-        let expires = now_secs() + self.ttl.as_secs().max(1);
+        let expires = crate::clock::now_ms() / 1000 + self.ttl.as_secs().max(1);
         let params = [
             ("q".to_owned(), queue.to_string()),
             ("expires".to_owned(), expires.to_string()),
@@ -123,8 +123,10 @@ impl Door {
         queue: &QueueName,
         solution: &str,
     ) -> Result<(), Refusal> {
-        let solved = self.verify(queue, solution, now_secs())?;
-        let remember_ms = (solved.expires + SKEW_MARGIN_SECS).saturating_sub(now_secs()) * 1000;
+        let solved = self.verify(queue, solution, crate::clock::now_ms() / 1000)?;
+        let remember_ms = (solved.expires + SKEW_MARGIN_SECS)
+            .saturating_sub(crate::clock::now_ms() / 1000)
+            * 1000;
         if store
             .spend_once(queue, &solved.challenge, remember_ms)
             .await?
@@ -246,13 +248,6 @@ fn salt_params(salt: &str) -> Option<SaltParams> {
     })
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Solves `challenge` the way a client does (the page's worker, a bot):
 /// SHA-256 of `salt + n` for n = 0, 1, … until it matches. The answer is
 /// the base64 payload a join sends as `X-Altcha`; `None` past `maxnumber`.
@@ -337,10 +332,12 @@ mod tests {
         assert_eq!(challenge.maxnumber, 2_000);
         assert!(challenge.salt.contains("q=default&"), "{}", challenge.salt);
         let solution = solve(&challenge).unwrap();
-        let solved = door.verify(&q("default"), &solution, now_secs()).unwrap();
+        let solved = door
+            .verify(&q("default"), &solution, crate::clock::now_ms() / 1000)
+            .unwrap();
         assert_eq!(solved.challenge, challenge.challenge);
         assert!(matches!(
-            door.verify(&q("other"), &solution, now_secs()),
+            door.verify(&q("other"), &solution, crate::clock::now_ms() / 1000),
             Err(Refusal::Invalid(m)) if m.contains("another queue")
         ));
         assert!(matches!(
@@ -354,7 +351,7 @@ mod tests {
             Duration::from_secs(60),
         );
         assert!(matches!(
-            other.verify(&q("default"), &solution, now_secs()),
+            other.verify(&q("default"), &solution, crate::clock::now_ms() / 1000),
             Err(Refusal::Invalid(_))
         ));
     }
@@ -388,7 +385,7 @@ mod tests {
         for case in cases {
             assert!(
                 matches!(
-                    door.verify(&q("default"), &encode(&case), now_secs()),
+                    door.verify(&q("default"), &encode(&case), crate::clock::now_ms() / 1000),
                     Err(Refusal::Invalid(_))
                 ),
                 "{case}"
@@ -396,7 +393,7 @@ mod tests {
         }
         for garbage in ["", "!!!", "e30=", &"A".repeat(MAX_SOLUTION_LEN + 4)] {
             assert!(matches!(
-                door.verify(&q("default"), garbage, now_secs()),
+                door.verify(&q("default"), garbage, crate::clock::now_ms() / 1000),
                 Err(Refusal::Invalid(_))
             ));
         }
@@ -426,7 +423,8 @@ mod tests {
         for _ in 0..20 {
             let challenge = door.issue(&q("default"));
             let solution = solve(&challenge).unwrap();
-            door.verify(&q("default"), &solution, now_secs()).unwrap();
+            door.verify(&q("default"), &solution, crate::clock::now_ms() / 1000)
+                .unwrap();
         }
     }
 

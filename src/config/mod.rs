@@ -467,6 +467,10 @@ pub use crate::challenge::auto::Mode as JoinChallenge;
 
 pub use crate::identity::Mode as IdentityMode;
 
+pub use crate::http::client::ForwardedHeader;
+
+pub use crate::http::cookies::CookieSecure;
+
 /// Where the operator listener goes when `--admin-addr` is unset.
 pub const DEFAULT_ADMIN_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9090);
@@ -489,28 +493,6 @@ const MAX_IDENTITY_LIFETIME_SECS: u64 = 365 * 86_400;
 /// longer than this, even while its place lasts.
 const MAX_TICKET_TTL_SECS: u64 = 30 * 24 * 3600;
 
-/// Which forwarding header trusted proxies set.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum ForwardedHeader {
-    /// `X-Forwarded-For`, with `X-Forwarded-Proto`.
-    #[default]
-    #[value(name = "x-forwarded-for")]
-    XForwardedFor,
-    /// RFC 7239 `Forwarded`.
-    Forwarded,
-}
-
-/// When cookies get `Secure`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum CookieSecure {
-    /// When a trusted proxy says the client spoke HTTPS.
-    #[default]
-    Auto,
-    /// Always (the site is only served over HTTPS).
-    Always,
-    /// Never (plain-HTTP development).
-    Never,
-}
 /// The most replicas a write may wait for: more is a typo, not a topology.
 const MAX_WAIT_REPLICAS: u32 = 16;
 

@@ -1,7 +1,10 @@
 //! The order gate: how an order service uses an entry token for exactly
 //! one order.
 //!
-//! [`EntryPass`] is an axum extractor. It reads the buyer from the gate's
+//! The gate itself knows no HTTP framework: its axum extractor,
+//! [`EntryPass`](crate::http::EntryPass), lives with the API (`crate::http::gate`).
+//!
+//! [`EntryPass`](crate::http::EntryPass) is an axum extractor. It reads the buyer from the gate's
 //! identity source ([`Gate::with_identity`]; `X-User-Id` from a trusted
 //! gateway unless told otherwise) and the `X-Entry-Token` header (`401`
 //! when missing, `400 duplicate_header` when sent twice), then the whole
@@ -18,12 +21,12 @@
 //! it, so a working handler never loses its claim however long its
 //! transaction takes; a dead process stops renewing and its claim lapses,
 //! returning the token to READY. The handler then calls
-//! [`EntryPass::commit_succeeded`] after its transaction commits (the token
-//! is deleted, durably) or [`EntryPass::rolled_back`] (the token is kept
+//! [`EntryPass::commit_succeeded`](crate::http::EntryPass::commit_succeeded) after its transaction commits (the token
+//! is deleted, durably) or [`EntryPass::rolled_back`](crate::http::EntryPass::rolled_back) (the token is kept
 //! for a retry). Dropping the pass without either releases the claim, so an
 //! early return or a panic never burns a token.
 //!
-//! Store [`EntryPass::idempotency_key`] with the order under a `UNIQUE`
+//! Store [`EntryPass::idempotency_key`](crate::http::EntryPass::idempotency_key) with the order under a `UNIQUE`
 //! constraint. The gate makes one token buy once while its store keeps
 //! track; the key makes the database refuse a second order even when the
 //! store could not (it was away longer than a lease, or the delete after a
@@ -31,16 +34,16 @@
 //!
 //! # A durable consume (outbox)
 //!
-//! [`EntryPass::commit_succeeded`] retries a failed delete in the
+//! [`EntryPass::commit_succeeded`](crate::http::EntryPass::commit_succeeded) retries a failed delete in the
 //! background, but only in this process: a restart or a deploy in between
 //! loses it, the claim lapses, and the used token is READY again (the
 //! buyer's page shows a token that cannot buy; a service without the
 //! `UNIQUE` key would sell twice). To make the delete survive restarts,
 //! record it with the order:
 //!
-//! 1. In the order's transaction, store [`EntryPass::pending_consume`]
+//! 1. In the order's transaction, store [`EntryPass::pending_consume`](crate::http::EntryPass::pending_consume)
 //!    (queue, user, claim id) with the order, marked unconfirmed.
-//! 2. After `COMMIT`, call [`EntryPass::commit_recorded`]; when it returns
+//! 2. After `COMMIT`, call [`EntryPass::commit_recorded`](crate::http::EntryPass::commit_recorded); when it returns
 //!    `Ok`, mark the record confirmed.
 //! 3. A reconciler (at start-up, then periodically, in bounded batches with
 //!    backoff while the store is away) calls [`Gate::consume_pending`] for
@@ -60,7 +63,8 @@
 //! use axum::{routing::post, Router};
 //! use serde::Deserialize;
 //! use sqlx::SqlitePool;
-//! use waitroom::gate::{EntryPass, Gate};
+//! use waitroom::gate::Gate;
+//! use waitroom::http::EntryPass;
 //!
 //! // `idempotency_key` is UNIQUE: one entry token, one order row, even if
 //! // the token store ever lost track of a claim or a used token.
@@ -131,10 +135,6 @@
 //! # }
 //! ```
 
-mod pass;
-
-pub use pass::EntryPass;
-
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -159,7 +159,7 @@ pub struct Gate {
     retry_for: Duration,
     retries: TaskTracker,
     shutdown: CancellationToken,
-    /// The largest order body [`EntryPass`] reads.
+    /// The largest order body [`EntryPass`](crate::http::EntryPass) reads.
     body_limit: usize,
     /// Who an order is for: the same source the queue reads.
     identity: Identity,
@@ -168,7 +168,7 @@ pub struct Gate {
     adaptive: Arc<RwLock<HashMap<QueueName, u64>>>,
 }
 
-/// The order body [`EntryPass`] reads at most unless
+/// The order body [`EntryPass`](crate::http::EntryPass) reads at most unless
 /// [`Gate::with_body_limit`] says otherwise (the rest of the API's cap).
 pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
 
@@ -342,6 +342,11 @@ impl Gate {
     /// The identity source orders are read with.
     pub fn identity(&self) -> &Identity {
         &self.identity
+    }
+
+    /// The largest order body the extractor reads.
+    pub fn body_limit(&self) -> usize {
+        self.body_limit
     }
 
     /// The same gate reading order bodies of at most `bytes` (`413` past it).
@@ -526,7 +531,7 @@ impl Gate {
     /// cancelled (the order settled or was dropped), the claim is lost, or
     /// the gate shuts down. Renewing well before the lease ends lets one
     /// renewal fail (a store blip) without losing the claim.
-    fn keep_alive(&self, claim: &Claim) -> CancellationToken {
+    pub fn keep_alive(&self, claim: &Claim) -> CancellationToken {
         let stop = self.shutdown.child_token();
         let store = self.store.clone();
         let (queue, user, claim_id) = (

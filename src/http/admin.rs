@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, Queue};
-use crate::app::AppState;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::orders::{Product, ProductUpdate};
 use crate::queue::QueueName;
 
@@ -232,7 +233,7 @@ const MAX_NAME_CHARS: usize = 200;
 /// bidirectional overrides or isolates, which make a page show text other
 /// than what is stored.
 fn check_product(id: &str, body: &ProductBody) -> Result<(), ApiError> {
-    let bad = |message: String| Err(ApiError::bad_request("invalid_product", message));
+    let bad = |message: String| Err(ApiError::bad_request(ErrorCode::InvalidProduct, message));
     let id_chars = id.chars().count();
     if !(1..=MAX_ID_CHARS).contains(&id_chars)
         || !id
@@ -300,9 +301,9 @@ async fn list_products(
     _: AdminAuth,
     State(state): State<AppState>,
 ) -> Result<Json<Vec<Product>>, ApiError> {
-    let orders = state
-        .orders()
-        .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))?;
+    let orders = state.orders().ok_or_else(|| {
+        ApiError::not_found(ErrorCode::OrdersDisabled, "the demo order service is off")
+    })?;
     orders.products().await.map(Json).map_err(ApiError::from)
 }
 
@@ -330,13 +331,13 @@ async fn put_product(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<ProductBody>,
 ) -> Result<Json<Product>, ApiError> {
-    let orders = state
-        .orders()
-        .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))?;
+    let orders = state.orders().ok_or_else(|| {
+        ApiError::not_found(ErrorCode::OrdersDisabled, "the demo order service is off")
+    })?;
     let queue_ok = QueueName::parse(&body.queue).is_ok_and(|q| state.has_queue(&q));
     if !queue_ok {
         return Err(ApiError::bad_request(
-            "unknown_queue",
+            ErrorCode::UnknownQueue,
             "the product's queue is not configured",
         ));
     }
@@ -372,7 +373,7 @@ mod tests {
     fn refused(id: &str, b: &ProductBody) -> String {
         match check_product(id, b) {
             Err(ApiError::BadRequest { code, message }) => {
-                assert_eq!(code, "invalid_product");
+                assert_eq!(code, ErrorCode::InvalidProduct);
                 message
             }
             other => panic!("{id:?} accepted or other error: {other:?}"),

@@ -11,9 +11,10 @@
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 
+use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::QueueName;
 use crate::queue::audit::{AuditId, AuditKind, AuditPage, AuditQuery, MAX_AUDIT_PAGE};
 use utoipa_axum::router::OpenApiRouter;
@@ -29,7 +30,7 @@ const DEFAULT_LIMIT: usize = 100;
 
 /// The query string, each parameter at most once and none other.
 fn parse_query(raw: Option<&str>) -> Result<AuditQuery, ApiError> {
-    let bad = |m: &str| ApiError::bad_request("invalid_audit_query", m);
+    let bad = |m: &str| ApiError::bad_request(ErrorCode::InvalidAuditQuery, m);
     let mut query = AuditQuery {
         after: None,
         limit: DEFAULT_LIMIT,
@@ -93,7 +94,7 @@ async fn get_audit(
     Path(raw): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let unknown = || ApiError::not_found("unknown_queue", "no such queue");
+    let unknown = || ApiError::not_found(ErrorCode::UnknownQueue, "no such queue");
     let queue = QueueName::parse(&raw).map_err(|_| unknown())?;
     let query = parse_query(query.as_deref())?;
     state

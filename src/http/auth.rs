@@ -27,8 +27,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
-use crate::app::AppState;
+use super::AppState;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// Checks `Authorization: Bearer <expected>` in constant time.
 pub fn require_bearer(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
@@ -41,7 +42,7 @@ pub fn require_bearer(headers: &HeaderMap, expected: &str) -> Result<(), ApiErro
         Ok(())
     } else {
         Err(ApiError::unauthorized(
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "a valid Authorization: Bearer token is required",
         ))
     }
@@ -64,7 +65,7 @@ impl FromRequestParts<AppState> for AdminAuth {
 fn require_service(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let expected = state.service_token().ok_or_else(|| {
         ApiError::not_found(
-            "token_api_disabled",
+            ErrorCode::TokenApiDisabled,
             "the token API is off: start every instance with the same --service-token",
         )
     })?;

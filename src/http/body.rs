@@ -1,6 +1,6 @@
 //! Reading a request body whole: the one reader of every endpoint that
 //! takes a body, the API's JSON bodies (`super::extract`) and the order
-//! gate's ([`crate::gate::EntryPass`]).
+//! gate's ([`crate::http::EntryPass`]).
 //!
 //! A read fails in three ways that call for three answers, and the cause
 //! arrives wrapped by whatever layers sit in front (the body deadline, the
@@ -12,7 +12,8 @@
 use axum::body::{Body, Bytes};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::error::ApiError;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// Why a body could not be read whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +55,7 @@ impl From<BodyError> for ApiError {
             BodyError::TooLarge => ApiError::PayloadTooLarge,
             BodyError::TimedOut => ApiError::RequestTimeout,
             BodyError::Broken => {
-                ApiError::bad_request("invalid_body", "the body could not be read")
+                ApiError::bad_request(ErrorCode::InvalidBody, "the body could not be read")
             }
         }
     }

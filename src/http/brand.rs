@@ -15,10 +15,10 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::ErrorBody;
+use super::AppState;
 use super::extract::Queue;
-use crate::app::AppState;
 use crate::brand::Branding;
+use crate::error::ErrorBody;
 
 /// `/api/queues/{queue}/page`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -71,6 +71,6 @@ async fn page(State(state): State<AppState>, Queue(queue): Queue) -> Json<PageVi
         queue_texts: settings.map(|s| s.texts.clone()).unwrap_or_default(),
         shop_url: settings
             .and_then(|s| s.shop_url.clone())
-            .or_else(|| state.config().shop_url.clone()),
+            .or_else(|| state.settings().shop_url.clone()),
     })
 }

@@ -18,10 +18,11 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorBody};
+use super::AppState;
 use super::extract::Queue;
-use crate::app::AppState;
 use crate::challenge::Refusal;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::QueueName;
 
 /// The header a join carries its solution in.
@@ -110,7 +111,7 @@ pub(super) async fn check_join(
     let (Some(value), None) = (values.next(), values.next()) else {
         if headers.contains_key(SOLUTION_HEADER) {
             return Err(ApiError::bad_request(
-                "duplicate_header",
+                ErrorCode::DuplicateHeader,
                 "the X-Altcha header must be sent at most once",
             ));
         }
@@ -118,14 +119,14 @@ pub(super) async fn check_join(
             challenge_url: challenge_url(queue),
         });
     };
-    let refused = |code: &'static str, message: String| ApiError::ChallengeRefused {
+    let refused = |code: ErrorCode, message: String| ApiError::ChallengeRefused {
         code,
         message,
         challenge_url: challenge_url(queue),
     };
     let solution = value
         .to_str()
-        .map_err(|_| refused("challenge_invalid", "X-Altcha is not text".into()))?;
+        .map_err(|_| refused(ErrorCode::ChallengeInvalid, "X-Altcha is not text".into()))?;
     let outcome = state
         .door()
         .admit(state.store().as_ref(), queue, solution)
@@ -144,8 +145,8 @@ pub(super) async fn check_join(
     match outcome {
         Ok(()) => Ok(()),
         Err(Refusal::Store(e)) => Err(ApiError::Unavailable(e)),
-        Err(e @ Refusal::Invalid(_)) => Err(refused("challenge_invalid", e.to_string())),
-        Err(e @ Refusal::Expired) => Err(refused("challenge_expired", e.to_string())),
-        Err(e @ Refusal::Replayed) => Err(refused("challenge_replayed", e.to_string())),
+        Err(e @ Refusal::Invalid(_)) => Err(refused(ErrorCode::ChallengeInvalid, e.to_string())),
+        Err(e @ Refusal::Expired) => Err(refused(ErrorCode::ChallengeExpired, e.to_string())),
+        Err(e @ Refusal::Replayed) => Err(refused(ErrorCode::ChallengeReplayed, e.to_string())),
     }
 }

@@ -29,9 +29,19 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use ipnet::IpNet;
 
-use super::error::ApiError;
-use crate::app::AppState;
-pub use crate::config::ForwardedHeader;
+use super::AppState;
+use crate::error::ApiError;
+
+/// Which forwarding header trusted proxies set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For`, with `X-Forwarded-Proto`.
+    #[default]
+    #[value(name = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded`.
+    Forwarded,
+}
 
 /// The most forwarding hops read, from the right; a longer chain ends at
 /// the last trusted hop (a client padding the header gains nothing).

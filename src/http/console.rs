@@ -29,9 +29,10 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::StoredSettings;
 
 #[derive(RustEmbed)]
@@ -66,7 +67,7 @@ async fn page(uri: Uri) -> Response {
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             response
         }
-        None => ApiError::not_found("not_found", "no such resource").into_response(),
+        None => ApiError::not_found(ErrorCode::NotFound, "no such resource").into_response(),
     }
 }
 
@@ -275,7 +276,7 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
         .report_streams(
             state.instance(),
             streams_open as u64,
-            crate::app::STREAMS_REPORT_TTL.as_millis() as u64,
+            crate::push::STREAMS_REPORT_TTL.as_millis() as u64,
         )
         .await
         .ok()
@@ -285,9 +286,7 @@ async fn snapshot(state: &AppState) -> ConsoleSnapshot {
                 .collect()
         });
     ConsoleSnapshot {
-        at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
+        at: crate::clock::now_ms(),
         queues,
         instance: state.instance().to_owned(),
         streams_open,

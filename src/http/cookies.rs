@@ -26,12 +26,22 @@ use axum::middleware::Next;
 use axum::response::Response;
 use cookie::{Cookie, SameSite};
 
+use super::AppState;
 use super::client::{ClientInfo, client_of};
-use crate::app::AppState;
-use crate::config::CookieSecure;
 use crate::identity::{VISITOR_COOKIE, VISITOR_COOKIE_SECURE, VISITOR_MAX_AGE_SECS};
 use crate::queue::QueueName;
 
+/// When cookies get `Secure`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CookieSecure {
+    /// When a trusted proxy says the client spoke HTTPS.
+    #[default]
+    Auto,
+    /// Always (the site is only served over HTTPS).
+    Always,
+    /// Never (plain-HTTP development).
+    Never,
+}
 /// The name of the ticket cookie on plain HTTP.
 pub const TICKET_COOKIE: &str = "waitroom_ticket";
 

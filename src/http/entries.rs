@@ -15,15 +15,16 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::client::Client;
 use super::cookies;
-use super::error::{ApiError, ErrorBody};
-use super::extract::{Member, OptionalJson, Queue, now_ms, request_ticket, ticket_ended};
+use super::extract::{Member, OptionalJson, Queue, request_ticket, ticket_ended};
 use super::identity::Joiner;
 use super::lottery::PreTicket;
 use super::openapi::TicketParams;
 use super::wire::QueueStatus;
-use crate::app::AppState;
+use crate::clock::now_ms;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::{EntryToken, QueueName, Standing, UserId};
 
 /// `/api/queues/{queue}/entries`, `/entries/me` and `/position`.
@@ -185,7 +186,7 @@ impl Answer {
         client: &super::client::ClientInfo,
         set_cookie: Option<String>,
     ) -> Response {
-        let ttl_secs = state.config().ticket_ttl_secs;
+        let ttl_secs = state.settings().ticket_ttl_secs;
         let ticket = state
             .signer()
             .sign(queue, user, self.entry, now_ms() + ttl_secs * 1000);
@@ -200,7 +201,7 @@ impl Answer {
         };
         let mut response = (code, Json(body)).into_response();
         let secure = state.cookie_secure(client);
-        let cookie = cookies::ticket(&state.config().base_path, queue, ticket, ttl_secs, secure);
+        let cookie = cookies::ticket(&state.settings().base_path, queue, ticket, ttl_secs, secure);
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().insert("set-cookie", value);
         }
@@ -286,7 +287,7 @@ async fn leave(
     state.limits().note_left(&member.queue, &member.user);
     let mut response = StatusCode::NO_CONTENT.into_response();
     for removal in cookies::ticket_removals(
-        &state.config().base_path,
+        &state.settings().base_path,
         &member.queue,
         state.cookie_secure(&client),
     ) {

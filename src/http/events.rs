@@ -30,14 +30,14 @@ use futures::stream;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::client::{Client, ClientInfo};
-use super::error::{ApiError, ErrorBody};
 use super::extract::Member;
 use super::handoff::LeanStream;
 use super::lottery::PreTicket;
 use super::openapi::{StreamEvent, TicketParams};
 use super::wire;
-use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody};
 use crate::push::{EventId, StreamSession, View, shed_frame, view_of};
 
 /// The route of the event stream (the lean writer matches it too; the
@@ -71,7 +71,7 @@ pub async fn open_stream(
     client: &ClientInfo,
     last_event_id: Option<&[u8]>,
 ) -> Result<Opening, ApiError> {
-    let per_address = state.config().streams_per_address;
+    let per_address = state.settings().streams_per_address;
     let Some(slot) = state.hub().admit_stream(
         client.key().ip(),
         state.max_streams(),
@@ -114,8 +114,8 @@ pub async fn open_stream(
             sub,
             Box::new(wire::StreamWire::new(entered_at)),
             retry,
-            Duration::from_secs(state.config().keep_alive_secs),
-            Duration::from_secs(state.config().drain_secs),
+            state.settings().keep_alive,
+            state.settings().drain,
         )
         .holding(slot),
     )))

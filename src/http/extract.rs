@@ -11,8 +11,10 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
-use crate::app::AppState;
+use super::AppState;
+use crate::clock::now_ms;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::queue::{QueueName, Snapshot, TicketError, UserId};
 
 pub use super::cookies::{TICKET_COOKIE, TICKET_COOKIE_SECURE};
@@ -36,7 +38,7 @@ impl FromRequestParts<AppState> for Queue {
 }
 
 fn unknown_queue() -> ApiError {
-    ApiError::not_found("unknown_queue", "no such queue")
+    ApiError::not_found(ErrorCode::UnknownQueue, "no such queue")
 }
 
 /// The raw ticket of a request: `X-Queue-Ticket`, then `?ticket=` (`query`
@@ -68,13 +70,6 @@ pub fn raw_ticket<'a>(
         }
     }
     plain
-}
-
-/// Now, in ms since the epoch: the clock tickets are issued and checked by.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A queue member authenticated by their ticket: the queue in the path, the
@@ -125,7 +120,7 @@ impl Member {
             .ok_or_else(unknown_queue)?;
         let raw = ticket.ok_or_else(|| {
             ApiError::unauthorized(
-                "missing_ticket",
+                ErrorCode::MissingTicket,
                 "send the queue ticket (the cookie a join set, or X-Queue-Ticket)",
             )
         })?;
@@ -133,11 +128,15 @@ impl Member {
             .signer()
             .verify(&raw, &queue, now_ms())
             .map_err(|e| match e {
-                TicketError::Invalid => ApiError::unauthorized("invalid_ticket", e.to_string()),
-                TicketError::ForeignQueue => {
-                    ApiError::unauthorized("foreign_ticket", e.to_string())
+                TicketError::Invalid => {
+                    ApiError::unauthorized(ErrorCode::InvalidTicket, e.to_string())
                 }
-                TicketError::Expired => ApiError::unauthorized("ticket_expired", e.to_string()),
+                TicketError::ForeignQueue => {
+                    ApiError::unauthorized(ErrorCode::ForeignTicket, e.to_string())
+                }
+                TicketError::Expired => {
+                    ApiError::unauthorized(ErrorCode::TicketExpired, e.to_string())
+                }
             })?;
         // Visitor and signed modes insist on the request's own identity
         // (a leaked ticket alone must not read the token); header mode
@@ -146,7 +145,7 @@ impl Member {
             && claimed != ticket.user
         {
             return Err(ApiError::unauthorized(
-                "ticket_user_mismatch",
+                ErrorCode::TicketUserMismatch,
                 "the queue ticket was issued to another user",
             ));
         }
@@ -173,7 +172,7 @@ impl Member {
 /// `401 ticket_ended`: the ticket's place in line is over.
 pub fn ticket_ended() -> ApiError {
     ApiError::unauthorized(
-        "ticket_ended",
+        ErrorCode::TicketEnded,
         "this ticket's place in line has ended; join again",
     )
 }
@@ -200,7 +199,7 @@ pub fn request_ticket(
 ) -> Option<String> {
     raw_ticket(
         headers.get("x-queue-ticket").and_then(|v| v.to_str().ok()),
-        uri.query().filter(|_| state.config().ticket_in_query),
+        uri.query().filter(|_| state.settings().ticket_in_query),
         headers
             .get_all("cookie")
             .iter()
@@ -226,7 +225,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJson<T> {
             .map(|v| OptionalJson(Some(v)))
             .map_err(|e| {
                 ApiError::bad_request(
-                    "invalid_body",
+                    ErrorCode::InvalidBody,
                     format!("the body is not valid JSON for this endpoint: {e}"),
                 )
             })
@@ -243,7 +242,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         let bytes = read_limited(req).await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             ApiError::bad_request(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 format!("the body is not valid JSON for this endpoint: {e}"),
             )
         })

@@ -11,7 +11,8 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 /// The headers that must appear at most once: (lower-case name, as shown).
 const IDENTITY_HEADERS: [(&str, &str); 3] = [
@@ -45,7 +46,7 @@ pub async fn refuse_repeated_identity(request: Request, next: Next) -> Response 
     let names = request.headers().iter().map(|(name, _)| name.as_str());
     if let Some(name) = repeated_identity_header(names) {
         return ApiError::bad_request(
-            "duplicate_header",
+            ErrorCode::DuplicateHeader,
             format!("the {name} header must be sent at most once"),
         )
         .into_response();

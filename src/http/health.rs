@@ -7,8 +7,8 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
+use super::AppState;
+use crate::error::{ApiError, ErrorBody};
 
 /// `/healthz`, `/readyz` (on both listeners).
 pub fn probes() -> OpenApiRouter<AppState> {

@@ -8,16 +8,27 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use super::AppState;
 use super::client::{ClientInfo, client_of};
-use super::error::ApiError;
-use crate::app::AppState;
+use crate::error::{ApiError, ErrorCode};
 use crate::identity::IdentityError;
 use crate::queue::UserId;
 use crate::store::Rate;
 
+/// The API's code for an identity refusal.
+pub fn identity_code(e: &IdentityError) -> ErrorCode {
+    match e {
+        IdentityError::MissingUserHeader => ErrorCode::MissingUserId,
+        IdentityError::InvalidUserHeader(_) => ErrorCode::InvalidUserId,
+        IdentityError::Missing(_) => ErrorCode::MissingIdentity,
+        IdentityError::Invalid(_) => ErrorCode::InvalidIdentity,
+        IdentityError::Expired => ErrorCode::IdentityExpired,
+    }
+}
+
 impl From<IdentityError> for ApiError {
     fn from(e: IdentityError) -> Self {
-        let code = e.code();
+        let code = identity_code(&e);
         match e {
             // Header mode keeps the gateway contract's answers.
             IdentityError::MissingUserHeader | IdentityError::InvalidUserHeader(_) => {

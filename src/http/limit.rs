@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::client::ClientKey;
-use super::error::ApiError;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 use crate::queue::{QueueName, UserId};
 use crate::store::{AddressLimits, BuyerBudget, JoinLimits, LimitKind, Limited, Rate};
 
@@ -259,17 +260,17 @@ fn buyer_refused(wait: Duration) -> ApiError {
 pub fn address_refused(kind: LimitKind, wait: Duration) -> ApiError {
     let (code, label, message) = match kind {
         LimitKind::AddressPlaces => (
-            "address_places_limited",
+            ErrorCode::AddressPlacesLimited,
             "address_places",
             "this network address holds as many places in this queue as it may",
         ),
         LimitKind::Bucket => (
-            "visitor_rate_limited",
+            ErrorCode::VisitorRateLimited,
             "address_visitors",
             "too many new visitors from this network address; retry later",
         ),
         _ => (
-            "address_rate_limited",
+            ErrorCode::AddressRateLimited,
             "address_joins",
             "too many new places from this network address; retry later",
         ),
@@ -345,7 +346,7 @@ mod tests {
         assert!(matches!(
             e,
             ApiError::ClientLimited {
-                code: "address_places_limited",
+                code: ErrorCode::AddressPlacesLimited,
                 ..
             }
         ));

@@ -17,11 +17,13 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
-use super::extract::{JsonBody, Queue, now_ms};
+use super::extract::{JsonBody, Queue};
 use super::wire::{PreQueueBody, QueueStatus};
-use crate::app::AppState;
+use crate::clock::now_ms;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::lottery::{fingerprint, new_nonce, new_seed};
 use crate::queue::{QueueName, Snapshot, UserId};
 use crate::store::{LotteryRefusal, LotteryState, PreEntry, PreJoin};
@@ -63,7 +65,7 @@ struct LotteryView {
 
 impl LotteryView {
     fn new(state: &AppState, queue: &QueueName, l: LotteryState) -> Self {
-        let base = &state.config().base_path;
+        let base = &state.settings().base_path;
         Self {
             queue: queue.as_str().to_owned(),
             opens_at: l.opens_at,
@@ -94,17 +96,17 @@ struct Cleared {
 }
 
 fn no_lottery() -> ApiError {
-    ApiError::not_found("no_lottery", "this queue has no scheduled opening")
+    ApiError::not_found(ErrorCode::NoLottery, "this queue has no scheduled opening")
 }
 
 fn refused(r: LotteryRefusal) -> ApiError {
     match r {
         LotteryRefusal::Drawn => ApiError::conflict(
-            "lottery_drawn",
+            ErrorCode::LotteryDrawn,
             "the draw has run; its time and seed can no longer change",
         ),
         LotteryRefusal::NotEmpty => ApiError::conflict(
-            "pre_queue_not_empty",
+            ErrorCode::PreQueueNotEmpty,
             "buyers wait in the pre-queue; move opensAt instead",
         ),
     }
@@ -158,7 +160,7 @@ async fn get_entries(
         .ok_or_else(no_lottery)?;
     if !lottery.drawn {
         return Err(ApiError::conflict(
-            "not_drawn",
+            ErrorCode::NotDrawn,
             "the list is published with the seed, after the draw",
         ));
     }
@@ -202,7 +204,7 @@ async fn put_lottery(
     let now = now_ms();
     if body.opens_at <= now || body.opens_at > now + MAX_AHEAD_MS {
         return Err(ApiError::bad_request(
-            "invalid_opens_at",
+            ErrorCode::InvalidOpensAt,
             "opensAt: ms since the epoch, in the future and at most 90 days ahead",
         ));
     }

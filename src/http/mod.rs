@@ -3,7 +3,6 @@
 pub(crate) mod body;
 pub mod client;
 pub mod cookies;
-pub mod error;
 pub mod extract;
 
 mod admin;
@@ -14,6 +13,7 @@ mod challenge;
 mod console;
 mod entries;
 mod events;
+pub mod gate;
 mod handoff;
 mod headers;
 mod health;
@@ -28,6 +28,7 @@ mod page;
 mod queue_admin;
 pub mod security;
 mod slowdown;
+mod state;
 pub mod stock;
 mod tokens;
 pub mod wire;
@@ -41,11 +42,12 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::app::AppState;
-pub use error::ApiError;
+pub use crate::error::{ApiError, ErrorBody, ErrorCode};
 pub use events::PATH as EVENTS_PATH;
+pub use gate::EntryPass;
 pub use handoff::LeanStream;
 pub use openapi::document as api_document;
+pub use state::{AppState, HttpSettings, Services};
 
 /// Every documented route, with its operation in the API document (both
 /// listeners' routes: one document describes the whole service).
@@ -111,7 +113,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
         .layer(axum::middleware::from_fn(security::add_headers))
         .with_state(state.clone());
-    let base = state.config().base_path.clone();
+    let base = state.settings().base_path.clone();
     let app = if base.is_empty() {
         service
     } else {
@@ -132,7 +134,7 @@ pub fn router(state: AppState) -> Router {
 pub fn admin_router(state: AppState) -> Router {
     let (documented, _) = operator_routes().split_for_parts();
     // Validated at start-up (`Config::validate`).
-    let hosts = host::OperatorHosts::new(state.config().admin_host_names().unwrap_or_default());
+    let hosts = host::OperatorHosts::new(state.settings().admin_hosts.clone());
     documented
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -178,7 +180,7 @@ async fn below_base(
         .filter(|rest| rest.starts_with('/'))
         .and_then(|rest| format!("{rest}{query}").parse::<Uri>().ok());
     let Some(inner) = inner else {
-        return Ok(ApiError::not_found("not_found", "no such resource").into_response());
+        return Ok(ApiError::not_found(ErrorCode::NotFound, "no such resource").into_response());
     };
     *request.uri_mut() = inner;
     service.oneshot(request).await
@@ -186,7 +188,7 @@ async fn below_base(
 
 /// A path the operator listener does not serve.
 async fn not_found() -> ApiError {
-    ApiError::not_found("not_found", "no such resource")
+    ApiError::not_found(ErrorCode::NotFound, "no such resource")
 }
 
 /// A known path with a method it does not take: the JSON error shape (axum

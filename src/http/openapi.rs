@@ -29,9 +29,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
-use super::error::ErrorBody;
+use super::AppState;
 use super::wire::{GoneEvent, QueueStatus, ReadyEvent};
-use crate::app::AppState;
+use crate::error::{ErrorBody, ErrorCode};
 
 /// The document's frame: what no handler states.
 #[derive(OpenApi)]
@@ -43,7 +43,7 @@ use crate::app::AppState;
             and a gate that lets each token buy exactly once. Errors are always \
             `{\"error\": \"<code>\", \"message\": \"...\"}`."
     ),
-    components(schemas(ErrorBody, StreamEvent)),
+    components(schemas(ErrorBody, ErrorCode, StreamEvent)),
     modifiers(&BearerSchemes),
     tags(
         (name = "queue", description = "Join, look up one's place, follow it live, leave."),
@@ -367,7 +367,7 @@ static DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| {
         content_type = "application/json", body = Object))
 )]
 pub async fn openapi_json(State(state): State<AppState>) -> impl IntoResponse {
-    let base = &state.config().base_path;
+    let base = &state.settings().base_path;
     let body = if base.is_empty() {
         DOCUMENT.clone()
     } else {
@@ -471,6 +471,18 @@ mod tests {
             says("/api/orders/{id}", "get", "401", code);
         }
         says("/api/orders", "post", "408", "request_timeout");
+        // Every error code is listed, as the values of `ErrorBody.error`.
+        let listed = &api["components"]["schemas"]["ErrorCode"]["enum"];
+        for code in ErrorCode::ALL {
+            assert!(
+                listed
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c == code.as_str()),
+                "{code} in {listed}"
+            );
+        }
         // A claim takes the token alone.
         let claim = api["components"]["schemas"]["ClaimRequest"]["required"].clone();
         assert_eq!(claim, serde_json::json!(["token"]), "{claim}");
@@ -482,6 +494,7 @@ mod tests {
             "GoneEvent",
             "StreamEvent",
             "ErrorBody",
+            "ErrorCode",
             "AuditPage",
             "AuditEntry",
         ] {

@@ -20,9 +20,10 @@ use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorBody};
-use crate::app::AppState;
-use crate::gate::EntryPass;
+use super::AppState;
+use super::EntryPass;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::identity::IdentityError;
 use crate::orders::{Order, OrderError, OrderStore, Product};
 use crate::store::StoreError;
@@ -50,9 +51,9 @@ struct OrderRequest {
 const MAX_QUANTITY: i64 = 1_000_000_000;
 
 fn orders(state: &AppState) -> Result<&OrderStore, ApiError> {
-    state
-        .orders()
-        .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))
+    state.orders().ok_or_else(|| {
+        ApiError::not_found(ErrorCode::OrdersDisabled, "the demo order service is off")
+    })
 }
 
 /// Places an order with an entry token, which it uses up once the order
@@ -106,7 +107,7 @@ async fn place(State(state): State<AppState>, pass: EntryPass) -> Result<Respons
             // The database saw this token buy already: finish deleting it.
             pass.commit_succeeded().await;
             Err(ApiError::unauthorized(
-                "invalid_token",
+                ErrorCode::InvalidToken,
                 "this entry token was already used",
             ))
         }
@@ -134,14 +135,14 @@ async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlace
         Ok(r) if (1..=MAX_QUANTITY).contains(&r.quantity) => r,
         Ok(_) => {
             return Err(ApiError::bad_request(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 format!("quantity must be 1-{MAX_QUANTITY}"),
             )
             .into());
         }
         Err(e) => {
             return Err(ApiError::bad_request(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 format!("the body is not valid JSON for this endpoint: {e}"),
             )
             .into());
@@ -151,10 +152,10 @@ async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlace
         .product(&request.product_id)
         .await
         .map_err(ApiError::from)?
-        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+        .ok_or_else(|| ApiError::not_found(ErrorCode::UnknownProduct, "no such product"))?;
     if product.queue != pass.queue().as_str() {
         return Err(ApiError::unauthorized(
-            "invalid_token",
+            ErrorCode::InvalidToken,
             "this entry token is for another queue than the product's",
         )
         .into());
@@ -171,7 +172,7 @@ async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlace
         OrderError::OutOfStock => {
             metrics::counter!("waitroom_orders_total", "result" => "out_of_stock").increment(1);
             ApiError::conflict(
-                "out_of_stock",
+                ErrorCode::OutOfStock,
                 "not enough stock left; your entry token is still valid",
             )
             .into()
@@ -179,13 +180,13 @@ async fn attempt(store: &OrderStore, pass: &EntryPass) -> Result<Order, NotPlace
         OrderError::OverLimit { max } => {
             metrics::counter!("waitroom_orders_total", "result" => "over_limit").increment(1);
             ApiError::bad_request(
-                "quantity_over_limit",
+                ErrorCode::QuantityOverLimit,
                 format!("at most {max} of this product per order; your entry token is still valid"),
             )
             .into()
         }
         OrderError::UnknownProduct => {
-            ApiError::not_found("unknown_product", "no such product").into()
+            ApiError::not_found(ErrorCode::UnknownProduct, "no such product").into()
         }
         OrderError::TokenAlreadyUsed => NotPlaced::AlreadyUsed,
         OrderError::Database(e) => ApiError::from(e).into(),
@@ -240,7 +241,7 @@ async fn order(
     // `X-User-Id` is one the gateway did not vouch for.
     let asker = state.identity().required(&headers).map_err(|e| match e {
         IdentityError::MissingUserHeader => {
-            ApiError::unauthorized("missing_user_id", e.to_string())
+            ApiError::unauthorized(ErrorCode::MissingUserId, e.to_string())
         }
         other => other.into(),
     })?;
@@ -248,7 +249,10 @@ async fn order(
     match order {
         Some(o) if asker.as_str() == o.user_id => Ok(Json(o)),
         // Another buyer's order is answered exactly like a missing one.
-        _ => Err(ApiError::not_found("unknown_order", "no such order")),
+        _ => Err(ApiError::not_found(
+            ErrorCode::UnknownOrder,
+            "no such order",
+        )),
     }
 }
 

@@ -26,8 +26,8 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
-use crate::app::AppState;
+use super::AppState;
+use crate::error::ApiError;
 
 /// An origin as browsers serialize it: lower-case scheme and host, and the
 /// port only when it is not the scheme's default. `None` for anything else
@@ -126,7 +126,7 @@ pub async fn refuse_cross_origin(
     next: Next,
 ) -> Response {
     if guarded(request.uri().path())
-        && !same_origin(request.headers(), &state.config().allowed_origins)
+        && !same_origin(request.headers(), &state.settings().allowed_origins)
     {
         return ApiError::CrossOrigin.into_response();
     }

@@ -12,10 +12,11 @@ use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
 
+use super::AppState;
 use super::client::Client;
-use super::error::ApiError;
 use super::identity::allow_new_visitor;
-use crate::app::AppState;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 
 #[derive(RustEmbed)]
 #[folder = "static/"]
@@ -74,7 +75,7 @@ async fn asset(
             }
             response
         }
-        None => ApiError::not_found("not_found", "no such resource").into_response(),
+        None => ApiError::not_found(ErrorCode::NotFound, "no such resource").into_response(),
     }
 }
 

@@ -15,10 +15,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
-use crate::app::AppState;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::{AdaptiveSettings, QueueName, QueueSettings, StoredSettings};
 use crate::store::AdaptiveState;
 
@@ -227,8 +228,8 @@ async fn put_queue(
     Path(raw): Path<String>,
     JsonBody(change): JsonBody<SettingsChange>,
 ) -> Result<(StatusCode, Json<QueueView>), ApiError> {
-    let queue =
-        QueueName::parse(&raw).map_err(|e| ApiError::bad_request("invalid_queue_name", e.0))?;
+    let queue = QueueName::parse(&raw)
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidQueueName, e.0))?;
     let existing = state.store().queue_settings(&queue).await?;
     let created = existing.is_none();
     let base = existing.map_or_else(|| state.catalog().defaults().clone(), |s| s.settings);
@@ -236,7 +237,7 @@ async fn put_queue(
     let settings = change.apply(base);
     settings
         .validate()
-        .map_err(|m| ApiError::bad_request("invalid_settings", m))?;
+        .map_err(|m| ApiError::bad_request(ErrorCode::InvalidSettings, m))?;
     // The hold first: a queue opened held admits nobody, not even once.
     if let Some(paused) = paused {
         state.store().set_paused(&queue, paused).await?;
@@ -292,7 +293,7 @@ async fn delete_queue(
     let queue = QueueName::parse(&raw).map_err(|_| unknown_queue())?;
     if state.catalog().is_seed(&queue) {
         return Err(ApiError::conflict(
-            "configured_queue",
+            ErrorCode::ConfiguredQueue,
             "the queue is named in --queues, which re-creates it: take it out of the flags first",
         ));
     }
@@ -327,5 +328,5 @@ async fn adaptive_state(
 }
 
 fn unknown_queue() -> ApiError {
-    ApiError::not_found("unknown_queue", "no such queue")
+    ApiError::not_found(ErrorCode::UnknownQueue, "no such queue")
 }

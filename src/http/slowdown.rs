@@ -8,10 +8,11 @@ use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::AdminAuth;
-use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
-use crate::app::AppState;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::orders::slowdown::SlowdownSetting;
 
 /// `/api/admin/orders/slowdown`.
@@ -20,10 +21,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 fn knob(state: &AppState) -> Result<&crate::orders::slowdown::Slowdown, ApiError> {
-    state
-        .orders()
-        .map(|o| o.slowdown())
-        .ok_or_else(|| ApiError::not_found("orders_disabled", "the demo order service is off"))
+    state.orders().map(|o| o.slowdown()).ok_or_else(|| {
+        ApiError::not_found(ErrorCode::OrdersDisabled, "the demo order service is off")
+    })
 }
 
 /// The demo order service's slowdown on this instance.
@@ -71,7 +71,7 @@ async fn put_slowdown(
     let knob = knob(&state)?;
     setting
         .validate()
-        .map_err(|m| ApiError::bad_request("invalid_slowdown", m))?;
+        .map_err(|m| ApiError::bad_request(ErrorCode::InvalidSlowdown, m))?;
     knob.set(setting);
     tracing::info!(
         delay_ms = setting.delay_ms,

@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::{AdminAuth, ServiceAuth};
-use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, Queue};
-use crate::app::AppState;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::queue::stock::MAX_UNITS;
 use crate::queue::{QueueName, StockReport};
 use crate::store::StockState;
@@ -93,13 +94,13 @@ fn checked(remaining: u64, max_per_buyer: Option<u64>) -> Result<StockReport, Ap
     let per_buyer = max_per_buyer.unwrap_or(1);
     if remaining > MAX_UNITS {
         return Err(ApiError::bad_request(
-            "invalid_stock",
+            ErrorCode::InvalidStock,
             format!("remaining: 0-{MAX_UNITS}"),
         ));
     }
     if !(1..=MAX_UNITS).contains(&per_buyer) {
         return Err(ApiError::bad_request(
-            "invalid_stock",
+            ErrorCode::InvalidStock,
             format!("maxPerBuyer: 1-{MAX_UNITS}"),
         ));
     }
@@ -171,7 +172,7 @@ async fn get_stock(
     match state.store().stock(&queue).await? {
         Some(stock) => Ok(Json(StockView::new(&queue, stock))),
         None => Err(ApiError::not_found(
-            "no_stock",
+            ErrorCode::NoStock,
             "no stock was reported for this queue",
         )),
     }
@@ -204,7 +205,7 @@ async fn report_stock(
     let queue = QueueName::parse(&body.queue)
         .ok()
         .filter(|q| state.has_queue(q))
-        .ok_or_else(|| ApiError::not_found("unknown_queue", "no such queue"))?;
+        .ok_or_else(|| ApiError::not_found(ErrorCode::UnknownQueue, "no such queue"))?;
     let report = checked(body.remaining, body.max_per_buyer)?;
     record(&state, &queue, report, "order service").await
 }
@@ -213,33 +214,13 @@ async fn report_stock(
 /// store. A failure is logged, not returned: the order or restock it
 /// follows is done, and the next report (or an operator's) catches up.
 pub(super) async fn report_demo_stock(state: &AppState, queue: &str) {
-    if !state.config().stock_from_orders {
+    if !state.settings().stock_from_orders {
         return;
     }
     let (Some(orders), Ok(queue)) = (state.orders(), QueueName::parse(queue)) else {
         return;
     };
-    if let Err(e) = report_from(state.store(), orders, &queue).await {
+    if let Err(e) = crate::orders::stock::report_from(state.store(), orders, &queue).await {
         tracing::warn!(%queue, error = %e, "cannot report the demo stock");
     }
-}
-
-/// Reports the demo products of `queue` to `store`.
-pub async fn report_from(
-    store: &crate::store::SharedStore,
-    orders: &crate::orders::OrderStore,
-    queue: &QueueName,
-) -> Result<StockState, String> {
-    let (units, per) = orders
-        .queue_stock(queue.as_str())
-        .await
-        .map_err(|e| e.to_string())?;
-    let report = StockReport {
-        remaining: units.max(0) as u64,
-        per_buyer: per.max(1) as u64,
-    };
-    store
-        .set_stock(queue, report)
-        .await
-        .map_err(|e| e.to_string())
 }

@@ -20,10 +20,12 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::ServiceAuth;
-use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
-use crate::app::AppState;
+use crate::clock::now_ms;
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorBody};
 use crate::gate::Settle;
 use crate::queue::{QueueName, UserId};
 
@@ -76,14 +78,14 @@ struct ClaimGranted {
 }
 
 fn user(raw: &str) -> Result<UserId, ApiError> {
-    UserId::parse(raw).map_err(|e| ApiError::bad_request("invalid_user_id", e.0))
+    UserId::parse(raw).map_err(|e| ApiError::bad_request(ErrorCode::InvalidUserId, e.0))
 }
 
 fn queue(state: &AppState, raw: &str) -> Result<QueueName, ApiError> {
     QueueName::parse(raw)
         .ok()
         .filter(|q| state.has_queue(q))
-        .ok_or_else(|| ApiError::not_found("unknown_queue", "no such queue"))
+        .ok_or_else(|| ApiError::not_found(ErrorCode::UnknownQueue, "no such queue"))
 }
 
 /// Claims a buyer's entry token for one order: no other order can use it
@@ -124,7 +126,7 @@ async fn claim(
         queue: claim.queue.as_str().to_owned(),
         user_id: claim.user.as_str().to_owned(),
         idempotency_key: claim.idempotency_key,
-        lease_seconds: state.config().claim_lease_secs,
+        lease_seconds: state.settings().claim_lease_secs,
     })
     .into_response())
 }
@@ -147,12 +149,6 @@ fn unstamp(raw: &str) -> (&str, Option<u64>) {
         },
         None => (raw, None),
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// After the order committed: deletes the token.
@@ -232,7 +228,7 @@ async fn settle(
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::conflict(
-            "claim_not_held",
+            ErrorCode::ClaimNotHeld,
             "this claim no longer holds the token",
         ))
     }

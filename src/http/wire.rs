@@ -344,7 +344,7 @@ fn pre_queue_data(status: &str, opens_at: u64, out: &mut String) {
         return;
     };
     if let Some(lottery) = value.get_mut("lottery").and_then(|l| l.as_object_mut()) {
-        let now = super::extract::now_ms();
+        let now = crate::clock::now_ms();
         lottery.insert("opensAt".into(), opens_at.into());
         lottery.insert(
             "secondsToOpen".into(),

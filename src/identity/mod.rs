@@ -3,7 +3,7 @@
 //!
 //! A queue is only as fair as its idea of who is in it, so every part that
 //! names a buyer (a join, the ticket-user binding of position, events and
-//! leave, [`crate::gate::EntryPass`], `GET /api/orders/{id}`) asks the same
+//! leave, [`crate::http::EntryPass`], `GET /api/orders/{id}`) asks the same
 //! [`Identity`]. It runs in one of three modes:
 //!
 //! - **visitor** (the default, for anonymous shoppers): waitroom mints a
@@ -64,19 +64,6 @@ pub enum IdentityError {
     /// The credential was valid but is past its `exp`.
     #[error("the identity token has expired; sign in again")]
     Expired,
-}
-
-impl IdentityError {
-    /// The JSON error code of the API.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::MissingUserHeader => "missing_user_id",
-            Self::InvalidUserHeader(_) => "invalid_user_id",
-            Self::Missing(_) => "missing_identity",
-            Self::Invalid(_) => "invalid_identity",
-            Self::Expired => "identity_expired",
-        }
-    }
 }
 
 /// The buyer of a join: who it is and, when the visitor was minted just

@@ -26,6 +26,7 @@
 
 pub mod reconcile;
 pub mod slowdown;
+pub mod stock;
 
 use std::str::FromStr;
 use std::sync::Arc;

@@ -27,6 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::queue::{Forecast, Policy, QueueName, Queues, RateEstimator, Snapshot, UserId};
 use crate::store::{QueueEvent, SharedStore, StoreEvent};
+
+/// How long an instance's streams report (its open streams, for the
+/// console of any instance) lasts in the store: a few missed reports.
+pub const STREAMS_REPORT_TTL: Duration = Duration::from_secs(10);
 pub use admissions::{AdmissionPath, AdmissionWindow};
 pub use registry::view_of;
 use registry::{QueueWatchers, Watcher, refresh_period};

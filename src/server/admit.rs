@@ -314,7 +314,7 @@ mod tests {
     fn trusted_proxies_are_not_counted_and_the_cap_still_holds() {
         let proxies = TrustedProxies::new(
             vec!["10.0.0.0/8".parse().unwrap()],
-            crate::config::ForwardedHeader::XForwardedFor,
+            crate::http::client::ForwardedHeader::XForwardedFor,
         );
         let admission = Admission::new(Limits {
             proxies,

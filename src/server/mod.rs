@@ -82,8 +82,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use tower_http::timeout::RequestBodyDeadlineLayer;
 
-use crate::app::AppState;
+use crate::error::ErrorCode;
 use crate::http::ApiError;
+use crate::http::AppState;
 use admit::{Admission, Admitted, Limits, ReserveConfig};
 use handover::{HandoverIo, Shared, Timeouts, Tracked};
 
@@ -115,14 +116,33 @@ pub enum Listener {
     Operator,
 }
 
+/// What the transport reads of the configuration, typed (built by the
+/// composition root).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a request body may take to arrive (`408` after).
+    pub body_timeout: std::time::Duration,
+    /// How long a new connection may stay silent.
+    pub first_byte_timeout: std::time::Duration,
+    /// How long a kept-alive connection may stay idle.
+    pub idle_timeout: std::time::Duration,
+    /// `--drain-secs`: how long streams get to close at shutdown.
+    pub drain: std::time::Duration,
+    /// Most connections of the public listener, streams included.
+    pub max_connections: usize,
+    /// Most connections from one client address (`None`: no cap).
+    pub connections_per_address: Option<usize>,
+    /// The operator listener's reserve for bearers of a token.
+    pub admin_reserved_connections: usize,
+}
+
 impl Listener {
-    /// How this listener takes connections, from the state's configuration.
-    fn limits(self, state: &AppState) -> Limits {
-        let config = state.config();
-        let per_address = config.connections_per_address(state.max_connections());
+    /// How this listener takes connections, from the transport's settings.
+    fn limits(self, state: &AppState, settings: &Settings) -> Limits {
+        let per_address = settings.connections_per_address;
         match self {
             Self::Public => Limits {
-                max_connections: state.max_connections(),
+                max_connections: settings.max_connections,
                 per_address,
                 proxies: state.trusted_proxies().clone(),
                 reserve: None,
@@ -132,10 +152,10 @@ impl Listener {
                 // At most half the ordinary slots from one address.
                 per_address: per_address.map(|n| n.min(ADMIN_MAX_CONNECTIONS / 2)),
                 proxies: state.trusted_proxies().clone(),
-                reserve: (config.admin_reserved_connections > 0).then(|| ReserveConfig {
-                    slots: config.admin_reserved_connections,
+                reserve: (settings.admin_reserved_connections > 0).then(|| ReserveConfig {
+                    slots: settings.admin_reserved_connections,
                     admin_token: state.admin_token().to_owned(),
-                    service_token: config.service_token.clone(),
+                    service_token: state.service_token().map(str::to_owned),
                 }),
             },
         }
@@ -150,27 +170,25 @@ impl Listener {
 /// [`crate::http::admin_router`]; both the same way.
 pub async fn serve(
     state: AppState,
+    settings: Settings,
     listener: TcpListener,
     router: axum::Router,
     kind: Listener,
 ) -> std::io::Result<()> {
     let app = tower::ServiceBuilder::new()
-        .layer(RequestBodyDeadlineLayer::new(state.config().body_timeout()))
+        .layer(RequestBodyDeadlineLayer::new(settings.body_timeout))
         .service(router.clone());
     let shutdown = state.shutdown().clone();
     let graceful = GracefulShutdown::new();
     let connections = TaskTracker::new();
-    let admission = Admission::new(kind.limits(&state));
+    let admission = Admission::new(kind.limits(&state, &settings));
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
-    let route = Arc::new(lean::stream_route(&state.config().base_path));
+    let route = Arc::new(lean::stream_route(&state.settings().base_path));
     let timeouts = Timeouts {
         // A connection that has sent nothing yet is at least as idle as a
         // kept-alive one: never kept longer.
-        first_byte: state
-            .config()
-            .first_byte_timeout()
-            .min(state.config().idle_timeout()),
-        idle: state.config().idle_timeout(),
+        first_byte: settings.first_byte_timeout.min(settings.idle_timeout),
+        idle: settings.idle_timeout,
         head: HEAD_TIMEOUT,
     };
     // hyper's own bound, for connections whose framing the IO lost: an
@@ -238,7 +256,7 @@ pub async fn serve(
     }
     drop(listener);
     connections.close();
-    let drain = Duration::from_secs(state.config().drain_secs) + Duration::from_secs(5);
+    let drain = settings.drain + Duration::from_secs(5);
     let finished = async {
         graceful.shutdown().await;
         connections.wait().await;
@@ -252,7 +270,7 @@ pub async fn serve(
 /// The answer to a connection over its address's share.
 fn address_full() -> ApiError {
     ApiError::ClientLimited {
-        code: "address_connections_limited",
+        code: ErrorCode::AddressConnectionsLimited,
         message: "too many open connections from this address; close some and retry".into(),
         retry_after_secs: 1,
     }

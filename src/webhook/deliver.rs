@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tls::{HookClient, describe};
 use super::{MAX_BACKOFF_MS, SIGNATURE_HEADER, WebhookSpec};
+use crate::clock::now_ms;
 use crate::queue::audit::{AuditEntry, AuditId};
 use crate::queue::{QueueName, Queues};
 use crate::store::AuditStore;
@@ -83,13 +84,6 @@ struct InFlight {
 
 type Key = (usize, QueueName, AuditId);
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// Delivers `hooks` for the live queues (`live`, the instance's catalog)
 /// until `shutdown`. Entries still in flight then stay pending in the
 /// store, for another instance (or this one's next start) to take.
@@ -105,7 +99,7 @@ pub async fn run(
     }
     let clients: Vec<HookClient> = hooks.iter().map(super::tls::client).collect();
     let start = AuditId {
-        ms: unix_ms().saturating_sub(START_MARGIN_MS),
+        ms: now_ms().saturating_sub(START_MARGIN_MS),
         seq: 0,
     };
     let groups: Vec<String> = hooks.iter().map(WebhookSpec::group).collect();
@@ -245,7 +239,7 @@ pub async fn run(
                         .increment(1);
                 }
                 Err(why) => {
-                    let age = unix_ms().saturating_sub(f.entry.id.ms);
+                    let age = now_ms().saturating_sub(f.entry.id.ms);
                     if f.attempts >= hook.attempts || age >= hook.max_age_ms {
                         f.settled = true;
                         metrics::counter!("waitroom_webhook_deliveries_total", &labels("failed"))
@@ -303,7 +297,7 @@ async fn attempt_once(
     body: Arc<Vec<u8>>,
     attempt: u32,
 ) -> Result<(), String> {
-    let unix = unix_ms() / 1000;
+    let unix = now_ms() / 1000;
     let request = hyper::Request::post(hook.url.as_str())
         .header("content-type", "application/json")
         .header("idempotency-key", idempotency_key(queue, id))

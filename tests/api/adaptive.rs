@@ -473,9 +473,7 @@ async fn redis_down_decides_nothing_and_nothing_panics() {
     let before = store.queue_settings(&q()).await.unwrap().unwrap();
     redis.kill();
     assert!(
-        waitroom::admission::adaptive::step(&store, &q())
-            .await
-            .is_err(),
+        waitroom::tasks::adaptive::step(&store, &q()).await.is_err(),
         "no decision without the store"
     );
     let (code, err) = admin(&app, "GET", "/api/admin/queues/default", None).await;

@@ -256,7 +256,7 @@ async fn unknown_operator_paths_ask_for_the_token_first() {
 #[tokio::test]
 async fn one_token_for_both_scopes_is_refused() {
     let config = crate::common::config(&["--admin-token", ADMIN, "--service-token", ADMIN]);
-    let state = waitroom::AppState::with_store(
+    let state = waitroom::App::with_store(
         config,
         crate::common::store("memory", "scopes").await,
         None,

@@ -169,7 +169,7 @@ async fn a_log_turned_off_writes_no_stream() {
     // The same instance with the log on does write one: the check can fail.
     let on = TestApp::redis("audit-on", &args()).await;
     sale(&on).await;
-    let key = format!("{}:{{default}}:audit", on.state.config().key_prefix);
+    let key = format!("{}:{{default}}:audit", on.config.key_prefix);
     let len: i64 = redis::cmd("XLEN")
         .arg(&key)
         .query_async(&mut c)

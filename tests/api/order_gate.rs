@@ -22,7 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use waitroom::gate::{EntryPass, Gate};
+use waitroom::gate::Gate;
+use waitroom::http::EntryPass;
 use waitroom::queue::QueueName;
 
 use crate::common::{TestApp, eventually, ready};

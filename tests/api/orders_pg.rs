@@ -229,7 +229,7 @@ async fn orders_fail_closed_while_the_database_is_gone() {
 async fn an_unreachable_database_stops_the_start() {
     let db = PgDatabase::create("absent").await;
     let url = format!("{}_never_created", db.url);
-    let state = waitroom::AppState::with_store(
+    let state = waitroom::App::with_store(
         Config {
             orders_db: url,
             ..config(&[])

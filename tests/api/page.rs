@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use waitroom::app::{AppState, StartError};
 use waitroom::store::memory::MemoryStore;
+use waitroom::{App, StartError};
 
 use crate::common::{TestApp, config};
 
@@ -112,7 +112,7 @@ async fn a_bad_branding_stops_the_start() {
         let dir = PageDir::new();
         dir.write(file, json);
         let config = config(&["--page-dir", dir.path().to_str().unwrap()]);
-        let result = AppState::with_store(
+        let result = App::with_store(
             config,
             std::sync::Arc::new(MemoryStore::new()),
             None,

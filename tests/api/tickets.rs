@@ -214,7 +214,7 @@ async fn a_token_from_before_entry_ids_gets_one_on_the_next_join() {
     let (_, body, _) = join(&app, "legacy").await;
     let token = body["entryToken"].as_str().unwrap().to_owned();
     // What an instance of the previous version wrote: no entry id.
-    let key = format!("{}:{{default}}:token:legacy", app.state.config().key_prefix);
+    let key = format!("{}:{{default}}:token:legacy", app.config.key_prefix);
     let mut redis = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()

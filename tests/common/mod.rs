@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use waitroom::store::SharedStore;
 use waitroom::store::memory::MemoryStore;
 use waitroom::store::redis::{RedisOptions, RedisStore, Topology};
-use waitroom::{AppState, Config};
+use waitroom::{App, AppState, Config};
 
 /// The shared Redis every test may use with its own key prefix.
 pub fn redis_url() -> String {
@@ -420,6 +420,8 @@ pub struct TestApp {
     /// The operator listener: `/metrics`, `/api/admin/*`, `/api/tokens/*`.
     pub admin_addr: SocketAddr,
     pub state: AppState,
+    /// The instance's validated configuration.
+    pub config: Config,
     pub client: reqwest::Client,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -434,15 +436,17 @@ impl TestApp {
     pub async fn spawn_with(config: Config, store: SharedStore) -> Self {
         waitroom::telemetry::install_metrics();
         let shutdown = CancellationToken::new();
-        let state = AppState::with_store(config, store, None, shutdown.clone())
+        let built = App::with_store(config, store, None, shutdown.clone())
             .await
             .expect("valid config and order database");
+        let state = built.state().clone();
+        let config = built.config().clone();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin_addr = admin.local_addr().unwrap();
         let tasks = TaskTracker::new();
-        let serving = state.clone();
+        let serving = built;
         tasks.spawn(async move {
             let listeners = waitroom::Listeners {
                 public: listener,
@@ -454,6 +458,7 @@ impl TestApp {
             addr,
             admin_addr,
             state,
+            config,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
 
@@ -35,6 +34,7 @@ mod lottery;
 mod settings;
 mod stock;
 
+use crate::clock::now_ms;
 use limits::Buckets;
 use queue::QueueData;
 
@@ -56,13 +56,6 @@ pub struct MemoryStore {
     audit_max_len: u64,
     /// Adaptive admission's samples and decisions (`adaptive.rs`).
     adaptive: adaptive::Adaptive,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl Default for MemoryStore {

@@ -316,9 +316,7 @@ impl EventStore for RedisStore {
         ttl_ms: u64,
     ) -> StoreResult<Vec<(String, u64)>> {
         let key = format!("{}:instances", self.prefix);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = crate::clock::now_ms();
         let mut conn = self.conn.clone();
         let (_, all): (i64, HashMap<String, String>) = bounded(
             redis::pipe()

@@ -1,18 +1,21 @@
-//! The [`EntryPass`] extractor: identity headers, then the whole body, then
+//! The [`EntryPass`] extractor of the order gate ([`crate::gate`], which
+//! knows no HTTP framework): identity headers, then the whole body, then
 //! the claim; the claim's renewal while the handler runs; release on drop.
+//! Also the gate's rejections as API errors (one mapping: [`gate_error`]).
 
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRef, FromRequest, Request};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use super::{Claim, Gate, GateError, PendingConsume};
-use crate::http::ApiError;
-use crate::http::body::{BodyError, read_whole};
+use super::body::{BodyError, read_whole};
+use super::identity::identity_code;
+use crate::error::{ApiError, ErrorCode};
+use crate::gate::{Claim, Gate, GateError, PendingConsume};
 use crate::identity::{Identity, IdentityError};
 use crate::queue::{QueueName, UserId};
 use crate::store::StoreError;
@@ -229,10 +232,10 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, GateError> {
         let gate = Gate::from_ref(state);
         let (parts, body) = req.into_parts();
-        let presented = Presented::from_headers(&parts.headers, &gate.identity)?;
+        let presented = Presented::from_headers(&parts.headers, gate.identity())?;
         // The body comes in before the claim: a slow upload holds nothing,
         // so no claim can lapse while its order is still arriving.
-        let body = match read_body(body, gate.body_limit).await {
+        let body = match read_body(body, gate.body_limit()).await {
             Ok(body) => body,
             Err(body_error) => {
                 // The token is still answered first (401/409 before a body
@@ -259,51 +262,112 @@ where
     }
 }
 
-impl GateError {
-    /// The HTTP status and error code of the contract.
-    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
-        match self {
-            Self::MissingUser => (StatusCode::UNAUTHORIZED, "missing_user_id"),
-            Self::Identity(e) => (StatusCode::UNAUTHORIZED, e.code()),
-            Self::MissingToken => (StatusCode::UNAUTHORIZED, "missing_token"),
-            Self::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
-            Self::DuplicateHeader(_) => (StatusCode::BAD_REQUEST, "duplicate_header"),
-            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            Self::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
-            Self::BodyUnreadable => (StatusCode::BAD_REQUEST, "invalid_body"),
-            Self::InUse => (StatusCode::CONFLICT, "token_in_use"),
-            Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
-        }
+/// The gate's rejections as the API's errors, the one mapping of
+/// [`GateError`] to status and code: `401` for who and which token,
+/// `400 duplicate_header`/`invalid_body`, `413`, `408`, `409 token_in_use`,
+/// `503 store_unavailable`.
+pub fn gate_error(e: GateError) -> ApiError {
+    let message = e.to_string();
+    match e {
+        GateError::MissingUser => ApiError::unauthorized(ErrorCode::MissingUserId, message),
+        GateError::Identity(e) => ApiError::unauthorized(identity_code(&e), message),
+        GateError::MissingToken => ApiError::unauthorized(ErrorCode::MissingToken, message),
+        GateError::InvalidToken => ApiError::unauthorized(ErrorCode::InvalidToken, message),
+        GateError::DuplicateHeader(_) => ApiError::bad_request(ErrorCode::DuplicateHeader, message),
+        GateError::BodyUnreadable => ApiError::bad_request(ErrorCode::InvalidBody, message),
+        GateError::BodyTooLarge => ApiError::PayloadTooLarge,
+        GateError::BodyTimeout => ApiError::RequestTimeout,
+        GateError::InUse => ApiError::conflict(ErrorCode::TokenInUse, message),
+        GateError::Store(e) => ApiError::Unavailable(e),
     }
 }
 
-/// The gate's rejections keep their codes (`GateError::status_and_code`)
-/// and messages; only the rendering is shared. Here rather than in
-/// `crate::http::error`, so the arrow runs one way: the gate uses the
-/// error shape, the error shape knows no gate.
 impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
-        let (_, code) = e.status_and_code();
-        match e {
-            GateError::MissingUser
-            | GateError::Identity(_)
-            | GateError::MissingToken
-            | GateError::InvalidToken => Self::unauthorized(code, e.to_string()),
-            GateError::DuplicateHeader(_) | GateError::BodyUnreadable => {
-                Self::bad_request(code, e.to_string())
-            }
-            GateError::BodyTooLarge => Self::PayloadTooLarge,
-            GateError::BodyTimeout => Self::RequestTimeout,
-            GateError::InUse => Self::conflict(code, e.to_string()),
-            GateError::Store(e) => Self::Unavailable(e),
-        }
+        gate_error(e)
     }
 }
 
 /// Renders through the service's one error shape
-/// (`{"error": "<code>", "message": "..."}`, see [`crate::http::ApiError`]).
+/// (`{"error": "<code>", "message": "..."}`, see [`ApiError`]).
 impl IntoResponse for GateError {
     fn into_response(self) -> Response {
-        ApiError::from(self).into_response()
+        gate_error(self).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorBody;
+    use axum::http::StatusCode;
+
+    /// Every gate rejection renders with the status and code the gate
+    /// documents for integrators.
+    #[tokio::test]
+    async fn gate_errors_keep_their_status_and_code() {
+        for (e, status, code) in [
+            (
+                GateError::MissingUser,
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::MissingUserId,
+            ),
+            (
+                GateError::MissingToken,
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::MissingToken,
+            ),
+            (
+                GateError::InvalidToken,
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::InvalidToken,
+            ),
+            (
+                GateError::DuplicateHeader("X-User-Id"),
+                StatusCode::BAD_REQUEST,
+                ErrorCode::DuplicateHeader,
+            ),
+            (
+                GateError::BodyTooLarge,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+            ),
+            (
+                GateError::BodyTimeout,
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorCode::RequestTimeout,
+            ),
+            (
+                GateError::BodyUnreadable,
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidBody,
+            ),
+            (
+                GateError::InUse,
+                StatusCode::CONFLICT,
+                ErrorCode::TokenInUse,
+            ),
+            (
+                GateError::Store(StoreError::Unavailable("down".into())),
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::StoreUnavailable,
+            ),
+        ] {
+            let message = e.to_string();
+            let response = e.into_response();
+            assert_eq!(response.status(), status);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // Like every other 503 of the service: retry soon.
+                assert_eq!(response.headers()["retry-after"], "2");
+            }
+            let bytes = axum::body::to_bytes(response.into_body(), 4096)
+                .await
+                .unwrap();
+            let body: ErrorBody = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(body.error, code);
+            if status != StatusCode::SERVICE_UNAVAILABLE {
+                assert_eq!(body.message, message);
+            }
+        }
     }
 }

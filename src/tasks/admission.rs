@@ -12,8 +12,6 @@
 //! fresh tokens come from this instance's copy of the catalog (at most a
 //! second old), and a pass never uses more tokens than the stored batch.
 
-pub mod adaptive;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
