@@ -3,6 +3,12 @@
 //! the test's own): the `evalsha` row gives the script calls and the time
 //! inside them, every other row the commands the scripts ran.
 //!
+//! `every_script_runs_the_commands_counted` checks the exact number of
+//! Redis commands per call of each buyer-facing script, by command,
+//! against [`EXPECTED`]: machine-independent, so a change that adds a
+//! command to a script (a new feature's cost) fails here until the table
+//! says so, and the cost is a decision made in review.
+//!
 //! `redis_cost` (ignored; `loadtest/redis-cost.sh` runs it on a private
 //! redis-server) measures Redis µs per call of every buyer-facing script
 //! through the store, next to the plain one-Lua-call join of
@@ -17,6 +23,55 @@ use futures::StreamExt;
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
 use waitroom::store::redis::{JoinBatch, RedisStore};
 use waitroom::store::{BuyerBudget, ClaimOutcome, ClaimStore, JoinLimits, LineStore, Rate};
+
+use crate::common::RedisProcess;
+
+/// Commands per call of each script, by command ("name count, ..." in
+/// `INFO commandstats` names, sorted), in the case the test
+/// sets up (see [`every_script_runs_the_commands_counted`]: each join its
+/// own time mark, a repeat join past its grace, a pass of 10 with the
+/// absent sweep on and nobody absent...). A change to a script that
+/// changes a count fails the test: measure what it costs
+/// (`loadtest/redis-cost.sh`), then update the row here (the failure
+/// prints the rows as they now are) and the "Redis µs per call" rows of
+/// docs/performance.md.
+const EXPECTED: &[(&str, &str)] = &[
+    (
+        "join (enter.lua)",
+        "exists 2, hget 3, hset 1, mget 1, set 1, time 1, zadd 1, zcard 1, zscore 1",
+    ),
+    (
+        "join (enter_many.lua, 1 a call)",
+        "exists 2, hget 3, hset 1, mget 1, set 2, time 1, zadd 1, zcard 1, zmscore 1",
+    ),
+    (
+        "repeat join (enter.lua)",
+        "exists 2, get 1, hget 3, hmget 1, mget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 2",
+    ),
+    (
+        "poll (status.lua)",
+        "exists 1, get 2, hget 2, hmget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 2",
+    ),
+    ("touch (touch.lua, 1 buyer)", "time 1, zadd 1, zmscore 1"),
+    (
+        "stream re-read (statuses.lua, 4 buyers)",
+        "exists 1, get 1, hget 1, time 1, zcard 1, zrank 4, zscore 4",
+    ),
+    (
+        "leave (leave.lua)",
+        "hdel 1, hget 2, publish 1, time 1, xadd 1, zrem 2, zscore 2",
+    ),
+    (
+        "admit (admit.lua, 10 a pass)",
+        "exists 1, hdel 10, hget 13, hmget 4, hset 11, incr 1, pexpireat 10, publish 1, set 10, time 1, xadd 10, zadd 10, zcard 2, zmscore 1, zrange 3, zrangebyscore 1, zrem 20, zremrangebyscore 1, zscore 10",
+    ),
+    ("claim (claim.lua)", "hmget 1, hset 1, time 1"),
+    (
+        "consume (consume.lua)",
+        "del 1, exists 1, hget 2, publish 1, time 1, xadd 1, zrem 1",
+    ),
+    ("release (release.lua)", "hdel 1, hget 2, time 1, xadd 1"),
+];
 
 /// The baseline: one join as the plainest server makes it (`ZSCORE`,
 /// `INCR`, `ZADD`, `ZRANK`, `ZCARD` in one Lua call).
@@ -653,4 +708,300 @@ async fn warm_up(url: &str, prefix: &str) {
         store.release(&q, &a, &claim_id).await.unwrap();
         store.consume(&q, &a, &claim_id).await.unwrap();
     }
+}
+
+/// How many times each counted case runs (the counts must be the same
+/// every call).
+const RUNS: usize = 3;
+
+/// Runs `call(0)` (which loads the script), then `call(1..=RUNS)`, each
+/// in a millisecond of its own, and returns the commands per measured
+/// call by name. Fails if they differ from call to call.
+async fn commands_per_call<F: Future<Output = ()>>(
+    meter: &mut Meter,
+    case: &str,
+    mut call: impl FnMut(usize) -> F,
+) -> BTreeMap<String, u64> {
+    let gap = Duration::from_millis(3);
+    call(0).await;
+    tokio::time::sleep(gap).await;
+    meter.reset().await;
+    for i in 1..=RUNS {
+        call(i).await;
+        tokio::time::sleep(gap).await;
+    }
+    let cost = meter.read().await;
+    assert_eq!(cost.calls, RUNS as u64, "{case}: script calls");
+    cost.commands
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| {
+            assert!(
+                n % RUNS as u64 == 0,
+                "{case}: {name} ran {n} times in {RUNS} calls: not the same every call"
+            );
+            (name, n / RUNS as u64)
+        })
+        .collect()
+}
+
+/// Joins `n` new buyers through `store`, no pause between them.
+async fn join_many(store: &RedisStore, q: &QueueName, names: &[UserId]) -> Vec<Snapshot> {
+    let mut out = Vec::new();
+    for who in names {
+        let s = store
+            .enter_limited(
+                q,
+                who,
+                &line_policy(),
+                &EntryToken::generate(),
+                &join_limits(),
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .snapshot;
+        out.push(s);
+    }
+    out
+}
+
+/// The entry id the next join of `q` takes.
+async fn next_entry(store: &RedisStore, q: &QueueName, probe: &UserId) -> u64 {
+    let s = join_many(store, q, std::slice::from_ref(probe)).await;
+    s[0].entry.unwrap() + 1
+}
+
+/// Entry times are kept as marks per span of 128 entry ids, and the first
+/// entry of a span writes more than the others (its span's first mark):
+/// joins `q` on until the next `room` entries share a span whose mark is
+/// written.
+async fn inside_a_span(store: &RedisStore, q: &QueueName, tag: &str, room: u64) {
+    let mut i = 0;
+    loop {
+        let next = next_entry(store, q, &user(&format!("{tag}-align{i}"))).await;
+        i += 1;
+        let offset = next % 128;
+        if offset >= 1 && offset + room < 128 {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_script_runs_the_commands_counted() {
+    let redis = RedisProcess::start(false);
+    let url = redis.url();
+    let mut meter = Meter::connect(&url).await;
+    let single = RedisStore::connect(&url, "count")
+        .await
+        .unwrap()
+        .with_join_batch(None);
+    let grouped_one = RedisStore::connect(&url, "count")
+        .await
+        .unwrap()
+        .with_join_batch(Some(JoinBatch {
+            window: Duration::ZERO,
+            max: 1,
+            depth: 1,
+        }));
+    let q = QueueName::parse("line").unwrap();
+    let names =
+        |tag: &str| -> Vec<UserId> { (0..=RUNS).map(|i| user(&format!("{tag}{i}"))).collect() };
+    let mut actual: Vec<(&str, BTreeMap<String, u64>)> = Vec::new();
+
+    // The line: the first join takes the fast track, the rest wait. These
+    // wait past their grace (their repeat joins spend the budget).
+    join_many(&single, &q, &[user("fast-tracked")]).await;
+    let early = names("early");
+    let early_e: Vec<u64> = join_many(&single, &q, &early)
+        .await
+        .iter()
+        .map(|s| s.entry.unwrap())
+        .collect();
+    let since = Instant::now();
+
+    inside_a_span(&single, &q, "a", RUNS as u64 + 1).await;
+    let new = names("new");
+    let c = commands_per_call(&mut meter, "join", |i| {
+        let (single, q, who) = (&single, &q, &new[i]);
+        async move {
+            join_many(single, q, std::slice::from_ref(who)).await;
+        }
+    })
+    .await;
+    actual.push(("join (enter.lua)", c));
+
+    inside_a_span(&single, &q, "b", RUNS as u64 + 1).await;
+    let new = names("grouped");
+    let c = commands_per_call(&mut meter, "join, group of one", |i| {
+        let (store, q, who) = (&grouped_one, &q, &new[i]);
+        async move {
+            join_many(store, q, std::slice::from_ref(who)).await;
+        }
+    })
+    .await;
+    actual.push(("join (enter_many.lua, 1 a call)", c));
+
+    let grace = Duration::from_millis(buyer_budget().grace_ms + 100);
+    tokio::time::sleep(grace.saturating_sub(since.elapsed())).await;
+    let c = commands_per_call(&mut meter, "repeat join", |i| {
+        let (single, q, who) = (&single, &q, &early[i]);
+        async move {
+            let s = join_many(single, q, std::slice::from_ref(who)).await;
+            assert!(matches!(
+                s[0].standing,
+                waitroom::queue::Standing::Waiting { .. }
+            ));
+        }
+    })
+    .await;
+    actual.push(("repeat join (enter.lua)", c));
+
+    let budget = Some(buyer_budget().rate);
+    let c = commands_per_call(&mut meter, "poll", |i| {
+        let (single, q, who) = (&single, &q, &early[i]);
+        async move {
+            single
+                .status_limited(q, who, true, budget)
+                .await
+                .unwrap()
+                .expect("within the budget");
+        }
+    })
+    .await;
+    actual.push(("poll (status.lua)", c));
+
+    let c = commands_per_call(&mut meter, "touch", |i| {
+        let (single, q, who) = (&single, &q, &early[i]);
+        async move {
+            single.touch(q, std::slice::from_ref(who)).await.unwrap();
+        }
+    })
+    .await;
+    actual.push(("touch (touch.lua, 1 buyer)", c));
+
+    let c = commands_per_call(&mut meter, "stream re-read", |_| {
+        let (single, q, who) = (&single, &q, &early);
+        async move {
+            single.statuses(q, who).await.unwrap();
+        }
+    })
+    .await;
+    actual.push(("stream re-read (statuses.lua, 4 buyers)", c));
+
+    let c = commands_per_call(&mut meter, "leave", |i| {
+        let (single, q, who, entry) = (&single, &q, &early[i], early_e[i]);
+        async move {
+            assert!(single.leave(q, who, entry).await.unwrap(), "left");
+        }
+    })
+    .await;
+    actual.push(("leave (leave.lua)", c));
+
+    // Admission, on a line of its own that nobody polled (the absent sweep
+    // then walks one buyer), a pass of 10 inside one span of marks.
+    let aq = QueueName::parse("admit").unwrap();
+    let line: Vec<UserId> = (0..300).map(|i| user(&format!("w{i:03}"))).collect();
+    let joined = join_many(&single, &aq, &line).await;
+    let head = joined[1].entry.unwrap();
+    let skip = (128 - head % 128) % 128 + 1;
+    let ten = Policy {
+        batch: 10,
+        ..admit_policy()
+    };
+    let one_pass = |batch: u64| {
+        let (single, aq) = (&single, &aq);
+        async move {
+            let policy = Policy {
+                batch: batch as u32,
+                ..admit_policy()
+            };
+            let tokens: Vec<EntryToken> = (0..batch).map(|_| EntryToken::generate()).collect();
+            let pass = single.admit(aq, &policy, &tokens).await.unwrap();
+            assert_eq!(pass.admitted.len() as u64, batch, "{pass:?}");
+            pass.admitted
+        }
+    };
+    one_pass(skip).await;
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let admitted = std::cell::RefCell::new(Vec::new());
+    let c = commands_per_call(&mut meter, "admit", |_| {
+        let pass = one_pass(u64::from(ten.batch));
+        let admitted = &admitted;
+        async move {
+            let got = pass.await;
+            admitted.borrow_mut().extend(got);
+        }
+    })
+    .await;
+    let admitted = admitted.into_inner();
+    actual.push(("admit (admit.lua, 10 a pass)", c));
+
+    let claims = std::cell::RefCell::new(Vec::new());
+    let c = commands_per_call(&mut meter, "claim", |i| {
+        let (single, aq, a, claims) = (&single, &aq, &admitted[i], &claims);
+        async move {
+            match single.claim(aq, &a.user, &a.token, 30_000).await.unwrap() {
+                ClaimOutcome::Claimed { claim_id } => claims.borrow_mut().push(claim_id),
+                other => panic!("claim: {other:?}"),
+            }
+        }
+    })
+    .await;
+    let claims = claims.into_inner();
+    actual.push(("claim (claim.lua)", c));
+
+    let c = commands_per_call(&mut meter, "consume", |i| {
+        let (single, aq, a, claim) = (&single, &aq, &admitted[i], &claims[i]);
+        async move {
+            assert!(
+                single.consume(aq, &a.user, claim).await.unwrap(),
+                "consumed"
+            );
+        }
+    })
+    .await;
+    actual.push(("consume (consume.lua)", c));
+
+    let mut claims = Vec::new();
+    for a in &admitted[RUNS + 1..2 * (RUNS + 1)] {
+        match single.claim(&aq, &a.user, &a.token, 30_000).await.unwrap() {
+            ClaimOutcome::Claimed { claim_id } => claims.push(claim_id),
+            other => panic!("claim: {other:?}"),
+        }
+    }
+    let c = commands_per_call(&mut meter, "release", |i| {
+        let (single, aq, a, claim) = (&single, &aq, &admitted[RUNS + 1 + i], &claims[i]);
+        async move {
+            assert!(
+                single.release(aq, &a.user, claim).await.unwrap(),
+                "released"
+            );
+        }
+    })
+    .await;
+    actual.push(("release (release.lua)", c));
+
+    let line = |c: &BTreeMap<String, u64>| -> String {
+        c.iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let actual: Vec<(&str, String)> = actual.iter().map(|(case, c)| (*case, line(c))).collect();
+    let rows: String = actual
+        .iter()
+        .map(|(case, c)| format!("    (\"{case}\", \"{c}\"),\n"))
+        .collect();
+    let expected: Vec<(&str, String)> = EXPECTED
+        .iter()
+        .map(|(case, c)| (*case, (*c).to_owned()))
+        .collect();
+    assert!(
+        actual == expected,
+        "Redis commands per script call changed: each command a script runs is a cost every \
+         call pays. If the change is meant, measure it (loadtest/redis-cost.sh) and set \
+         EXPECTED in tests/api/redis_commands.rs to what the scripts now run:\n{rows}"
+    );
 }
