@@ -32,6 +32,7 @@ mod page;
 mod queue;
 mod queue_settings;
 mod reach;
+mod redis_commands;
 mod sentinel;
 mod shutdown;
 mod sse;

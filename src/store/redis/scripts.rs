@@ -4,6 +4,10 @@
 //! `EVALSHA` and falls back to `EVAL` when Redis lost its script cache (a
 //! restart), so no load step is needed.
 //!
+//! Each script carries only the helpers it uses (`assemble`): Redis runs a
+//! script's whole text on every call, and each `local function` left in
+//! it is a closure made and collected per call, whether called or not.
+//!
 //! A three-line prelude before `common.lua` fixes how events are published,
 //! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
 //! whether `admit` publishes its pass itself or leaves that to the adapter
@@ -75,11 +79,11 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn load(publishing: Publishing) -> Self {
         let prelude = publishing.prelude();
-        let with_common = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{body}"));
+        let with_common = |body: &str| Script::new(&assemble(&prelude, &[COMMON], body));
         // A script that keeps request rates: `gcra.lua` after `common.lua`.
-        let with_rates = |body: &str| Script::new(&format!("{prelude}{COMMON}\n{GCRA}\n{body}"));
+        let with_rates = |body: &str| Script::new(&assemble(&prelude, &[COMMON, GCRA], body));
         // A script that puts users in line: `join.lua` after the rates.
-        let with_join = |body: &str| with_rates(&format!("{JOIN}\n{body}"));
+        let with_join = |body: &str| Script::new(&assemble(&prelude, &[COMMON, GCRA, JOIN], body));
         Self {
             enter: with_join(include_str!("lua/enter.lua")),
             enter_many: with_join(include_str!("lua/enter_many.lua")),
@@ -96,7 +100,7 @@ impl Scripts {
             pause: with_common(include_str!("lua/pause.lua")),
             turn: Script::new(include_str!("lua/turn.lua")),
             renew_claim: with_common(include_str!("lua/renew_claim.lua")),
-            spend: Script::new(&format!("{GCRA}\n{}", include_str!("lua/spend.lua"))),
+            spend: Script::new(&assemble("", &[GCRA], include_str!("lua/spend.lua"))),
             stock: with_common(include_str!("lua/stock.lua")),
             lottery_schedule: Script::new(&format!(
                 "{prelude}{}",
@@ -109,5 +113,163 @@ impl Scripts {
             lottery_stage: with_common(include_str!("lua/lottery_stage.lua")),
             lottery_commit: with_common(include_str!("lua/lottery_commit.lua")),
         }
+    }
+}
+
+/// `prelude`, then the top-level definitions of `libs` (in their order)
+/// that `body` uses, directly or through another kept one, then `body`.
+/// A definition is a line starting `local function name` or `local a, b =`
+/// at the start of a line, up to the next one (the helper files hold
+/// nothing else at top level); a name counts as used where it appears as a
+/// word in code (not in a comment or a string). Over-keeping (a table
+/// field of the same name) only costs a closure; a kept definition
+/// always comes with all it names, so nothing used is ever left out.
+fn assemble(prelude: &str, libs: &[&str], body: &str) -> String {
+    let mut defs: Vec<(Vec<String>, &str)> = Vec::new();
+    for lib in libs {
+        let mut start: Option<usize> = None;
+        let mut names = Vec::new();
+        let mut at = 0;
+        for line in lib.split_inclusive('\n') {
+            if let Some(defined) = defined_names(line) {
+                if let Some(s) = start {
+                    defs.push((std::mem::take(&mut names), &lib[s..at]));
+                }
+                start = Some(at);
+                names = defined;
+            }
+            at += line.len();
+        }
+        if let Some(s) = start {
+            defs.push((names, &lib[s..]));
+        }
+    }
+    let mut used: std::collections::HashSet<String> = words(body).collect();
+    let mut kept = vec![false; defs.len()];
+    loop {
+        let mut grew = false;
+        for (i, (names, text)) in defs.iter().enumerate() {
+            if !kept[i] && names.iter().any(|n| used.contains(n)) {
+                kept[i] = true;
+                used.extend(words(text));
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut out = String::from(prelude);
+    for (i, (_, text)) in defs.iter().enumerate() {
+        if kept[i] {
+            out.push_str(text);
+        }
+    }
+    out.push('\n');
+    out.push_str(body);
+    out
+}
+
+/// The names a top-level definition line defines, or None for any other
+/// line.
+fn defined_names(line: &str) -> Option<Vec<String>> {
+    if let Some(rest) = line.strip_prefix("local function ") {
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        return Some(vec![name]);
+    }
+    let rest = line.strip_prefix("local ")?;
+    let (names, _) = rest.split_once('=')?;
+    Some(
+        names
+            .split(',')
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect(),
+    )
+}
+
+/// The words (identifiers) of Lua code, outside comments and strings.
+fn words(code: &str) -> impl Iterator<Item = String> + '_ {
+    let mut out = Vec::new();
+    for line in code.lines() {
+        let mut word = String::new();
+        let mut quote: Option<char> = None;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if let Some(q) = quote {
+                if c == '\\' {
+                    chars.next();
+                } else if c == q {
+                    quote = None;
+                }
+                continue;
+            }
+            if c.is_ascii_alphanumeric() || c == '_' {
+                word.push(c);
+                continue;
+            }
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            match c {
+                '\'' | '"' => quote = Some(c),
+                '-' if chars.peek() == Some(&'-') => break,
+                _ => {}
+            }
+        }
+        if !word.is_empty() {
+            out.push(word);
+        }
+    }
+    out.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIB: &str = "-- a helper file\nlocal K = {a = KEYS[1]}\n\nlocal function used(x)\n  return helper(x) -- not: unused\nend\n\n-- helper: kept, as used names it\nlocal function helper(x)\n  return K.a .. x\nend\n\nlocal function unused()\n  return 'used'\nend\nlocal A, B = 1, 2\n";
+
+    #[test]
+    fn a_script_carries_the_helpers_it_uses_and_theirs() {
+        let s = assemble("-- p\n", &[LIB], "return used(B)");
+        assert!(s.starts_with("-- p\n"));
+        for kept in [
+            "local K =",
+            "local function used",
+            "local function helper",
+            "local A, B",
+        ] {
+            assert!(s.contains(kept), "{kept} kept:\n{s}");
+        }
+        assert!(!s.contains("local function unused"), "{s}");
+        assert!(s.ends_with("\nreturn used(B)"));
+    }
+
+    #[test]
+    fn names_in_comments_and_strings_keep_nothing() {
+        let s = assemble("", &[LIB], "-- unused()\nreturn 'helper'");
+        assert!(!s.contains("local function"), "{s}");
+        assert!(!s.contains("local K"), "{s}");
+    }
+
+    #[test]
+    fn every_script_keeps_its_helpers_in_order() {
+        let s = assemble("", &[COMMON, GCRA, JOIN], include_str!("lua/enter.lua"));
+        for name in [
+            "now_ms",
+            "group",
+            "join",
+            "flush",
+            "waiting_row",
+            "gcra",
+            "mark_entry",
+        ] {
+            assert!(s.contains(&format!("local function {name}(")), "{name}");
+        }
+        assert!(s.find("local function gcra(") < s.find("local function join("));
     }
 }

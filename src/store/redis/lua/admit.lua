@@ -41,12 +41,16 @@ local busy = redis.call('ZCARD', K.waiting) > 0
 -- leaves the line: nothing removes a waiting user from presence) or is
 -- dropped here, so each entry is walked once. At most `visits` entries a
 -- pass, and drops while `out` holds fewer than `room`, so a pass stays short. Appends {user, seq} to `out`.
-local function absent_since_entry(now, cutoff, visits, room, out)
+local function absent_since_entry(now, cutoff, visits, room, out, marks)
   local last = redis.call('HGET', K.entered, '~seen')
   local walked, done = 0, false
+  -- Pages of 16, then 64, then 250 entries (at most `visits` in all): a
+  -- walk usually stops at its first entry, a buyer who entered recently.
+  local page = 16
   while not done and walked < visits do
+    local size = math.min(page, visits - walked)
     local rows = redis.call('ZRANGE', K.waiting, last and '(' .. last or '-inf', '+inf',
-      'BYSCORE', 'LIMIT', 0, 250, 'WITHSCORES')
+      'BYSCORE', 'LIMIT', 0, size, 'WITHSCORES')
     if #rows == 0 then
       break
     end
@@ -55,10 +59,11 @@ local function absent_since_entry(now, cutoff, visits, room, out)
       users[#users + 1] = rows[i]
     end
     local seen = redis.call('ZMSCORE', K.seen, unpack(users))
-    done = #rows < 500
+    done = #rows < 2 * size
+    page = math.min(page * 4, 250)
     for i, user in ipairs(users) do
       if not seen[i] then
-        local entered = entered_at(user, tonumber(rows[2 * i]))
+        local entered = entered_at(user, tonumber(rows[2 * i]), marks)
         if not entered then
           -- No entry time on record: counted as seen now rather than
           -- dropped on a guess.
@@ -84,6 +89,9 @@ end
 -- (bounded per pass so a pass stays short): the seen ones by their last
 -- presence, then those not seen since they entered.
 local abandoned = {}
+-- The span of marks read last (entered_at's cache): the line's head is
+-- a few spans at most.
+local marks = {}
 if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
   local cutoff = now - abandon_after
   local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. cutoff, 'LIMIT', 0, 500)
@@ -93,7 +101,7 @@ if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
       abandoned[#abandoned + 1] = {user = user, seq = seq}
     end
   end
-  absent_since_entry(now, cutoff, 2000, 500, abandoned)
+  absent_since_entry(now, cutoff, 2000, 500, abandoned, marks)
 end
 
 local admitted = {}
@@ -104,12 +112,32 @@ if held then
   n = 0 -- held by an operator: the line waits, presence still counts
 end
 if n > 0 then
-  local head = redis.call('ZRANGE', K.waiting, 0, n - 1)
-  for _, user in ipairs(head) do
-    local seq, entered = unline(user)
+  -- The head with its entry ids in one read; each buyer's token is their
+  -- own three writes, and the line, its indexes and the active set lose
+  -- or gain the whole head in one command each (500 users a command).
+  local head = redis.call('ZRANGE', K.waiting, 0, n - 1, 'WITHSCORES')
+  local users, exps = {}, {}
+  for i = 1, #head, 2 do
+    local user, seq = head[i], tonumber(head[i + 1])
+    local entered = entered_at(user, seq, marks)
     local token = ARGV[7 + #admitted + 1]
-    issue(K.tokprefix .. user, user, token, entered or now, ttl, now, seq)
+    users[#users + 1] = user
+    exps[#exps + 1] = issue_token(K.tokprefix .. user, user, token, entered or now, ttl, now, seq)
     admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
+  end
+  if #users > 0 then
+    redis.call('ZREMRANGEBYRANK', K.waiting, 0, #users - 1)
+  end
+  for from = 1, #users, 500 do
+    local to = math.min(from + 499, #users)
+    local chunk, pairs_ = {}, {}
+    for i = from, to do
+      chunk[#chunk + 1] = users[i]
+      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = string.format('%d', exps[i]), users[i]
+    end
+    redis.call('HDEL', K.entered, unpack(chunk))
+    redis.call('ZREM', K.seen, unpack(chunk))
+    redis.call('ZADD', K.active, unpack(pairs_))
   end
 end
 save_bucket(level - #admitted, at)

@@ -137,13 +137,19 @@ local function token_index(token)
   return K.tokprefix .. '#' .. redis.sha1hex(token)
 end
 
--- Issues a token to user, stored in key (their token key).
-local function issue(key, user, token, entered_at, ttl, now, entry)
+-- Issues a token to user, stored in key (their token key). issue_token
+-- leaves out the active set, which the caller adds them to (admit.lua:
+-- the pass's users in one ZADD).
+local function issue_token(key, user, token, entered_at, ttl, now, entry)
   local exp = now + ttl
   redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp, 'entry', entry)
   redis.call('PEXPIREAT', key, exp)
   redis.call('SET', token_index(token), user, 'PXAT', exp)
-  redis.call('ZADD', K.active, exp, user)
+  return exp
+end
+
+local function issue(key, user, token, entered_at, ttl, now, entry)
+  redis.call('ZADD', K.active, issue_token(key, user, token, entered_at, ttl, now, entry), user)
 end
 
 -- Entry times (KEYS[3]): the span of entry ids one field of marks covers.
@@ -171,7 +177,10 @@ local function mark_entry(seq, now)
   local first = tonumber(marks:match('^%d+,(%d+)'))
   local last = first
   if marks:find(' ', 1, true) then
-    last = first + tonumber(marks:match('(%d+)$'))
+    -- The last mark's time after the first: the string's trailing number,
+    -- looked for in its last bytes only (a mark is at most 18 of them; a
+    -- pattern ending in '$' alone would be tried from every byte).
+    last = first + tonumber(marks:sub(-24):match('(%d+)$'))
   end
   if now > last then
     redis.call('HSET', K.entered, field, marks .. string.format(' %d,%d', offset, now - first))
@@ -180,22 +189,55 @@ local function mark_entry(seq, now)
   return last, field
 end
 
--- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
--- if nothing recorded it.
-local function entered_at(user, seq)
-  local field, offset = span_of(seq)
-  local marks = redis.call('HGET', K.entered, field)
-  if not marks then
-    return tonumber(redis.call('HGET', K.entered, user))
+-- The time of the last mark at or before span offset `offset` in a
+-- span's marks (mark_entry), or nil if its first mark is after it. Marks
+-- are in offset order, so a binary search over the string's bytes finds
+-- it in a few anchored matches, however many marks the span holds (each
+-- entry of a span can have its own: joins a millisecond apart).
+local function mark_time(marks, offset)
+  local o, t = marks:match('^(%d+),(%d+)')
+  if tonumber(o) > offset then
+    return nil
   end
-  local first, at
-  for o, t in marks:gmatch('(%d+),(%d+)') do
-    if tonumber(o) > offset then
-      break
+  -- lo: the first byte of a mark at or before offset; hi: the first
+  -- byte of one after it (or past the end). A mark starts after a space.
+  local lo, hi = 1, #marks + 2
+  while true do
+    local s = marks:find(' ', math.floor((lo + hi) / 2), true)
+    if not s or s + 1 >= hi then
+      s = marks:find(' ', lo, true)
+      if not s or s + 1 >= hi then
+        break
+      end
     end
-    at = first and first + tonumber(t) or tonumber(t)
-    first = first or at
+    if tonumber(marks:match('^%d+', s + 1)) <= offset then
+      lo = s + 1
+    else
+      hi = s + 1
+    end
   end
+  if lo == 1 then
+    return tonumber(t)
+  end
+  return tonumber(t) + tonumber(marks:match('^%d+,(%d+)', lo))
+end
+
+-- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
+-- if nothing recorded it. With `cache` (a table the caller keeps for one
+-- call, in which the marks do not change), a span's marks are read once
+-- for consecutive entries of one span (an admission pass's head).
+local function entered_at(user, seq, cache)
+  local field, offset = span_of(seq)
+  local marks
+  if cache and cache.field == field then
+    marks = cache.marks
+  else
+    marks = redis.call('HGET', K.entered, field)
+    if cache then
+      cache.field, cache.marks = field, marks
+    end
+  end
+  local at = marks and mark_time(marks, offset)
   return at or tonumber(redis.call('HGET', K.entered, user))
 end
 
@@ -225,15 +267,20 @@ end
 -- Removes a waiting user from the line and its indexes; returns their
 -- sequence number and entry time, or nil if they were not in line. The
 -- marks stay until the head of the line passes them (trim_marks).
+-- drop_from_line(user) only removes one the caller knows is waiting.
+local function drop_from_line(user)
+  redis.call('ZREM', K.waiting, user)
+  redis.call('HDEL', K.entered, user)
+  redis.call('ZREM', K.seen, user)
+end
+
 local function unline(user)
   local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
   if not seq then
     return nil
   end
   local entered = entered_at(user, seq)
-  redis.call('ZREM', K.waiting, user)
-  redis.call('HDEL', K.entered, user)
-  redis.call('ZREM', K.seen, user)
+  drop_from_line(user)
   return seq, entered
 end
 

@@ -13,10 +13,11 @@
 -- delete it.
 local user, claim_id = ARGV[3], ARGV[4]
 local key = K.token
-if redis.call('HGET', key, 'claim') ~= claim_id then
+local t = redis.call('HMGET', key, 'claim', 'entry')
+if t[1] ~= claim_id then
   return 0
 end
-local entry = tonumber(redis.call('HGET', key, 'entry'))
+local entry = tonumber(t[2])
 redis.call('DEL', key)
 redis.call('ZREM', K.active, user)
 if redis.call('EXISTS', KEYS[10]) == 1 then

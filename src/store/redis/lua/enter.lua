@@ -16,7 +16,19 @@
 -- Atomic for the reasons join.lua gives.
 local now = now_ms()
 local g = group(now, KEYS[13], KEYS[14], KEYS[15], KEYS[16])
-local row, rank, seq, entered = join(g, KEYS[9], KEYS[10], KEYS[11], KEYS[12], ARGV[3], ARGV[4],
-  join_config(ARGV, 5), false)
+local user = ARGV[3]
+local c = join_config(ARGV, 5)
+-- The common case in two reads: no token, no lottery, no stock (one
+-- EXISTS: join's repeat check is then probed, and the call reads neither
+-- the lottery nor the stock), and the queue's STRINGs with the buyer's
+-- budget (one MGET, group_read).
+local probed, score = false, nil
+if redis.call('EXISTS', KEYS[9], KEYS[15], KEYS[13]) == 0 then
+  group_neither(g)
+  probed, score = true, redis.call('ZSCORE', K.waiting, user)
+end
+group_read(g, c.budget_period > 0 and KEYS[10] or nil)
+local row, rank, seq, entered = join(g, KEYS[9], KEYS[10], KEYS[11], KEYS[12], user, ARGV[4],
+  c, probed, score)
 flush(g)
 return row or waiting_row(g, rank, seq, entered)

@@ -64,8 +64,19 @@ for i = 1, n do
   users[i] = ARGV[13 + 2 * i]
   tokkeys[i] = KEYS[9 + m * (i - 1)]
 end
+-- The lottery and the stock go in the same EXISTS: when neither exists
+-- (the common case) the call reads neither (group_neither); else the
+-- token keys are asked again alone.
+tokkeys[n + 1], tokkeys[n + 2] = KEYS[#KEYS - 1], KEYS[#KEYS - 3]
+local found = redis.call('EXISTS', unpack(tokkeys))
+if found == 0 then
+  group_neither(g)
+else
+  tokkeys[n + 1], tokkeys[n + 2] = nil, nil
+  found = redis.call('EXISTS', unpack(tokkeys))
+end
 local scores
-if redis.call('EXISTS', unpack(tokkeys)) == 0 then
+if found == 0 then
   scores = redis.call('ZMSCORE', K.waiting, unpack(users))
 end
 

@@ -6,9 +6,11 @@
 -- `burst` requests at once, then one every `period` ms. Returns 0 and
 -- stores the new time (expiring when the bucket is full again, so idle
 -- buckets cost nothing), or the ms to wait, changing nothing. The same
--- arithmetic as `Rate::spend` in src/store/mod.rs.
-local function gcra(key, now, period, burst)
-  local tat = tonumber(redis.call('GET', key) or '0') or 0
+-- arithmetic as `Rate::spend` in src/store/mod.rs. gcra_stored(key,
+-- stored, ...) is the same with the bucket's value already read (the
+-- caller's MGET; false when absent).
+local function gcra_stored(key, stored, now, period, burst)
+  local tat = tonumber(stored or '0') or 0
   if tat < now then
     tat = now
   end
@@ -19,6 +21,10 @@ local function gcra(key, now, period, burst)
   end
   redis.call('SET', key, string.format('%d', next_tat), 'PX', next_tat - now)
   return 0
+end
+
+local function gcra(key, now, period, burst)
+  return gcra_stored(key, redis.call('GET', key), now, period, burst)
 end
 
 -- The refusal row of the scripts that return describe() rows:

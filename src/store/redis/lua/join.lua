@@ -72,6 +72,14 @@ local function group(now, stock, audit_key, lot, pre)
   }
 end
 
+-- What the caller learnt from one EXISTS of the lottery and stock keys
+-- (with the token keys it probes): neither exists, the common case, so
+-- the call reads neither (no pre-queue, nothing sold out, no stock room
+-- to count).
+local function group_neither(g)
+  g.pre_queue, g.no_stock = false, true
+end
+
 -- True while a lottery of the queue is scheduled and not drawn (its draw
 -- may be staged: 'drawing'): a join without a place then belongs in the
 -- pre-queue (lottery_join.lua), not in line. Read once per call: no join
@@ -84,19 +92,43 @@ local function group_pre_queue(g)
   return g.pre_queue
 end
 
+-- The queue's STRINGs a call reads, in one MGET, once per call: the pass
+-- counter, the entry counter (group_entry needs it, unless it already
+-- read it: then the call's own count stands), whether an operator holds
+-- admission (g.held, a row's flag bit 1) and, with `budget_key`, that
+-- buyer's budget (g.budget, for join's repeat check: gcra_stored).
+local function group_read(g, budget_key)
+  local v
+  if budget_key then
+    v = redis.call('MGET', K.pass, K.seq, K.paused, budget_key)
+    g.budget_key, g.budget = budget_key, v[4]
+  else
+    v = redis.call('MGET', K.pass, K.seq, K.paused)
+  end
+  g.pass, g.held = tonumber(v[1] or '0'), v[3] and 2 or 0
+  if not g.last then
+    g.seq_read = v[2]
+  end
+end
+
 -- The line's length and the pass counter, read once per call: within a
 -- call only a join's own add changes them (join keeps g.total current).
--- The entry counter comes in the same MGET (group_entry needs it next,
--- unless it already read it: then the call's own count stands).
 local function group_totals(g)
   if not g.total then
-    local v = redis.call('MGET', K.pass, K.seq)
-    g.total, g.pass = redis.call('ZCARD', K.waiting), tonumber(v[1] or '0')
-    if not g.last then
-      g.seq_read = v[2]
+    if g.pass == nil then
+      group_read(g)
     end
+    g.total = redis.call('ZCARD', K.waiting)
   end
   return g.total, g.pass
+end
+
+-- Whether an operator holds admission (no fast track while held).
+local function group_held(g)
+  if g.held == nil then
+    g.held = redis.call('EXISTS', K.paused) == 1 and 2 or 0
+  end
+  return g.held
 end
 
 -- The next entry id, counted in the call and stored by flush(g): the
@@ -132,7 +164,7 @@ end
 local function group_sold(g)
   if g.sold == nil then
     -- Bit 0 sold out, bit 1 held (see with_stock, common.lua).
-    g.sold = (sold_out(g.stock) and 1 or 0) + (redis.call('EXISTS', K.paused) == 1 and 2 or 0)
+    g.sold = (not g.no_stock and sold_out(g.stock) and 1 or 0) + group_held(g)
   end
   return g.sold
 end
@@ -221,7 +253,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     end
   end
   g.users[user] = true
-  local has_token, waiting
+  local has_token, waiting, entered
   if probed then
     has_token, waiting = false, score and tonumber(score)
   else
@@ -232,14 +264,20 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     flush(g) -- describe() reads the line as stored
     if budget_period > 0 then
       -- A repeat join: counted once its entry is older than the grace.
-      local entered
       if has_token then
         entered = tonumber(redis.call('HGET', tokkey, 'enteredAt'))
       else
         entered = entered_at(user, waiting)
       end
       if not entered or now - entered >= c.grace then
-        local wait = gcra(budget_key, now, budget_period, c.budget_burst)
+        local wait
+        if g.budget_key == budget_key then
+          -- Read with the call's STRINGs (group_read); spent once.
+          g.budget_key = nil
+          wait = gcra_stored(budget_key, g.budget, now, budget_period, c.budget_burst)
+        else
+          wait = gcra(budget_key, now, budget_period, c.budget_burst)
+        end
         if wait > 0 then
           return limited('buyer', wait)
         end
@@ -248,10 +286,17 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
       redis.call('HSET', tokkey, 'entry', group_entry(g, first))
     end
+    local total, pass = group_totals(g)
     if waiting then
       seen_now(user, now)
+      -- describe() for a buyer known to wait and to hold no token: the
+      -- line's rank, and the entry id and time already read.
+      if not entered then
+        entered = entered_at(user, waiting)
+      end
+      return group_stock(g, {'waiting', 0, redis.call('ZRANK', K.waiting, user), waiting, '',
+        -1, entered or -1, total, pass})
     end
-    local total, pass = group_totals(g)
     return group_stock(g, describe(user, tokkey, now, 0, total, pass))
   end
 
@@ -272,8 +317,8 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
   end
 
   local total, pass = group_totals(g)
-  if total == 0 and group_room(g, c.max_active) and redis.call('EXISTS', K.paused) == 0
-      and stock_room(g.stock) > 0 then
+  if total == 0 and group_room(g, c.max_active) and group_held(g) == 0
+      and (g.no_stock or stock_room(g.stock) > 0) then
     local level, at = refill(c.batch, c.interval, now)
     if level >= 1 then
       save_bucket(level - 1, at)

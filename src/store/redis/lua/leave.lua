@@ -19,7 +19,8 @@ if tonumber(redis.call('HGET', key, 'entry')) == entry then
   redis.call('DEL', key)
   redis.call('ZREM', K.active, user)
 elseif tonumber(redis.call('ZSCORE', K.waiting, user)) == entry then
-  seq = unline(user)
+  seq = entry
+  drop_from_line(user)
 else
   return 0
 end

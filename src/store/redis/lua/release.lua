@@ -5,9 +5,10 @@
 -- Atomic so a release can never undo a newer claim by another request.
 local user, claim_id = ARGV[3], ARGV[4]
 local key = K.token
-if redis.call('HGET', key, 'claim') ~= claim_id then
+local t = redis.call('HMGET', key, 'claim', 'entry')
+if t[1] ~= claim_id then
   return 0
 end
 redis.call('HDEL', key, 'claim', 'claimUntil')
-audit(KEYS[10], 'released', now_ms(), user, tonumber(redis.call('HGET', key, 'entry')))
+audit(KEYS[10], 'released', now_ms(), user, tonumber(t[2]))
 return 1

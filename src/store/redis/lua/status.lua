@@ -6,7 +6,7 @@
 -- ARGV[3] user   ARGV[4] touch (1/0)
 -- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
 -- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
--- or limited('buyer', ms to wait) with nothing read or touched.
+-- or limited('buyer', ms to wait) with nothing touched.
 -- Atomic so the token look-up and the rank are read at one instant: read
 -- apart, a user admitted in between would look NOT_ENTERED; the budget is
 -- spent in the same step so a poll stays one round trip and every
@@ -14,14 +14,33 @@
 local user = ARGV[3]
 local now = now_ms()
 local period = tonumber(ARGV[5])
+-- The budget, the pass counter and the hold: the STRINGs, in one MGET.
+local v = redis.call('MGET', KEYS[10], K.pass, K.paused)
 if period > 0 then
-  local wait = gcra(KEYS[10], now, period, tonumber(ARGV[6]))
+  local wait = gcra_stored(KEYS[10], v[1], now, period, tonumber(ARGV[6]))
   if wait > 0 then
     return limited('buyer', wait)
   end
 end
+local pass, held = tonumber(v[2] or '0'), v[3] and 2 or 0
+-- No token and no stock (one EXISTS; the common case: a buyer waiting in
+-- a queue whose stock is not linked): the line alone answers, each of
+-- its reads once.
+if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
+  local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
+  local total = redis.call('ZCARD', K.waiting)
+  if not seq then
+    return {'none', 0, -1, -1, '', -1, -1, total, pass, held}
+  end
+  if ARGV[4] == '1' then
+    seen_now(user, now)
+  end
+  return {'waiting', 0, redis.call('ZRANK', K.waiting, user), seq, '', -1,
+          entered_at(user, seq) or -1, total, pass, held}
+end
 if ARGV[4] == '1' and redis.call('ZSCORE', K.waiting, user) then
   seen_now(user, now)
 end
-local total, pass = totals()
-return with_stock(describe(user, K.token, now, 0, total, pass), KEYS[11])
+local row = describe(user, K.token, now, 0, redis.call('ZCARD', K.waiting), pass)
+row[#row + 1] = (sold_out(KEYS[11]) and 1 or 0) + held
+return row

@@ -5,24 +5,39 @@
 -- Returns a list of describe()-shaped rows with the sold-out flag, one per
 -- user, in argument order,
 -- without the entry time (streams do not show it): a waiting user costs
--- ZRANK + ZSCORE, so refreshing open streams stays cheap per user.
+-- a ZRANK (and a 500th of a ZMSCORE), so refreshing open streams stays
+-- cheap per user.
 -- Atomic so all rows come from one instant, with one ZCARD for all; within
 -- one script a user cannot be both in line and holding a token, so reading
 -- the rank first is as safe as reading the token first.
 local now = now_ms()
-local total, pass = totals()
-local soldout = row_flags(KEYS[#KEYS])
-local out = {}
+local v = redis.call('MGET', K.pass, K.paused)
+local total, pass = redis.call('ZCARD', K.waiting), tonumber(v[1] or '0')
+local soldout = (sold_out(KEYS[#KEYS]) and 1 or 0) + (v[2] and 2 or 0)
+local users = {}
 for i = 3, #ARGV do
-  local user = ARGV[i]
-  local rank = redis.call('ZRANK', K.waiting, user)
-  if rank then
-    out[#out + 1] = {'waiting', 0, rank, tonumber(redis.call('ZSCORE', K.waiting, user)), '', -1, -1, total, pass,
-                     soldout}
+  users[#users + 1] = ARGV[i]
+end
+-- Who waits, and with which entry id, 500 users a ZMSCORE: a waiting
+-- user then costs one ZRANK.
+local scores = {}
+for from = 1, #users, 500 do
+  local chunk = {unpack(users, from, math.min(from + 499, #users))}
+  local got = redis.call('ZMSCORE', K.waiting, unpack(chunk))
+  for j = 1, #chunk do
+    scores[from + j - 1] = got[j]
+  end
+end
+local out = {}
+for i, user in ipairs(users) do
+  local seq = scores[i]
+  if seq then
+    out[i] = {'waiting', 0, redis.call('ZRANK', K.waiting, user), tonumber(seq), '', -1, -1, total, pass,
+              soldout}
   else
-    local row = describe(user, KEYS[i + 6], now, 0, total, pass)
+    local row = describe(user, KEYS[8 + i], now, 0, total, pass)
     row[#row + 1] = soldout
-    out[#out + 1] = row
+    out[i] = row
   end
 end
 return out

@@ -1,0 +1,1007 @@
+//! What each script costs Redis, per call, counted by Redis itself
+//! (`INFO commandstats` after `CONFIG RESETSTAT`, on a redis-server of
+//! the test's own): the `evalsha` row gives the script calls and the time
+//! inside them, every other row the commands the scripts ran.
+//!
+//! `every_script_runs_the_commands_counted` checks the exact number of
+//! Redis commands per call of each buyer-facing script, by command,
+//! against [`EXPECTED`]: machine-independent, so a change that adds a
+//! command to a script (a new feature's cost) fails here until the table
+//! says so, and the cost is a decision made in review.
+//!
+//! `redis_cost` (ignored; `loadtest/redis-cost.sh` runs it on a private
+//! redis-server) measures Redis µs per call of every buyer-facing script
+//! through the store, next to the plain one-Lua-call join of
+//! `loadtest/plain-join` measured in the same run, at the line lengths
+//! asked for.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
+use waitroom::store::redis::{JoinBatch, RedisStore};
+use waitroom::store::{BuyerBudget, ClaimOutcome, ClaimStore, JoinLimits, LineStore, Rate};
+
+use crate::common::RedisProcess;
+
+/// Commands per call of each script, by command ("name count, ..." in
+/// `INFO commandstats` names, sorted), in the case the test
+/// sets up (see [`every_script_runs_the_commands_counted`]: each join its
+/// own time mark, a repeat join past its grace, a pass of 10 with the
+/// absent sweep on and nobody absent...). A change to a script that
+/// changes a count fails the test: measure what it costs
+/// (`loadtest/redis-cost.sh`), then update the row here (the failure
+/// prints the rows as they now are) and the "Redis µs per call" rows of
+/// docs/performance.md.
+const EXPECTED: &[(&str, &str)] = &[
+    (
+        "join (enter.lua)",
+        "exists 1, hget 1, hset 1, mget 1, set 1, time 1, zadd 1, zcard 1, zscore 1",
+    ),
+    (
+        "join (enter_many.lua, 1 a call)",
+        "exists 1, hget 1, hset 1, mget 1, set 2, time 1, zadd 1, zcard 1, zmscore 1",
+    ),
+    (
+        "repeat join (enter.lua)",
+        "exists 1, hget 1, mget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 1",
+    ),
+    (
+        "poll (status.lua)",
+        "exists 1, hget 1, mget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 1",
+    ),
+    ("touch (touch.lua, 1 buyer)", "time 1, zadd 1, zmscore 1"),
+    (
+        "stream re-read (statuses.lua, 4 buyers)",
+        "hget 1, mget 1, time 1, zcard 1, zmscore 1, zrank 4",
+    ),
+    (
+        "leave (leave.lua)",
+        "hdel 1, hget 1, publish 1, time 1, xadd 1, zrem 2, zscore 1",
+    ),
+    (
+        "admit (admit.lua, 10 a pass)",
+        "exists 1, hdel 1, hget 3, hmget 4, hset 11, incr 1, pexpireat 10, publish 1, set 10, time 1, xadd 10, zadd 1, zcard 2, zmscore 1, zrange 3, zrangebyscore 1, zrem 1, zremrangebyrank 1, zremrangebyscore 1",
+    ),
+    ("claim (claim.lua)", "hmget 1, hset 1, time 1"),
+    (
+        "consume (consume.lua)",
+        "del 1, exists 1, hmget 1, publish 1, time 1, xadd 1, zrem 1",
+    ),
+    ("release (release.lua)", "hdel 1, hmget 1, time 1, xadd 1"),
+];
+
+/// The baseline: one join as the plainest server makes it (`ZSCORE`,
+/// `INCR`, `ZADD`, `ZRANK`, `ZCARD` in one Lua call).
+const PLAIN_JOIN: &str = include_str!("../../loadtest/plain-join/src/join.lua");
+
+/// Rows of `INFO commandstats` that are not a script's own commands: the
+/// measurement's, a connection's set-up, a script (re)load.
+fn is_script_command(name: &str) -> bool {
+    !matches!(
+        name,
+        "info" | "evalsha" | "eval" | "ping" | "hello" | "select"
+    ) && !name.starts_with("config|")
+        && !name.starts_with("script|")
+        && !name.starts_with("client|")
+}
+
+/// What Redis counted since the last reset: script calls, the µs inside
+/// them, and the commands the scripts ran, by name.
+#[derive(Debug, Clone, Default)]
+struct Cost {
+    calls: u64,
+    usec: u64,
+    commands: BTreeMap<String, u64>,
+}
+
+impl Cost {
+    fn parse(info: &str) -> Self {
+        let mut cost = Cost::default();
+        for line in info.lines() {
+            let Some((name, rest)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let field = |key: &str| -> u64 {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0) as u64
+            };
+            if name == "evalsha" {
+                cost.calls = field("calls");
+                cost.usec = field("usec");
+            } else if is_script_command(name) {
+                cost.commands.insert(name.to_owned(), field("calls"));
+            }
+        }
+        cost
+    }
+
+    fn add(&mut self, other: &Cost) {
+        self.calls += other.calls;
+        self.usec += other.usec;
+        for (name, n) in &other.commands {
+            *self.commands.entry(name.clone()).or_default() += n;
+        }
+    }
+
+    /// Commands per script call, all kinds together.
+    fn commands_per_call(&self) -> f64 {
+        self.commands.values().sum::<u64>() as f64 / self.calls.max(1) as f64
+    }
+
+    /// Commands per script call by name, "zscore 1, hget 2.5".
+    fn breakdown(&self) -> String {
+        self.commands
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(name, n)| {
+                let per = *n as f64 / self.calls.max(1) as f64;
+                if per.fract() == 0.0 {
+                    format!("{name} {per}")
+                } else {
+                    format!("{name} {per:.2}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Reads and resets the counters of one redis-server (never the shared
+/// one: `CONFIG RESETSTAT` would clear everyone's counters).
+struct Meter {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl Meter {
+    async fn connect(url: &str) -> Self {
+        let client = redis::Client::open(url).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let server: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            !server.lines().any(|l| l.trim() == "tcp_port:6379"),
+            "the counters are reset: never on the shared Redis (6379), on a redis-server of one's own"
+        );
+        Self { conn }
+    }
+
+    async fn reset(&mut self) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    async fn read(&mut self) -> Cost {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        Cost::parse(&info)
+    }
+
+    /// What the script calls of `work` cost.
+    async fn measure<T>(&mut self, work: impl Future<Output = T>) -> (Cost, T) {
+        self.reset().await;
+        let out = work.await;
+        (self.read().await, out)
+    }
+}
+
+fn user(name: &str) -> UserId {
+    UserId::parse(name).unwrap()
+}
+
+/// The buyer's budget and repeat-join grace the HTTP layer passes
+/// (`src/http/limit.rs`: 2 a second, 10 at once, 2 s), no address limits
+/// (the load tests turn them off).
+fn join_limits() -> JoinLimits {
+    JoinLimits {
+        buyer: Some(buyer_budget()),
+        address: None,
+    }
+}
+
+fn buyer_budget() -> BuyerBudget {
+    BuyerBudget {
+        rate: Rate {
+            period_ms: 500,
+            burst: 10,
+        },
+        grace_ms: 2_000,
+    }
+}
+
+/// Joins hold the line: one fast track, then everyone waits.
+fn line_policy() -> Policy {
+    Policy {
+        batch: 1,
+        interval_ms: 3_600_000,
+        token_ttl_ms: 300_000,
+        max_active: None,
+        abandon_after_ms: None,
+    }
+}
+
+/// The admission pass as a server runs it by default (50 a pass, absent
+/// buyers swept after 120 s), its budget full at every pass.
+fn admit_policy() -> Policy {
+    Policy {
+        batch: 50,
+        interval_ms: 1,
+        token_ttl_ms: 300_000,
+        max_active: None,
+        abandon_after_ms: Some(120_000),
+    }
+}
+
+/// Calls in flight at once when not paced.
+const IN_FLIGHT: usize = 8;
+
+/// Calls `call(i)` for i in 0..n, answers in order: with `pace` zero,
+/// [`IN_FLIGHT`] at a time, so Redis runs them back to back (as when it
+/// is what limits a server); else one at a time, `pace` apart (Redis idles
+/// in between: each call then finds a cold core, dearer for every script
+/// alike).
+async fn paced<T, F: Future<Output = T>>(
+    n: usize,
+    pace: Duration,
+    mut call: impl FnMut(usize) -> F,
+) -> Vec<T> {
+    if pace.is_zero() {
+        return futures::stream::iter(0..n)
+            .map(call)
+            .buffered(IN_FLIGHT)
+            .collect()
+            .await;
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(call(i).await);
+        tokio::time::sleep(pace).await;
+    }
+    out
+}
+
+/// One queue on a redis-server of the measurement's own, with a store that
+/// sends one `enter.lua` per join, one that groups joins (`enter_many.lua`,
+/// the default) and one that sends each join as a group of its own
+/// (`enter_many.lua` of one join, as a server whose joins do not overlap).
+struct Bench {
+    single: RedisStore,
+    grouped: RedisStore,
+    grouped_one: RedisStore,
+    queue: QueueName,
+    plain: redis::Script,
+    plain_conn: redis::aio::MultiplexedConnection,
+    plain_keys: [String; 2],
+    /// Names handed out so far (every new buyer is new).
+    next: usize,
+    pace: Duration,
+}
+
+impl Bench {
+    async fn open(url: &str, prefix: &str, pace: Duration) -> Self {
+        let single = RedisStore::connect(url, prefix)
+            .await
+            .unwrap()
+            .with_join_batch(None);
+        let grouped = RedisStore::connect(url, prefix).await.unwrap();
+        let grouped_one = RedisStore::connect(url, prefix)
+            .await
+            .unwrap()
+            .with_join_batch(Some(JoinBatch {
+                window: Duration::ZERO,
+                max: 1,
+                depth: IN_FLIGHT,
+            }));
+        let plain_conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        Self {
+            single,
+            grouped,
+            grouped_one,
+            queue: QueueName::parse("cost").unwrap(),
+            plain: redis::Script::new(PLAIN_JOIN),
+            plain_conn,
+            plain_keys: [
+                format!("{prefix}:{{plain}}:line"),
+                format!("{prefix}:{{plain}}:seq"),
+            ],
+            next: 0,
+            pace,
+        }
+    }
+
+    fn fresh(&mut self, n: usize) -> Vec<UserId> {
+        let users = (self.next..self.next + n)
+            .map(|i| user(&format!("b{i:08}")))
+            .collect();
+        self.next += n;
+        users
+    }
+
+    async fn join(&self, store: &RedisStore, who: &UserId) -> Snapshot {
+        store
+            .enter_limited(
+                &self.queue,
+                who,
+                &line_policy(),
+                &EntryToken::generate(),
+                &join_limits(),
+            )
+            .await
+            .unwrap()
+            .expect("not limited")
+            .snapshot
+    }
+
+    /// `n` plain joins, new buyers each.
+    async fn plain(&mut self, meter: &mut Meter, n: usize) -> Cost {
+        let names: Vec<String> = self.fresh(n).iter().map(|u| u.to_string()).collect();
+        let (script, keys, pace) = (&self.plain, &self.plain_keys, self.pace);
+        let mut conn = self.plain_conn.clone();
+        let (cost, _) = meter
+            .measure(paced(n, pace, |i| {
+                let mut conn = conn.clone();
+                let name = names[i].clone();
+                async move {
+                    let _: redis::Value = script
+                        .key(&keys[0])
+                        .key(&keys[1])
+                        .arg(name)
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            }))
+            .await;
+        let _: () = redis::cmd("DEL")
+            .arg(&self.plain_keys[..])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        cost
+    }
+}
+
+/// One script's measurement: its cost (rounds added up), per round the
+/// µs per unit (call or buyer served) and the plain join's µs per call
+/// measured right before it.
+#[derive(Default)]
+struct Row {
+    name: &'static str,
+    /// Buyers served per call ("call" rows: 1).
+    per_call: f64,
+    cost: Cost,
+    rounds: Vec<(f64, f64)>,
+}
+
+impl Row {
+    fn record(&mut self, plain: &Cost, cost: Cost) {
+        let unit = |c: &Cost| c.usec as f64 / c.calls.max(1) as f64;
+        self.rounds.push((unit(&cost) / self.per_call, unit(plain)));
+        self.cost.add(&cost);
+    }
+
+    fn median(values: impl Iterator<Item = f64>) -> f64 {
+        let mut v: Vec<f64> = values.collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[v.len() / 2]
+    }
+
+    /// µs per unit, the plain join's µs per call, and their ratio
+    /// (medians over the rounds; the ratio of each round's pair).
+    fn summary(&self) -> (f64, f64, f64) {
+        (
+            Self::median(self.rounds.iter().map(|r| r.0)),
+            Self::median(self.rounds.iter().map(|r| r.1)),
+            Self::median(self.rounds.iter().map(|r| r.0 / r.1)),
+        )
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Redis µs per call of every buyer-facing script, next to the plain
+/// join, at each line length of `REDIS_COST_LINES` ("1000 100000"):
+/// `REDIS_COST_URL` a redis-server of one's own (its counters are reset),
+/// `REDIS_COST_CALLS` calls per script and round (100), `REDIS_COST_ROUNDS`
+/// rounds (3; medians reported), `REDIS_COST_PACE_US` between calls
+/// (0: [`IN_FLIGHT`] calls at a time, Redis busy; else a call at a time,
+/// Redis idle in between), `REDIS_COST_TSV` a file for the rows.
+#[tokio::test]
+#[ignore = "a measurement: loadtest/redis-cost.sh"]
+async fn redis_cost() {
+    let url = std::env::var("REDIS_COST_URL").expect("REDIS_COST_URL: a redis-server of one's own");
+    let lines: Vec<usize> = std::env::var("REDIS_COST_LINES")
+        .unwrap_or_else(|_| "1000 100000".into())
+        .split_whitespace()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let calls: usize = env_or("REDIS_COST_CALLS", 100);
+    let rounds: usize = env_or("REDIS_COST_ROUNDS", 3);
+    let pace = Duration::from_micros(env_or("REDIS_COST_PACE_US", 0));
+    let mut table = String::from(
+        "mode\tlength\tscript\tunit\tcalls\tus_per_unit\tplain_us_per_call\tratio\tcommands_per_call\tcommands\n",
+    );
+    let mode = if pace.is_zero() {
+        "busy".to_owned()
+    } else {
+        format!("paced {} us", pace.as_micros())
+    };
+    for &length in &lines {
+        let rows = measure_line(&url, length, calls, rounds, pace).await;
+        for row in rows {
+            let (us, plain, ratio) = row.summary();
+            let unit = if row.per_call == 1.0 {
+                "call".to_owned()
+            } else {
+                format!("buyer ({} a call)", row.per_call)
+            };
+            table.push_str(&format!(
+                "{mode}\t{length}\t{}\t{unit}\t{}\t{us:.2}\t{plain:.2}\t{ratio:.2}\t{:.2}\t{}\n",
+                row.name,
+                row.cost.calls,
+                row.cost.commands_per_call(),
+                row.cost.breakdown()
+            ));
+        }
+    }
+    print!("{table}");
+    if let Ok(path) = std::env::var("REDIS_COST_TSV") {
+        std::fs::write(path, &table).unwrap();
+    }
+}
+
+/// Every script's rows at one line length.
+async fn measure_line(
+    url: &str,
+    length: usize,
+    calls: usize,
+    rounds: usize,
+    pace: Duration,
+) -> Vec<Row> {
+    let prefix = format!("rc{length}-{:08x}", rand::random::<u32>());
+    let mut b = Bench::open(url, &prefix, pace).await;
+    let mut meter = Meter::connect(url).await;
+    warm_up(url, &prefix).await;
+    let started = Instant::now();
+
+    // The line: the first min(length, 1,000) joined one a millisecond (each
+    // entry its own time mark: the measured buyers are these), the rest in
+    // groups as fast as they go. The very first takes the fast track.
+    let slow_n = length.min(1_000);
+    assert!(
+        rounds * calls <= slow_n,
+        "calls x rounds: at most 1,000 and the line's length"
+    );
+    let slow = b.fresh(slow_n);
+    let mut entries = Vec::with_capacity(slow_n);
+    for who in &slow {
+        entries.push(b.join(&b.grouped, who).await.entry.unwrap());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let slow_done = Instant::now();
+    let bulk = b.fresh(length - slow_n);
+    {
+        let b = &b;
+        futures::stream::iter(bulk.iter())
+            .map(|who| b.join(&b.grouped, who))
+            .buffer_unordered(2_048)
+            .for_each(|_| async {})
+            .await;
+    }
+    // Repeat joins are counted against the budget past their grace.
+    let grace = Duration::from_millis(buyer_budget().grace_ms + 100);
+    if slow_done.elapsed() < grace {
+        tokio::time::sleep(grace - slow_done.elapsed()).await;
+    }
+    eprintln!(
+        "line of {length}: filled in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut rows: Vec<Row> = [
+        ("join (enter.lua)", 1.0),
+        ("join (enter_many.lua, 1 a call)", 1.0),
+        ("repeat join (enter.lua)", 1.0),
+        ("poll (status.lua)", 1.0),
+        ("touch (touch.lua, 1 buyer)", 1.0),
+        ("stream re-read (statuses.lua)", 100.0),
+        ("leave (leave.lua)", 1.0),
+        ("admit (admit.lua)", 50.0),
+        ("claim (claim.lua)", 1.0),
+        ("consume (consume.lua)", 1.0),
+        ("release (release.lua)", 1.0),
+    ]
+    .into_iter()
+    .map(|(name, per_call)| Row {
+        name,
+        per_call,
+        ..Row::default()
+    })
+    .collect();
+    let (q, pace) = (b.queue.clone(), b.pace);
+    let budget = Some(buyer_budget().rate);
+
+    for round in 0..rounds {
+        // This round's buyers: waiting, each their own time mark.
+        let mine = &slow[round * calls..(round + 1) * calls];
+        let mine_entries = &entries[round * calls..(round + 1) * calls];
+
+        let p = b.plain(&mut meter, calls).await;
+        let new = b.fresh(calls);
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| b.join(&b.single, &new[i])))
+            .await;
+        rows[0].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let new = b.fresh(calls);
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| b.join(&b.grouped_one, &new[i])))
+            .await;
+        rows[1].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| b.join(&b.single, &mine[i])))
+            .await;
+        rows[2].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single.status_limited(&q, &mine[i], true, budget)
+            }))
+            .await;
+        rows[3].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single.touch(&q, std::slice::from_ref(&mine[i]))
+            }))
+            .await;
+        rows[4].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls / 10, pace, |_| b.single.statuses(&q, mine)))
+            .await;
+        rows[5].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single.leave(&q, &mine[i], mine_entries[i])
+            }))
+            .await;
+        rows[6].record(&p, c);
+    }
+
+    // Admission takes the head of the line: twice `calls` buyers a round,
+    // whose tokens are then claimed, half consumed and half released.
+    let admit = admit_policy();
+    for _ in 0..rounds {
+        let p = b.plain(&mut meter, calls).await;
+        let passes = 2 * calls / admit.batch as usize;
+        let (c, passes) = meter
+            .measure(paced(passes, pace.max(Duration::from_millis(2)), |_| {
+                let tokens: Vec<EntryToken> =
+                    (0..admit.batch).map(|_| EntryToken::generate()).collect();
+                let (b, q, admit) = (&b, &q, &admit);
+                async move { b.single.admit(q, admit, &tokens).await.unwrap() }
+            }))
+            .await;
+        let admitted: Vec<_> = passes.into_iter().flat_map(|p| p.admitted).collect();
+        assert_eq!(admitted.len(), 2 * calls, "every pass admits a full batch");
+        rows[7].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, claims) = meter
+            .measure(paced(admitted.len(), pace, |i| {
+                b.single
+                    .claim(&q, &admitted[i].user, &admitted[i].token, 30_000)
+            }))
+            .await;
+        rows[8].record(&p, c);
+        let claims: Vec<String> = claims
+            .into_iter()
+            .map(|c| match c.unwrap() {
+                ClaimOutcome::Claimed { claim_id } => claim_id,
+                other => panic!("claim: {other:?}"),
+            })
+            .collect();
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single.consume(&q, &admitted[i].user, &claims[i])
+            }))
+            .await;
+        rows[9].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single
+                    .release(&q, &admitted[calls + i].user, &claims[calls + i])
+            }))
+            .await;
+        rows[10].record(&p, c);
+    }
+    rows
+}
+
+/// Loads every script the measurement calls (a first call finds the
+/// script cache empty: an `EVALSHA` refused, then a load), on a queue of
+/// its own.
+async fn warm_up(url: &str, prefix: &str) {
+    let store = RedisStore::connect(url, prefix)
+        .await
+        .unwrap()
+        .with_join_batch(None);
+    let q = QueueName::parse("warm").unwrap();
+    let policy = Policy {
+        batch: 2,
+        ..line_policy()
+    };
+    let (a, w) = (user("warm-a"), user("warm-w"));
+    let limits = join_limits();
+    for who in [&a, &w, &w] {
+        store
+            .enter_limited(&q, who, &policy, &EntryToken::generate(), &limits)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let budget = Some(buyer_budget().rate);
+    store
+        .status_limited(&q, &w, true, budget)
+        .await
+        .unwrap()
+        .unwrap();
+    store.touch(&q, std::slice::from_ref(&w)).await.unwrap();
+    store.statuses(&q, std::slice::from_ref(&w)).await.unwrap();
+    let entry = store.status(&q, &w, false).await.unwrap().entry.unwrap();
+    store.leave(&q, &w, entry).await.unwrap();
+    store
+        .admit(&q, &admit_policy(), &[EntryToken::generate()])
+        .await
+        .unwrap();
+    let token = match store.status(&q, &a, false).await.unwrap().standing {
+        waitroom::queue::Standing::Ready { token, .. } => token,
+        other => panic!("the fast track: {other:?}"),
+    };
+    for _ in 0..2 {
+        let ClaimOutcome::Claimed { claim_id } =
+            store.claim(&q, &a, token.as_str(), 1_000).await.unwrap()
+        else {
+            panic!("claim");
+        };
+        store.release(&q, &a, &claim_id).await.unwrap();
+        store.consume(&q, &a, &claim_id).await.unwrap();
+    }
+}
+
+/// How many times each counted case runs (the counts must be the same
+/// every call).
+const RUNS: usize = 3;
+
+/// Runs `call(0)` (which loads the script), then `call(1..=RUNS)`, each
+/// in a millisecond of its own, and returns the commands per measured
+/// call by name. Fails if they differ from call to call.
+async fn commands_per_call<F: Future<Output = ()>>(
+    meter: &mut Meter,
+    case: &str,
+    mut call: impl FnMut(usize) -> F,
+) -> BTreeMap<String, u64> {
+    let gap = Duration::from_millis(3);
+    call(0).await;
+    tokio::time::sleep(gap).await;
+    meter.reset().await;
+    for i in 1..=RUNS {
+        call(i).await;
+        tokio::time::sleep(gap).await;
+    }
+    let cost = meter.read().await;
+    assert_eq!(cost.calls, RUNS as u64, "{case}: script calls");
+    cost.commands
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| {
+            assert!(
+                n % RUNS as u64 == 0,
+                "{case}: {name} ran {n} times in {RUNS} calls: not the same every call"
+            );
+            (name, n / RUNS as u64)
+        })
+        .collect()
+}
+
+/// Joins `n` new buyers through `store`, no pause between them.
+async fn join_many(store: &RedisStore, q: &QueueName, names: &[UserId]) -> Vec<Snapshot> {
+    let mut out = Vec::new();
+    for who in names {
+        let s = store
+            .enter_limited(
+                q,
+                who,
+                &line_policy(),
+                &EntryToken::generate(),
+                &join_limits(),
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .snapshot;
+        out.push(s);
+    }
+    out
+}
+
+/// The entry id the next join of `q` takes.
+async fn next_entry(store: &RedisStore, q: &QueueName, probe: &UserId) -> u64 {
+    let s = join_many(store, q, std::slice::from_ref(probe)).await;
+    s[0].entry.unwrap() + 1
+}
+
+/// Entry times are kept as marks per span of 128 entry ids, and the first
+/// entry of a span writes more than the others (its span's first mark):
+/// joins `q` on until the next `room` entries share a span whose mark is
+/// written.
+async fn inside_a_span(store: &RedisStore, q: &QueueName, tag: &str, room: u64) {
+    let mut i = 0;
+    loop {
+        let next = next_entry(store, q, &user(&format!("{tag}-align{i}"))).await;
+        i += 1;
+        let offset = next % 128;
+        if offset >= 1 && offset + room < 128 {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_script_runs_the_commands_counted() {
+    let redis = RedisProcess::start(false);
+    let url = redis.url();
+    let mut meter = Meter::connect(&url).await;
+    let single = RedisStore::connect(&url, "count")
+        .await
+        .unwrap()
+        .with_join_batch(None);
+    let grouped_one = RedisStore::connect(&url, "count")
+        .await
+        .unwrap()
+        .with_join_batch(Some(JoinBatch {
+            window: Duration::ZERO,
+            max: 1,
+            depth: 1,
+        }));
+    let q = QueueName::parse("line").unwrap();
+    let names =
+        |tag: &str| -> Vec<UserId> { (0..=RUNS).map(|i| user(&format!("{tag}{i}"))).collect() };
+    let mut actual: Vec<(&str, BTreeMap<String, u64>)> = Vec::new();
+
+    // The line: the first join takes the fast track, the rest wait. These
+    // wait past their grace (their repeat joins spend the budget).
+    join_many(&single, &q, &[user("fast-tracked")]).await;
+    let early = names("early");
+    let early_e: Vec<u64> = join_many(&single, &q, &early)
+        .await
+        .iter()
+        .map(|s| s.entry.unwrap())
+        .collect();
+    let since = Instant::now();
+
+    inside_a_span(&single, &q, "a", RUNS as u64 + 1).await;
+    let new = names("new");
+    let c = commands_per_call(&mut meter, "join", |i| {
+        let (single, q, who) = (&single, &q, &new[i]);
+        async move {
+            join_many(single, q, std::slice::from_ref(who)).await;
+        }
+    })
+    .await;
+    actual.push(("join (enter.lua)", c));
+
+    inside_a_span(&single, &q, "b", RUNS as u64 + 1).await;
+    let new = names("grouped");
+    let c = commands_per_call(&mut meter, "join, group of one", |i| {
+        let (store, q, who) = (&grouped_one, &q, &new[i]);
+        async move {
+            join_many(store, q, std::slice::from_ref(who)).await;
+        }
+    })
+    .await;
+    actual.push(("join (enter_many.lua, 1 a call)", c));
+
+    let grace = Duration::from_millis(buyer_budget().grace_ms + 100);
+    tokio::time::sleep(grace.saturating_sub(since.elapsed())).await;
+    let c = commands_per_call(&mut meter, "repeat join", |i| {
+        let (single, q, who) = (&single, &q, &early[i]);
+        async move {
+            let s = join_many(single, q, std::slice::from_ref(who)).await;
+            assert!(matches!(
+                s[0].standing,
+                waitroom::queue::Standing::Waiting { .. }
+            ));
+        }
+    })
+    .await;
+    actual.push(("repeat join (enter.lua)", c));
+
+    let budget = Some(buyer_budget().rate);
+    let c = commands_per_call(&mut meter, "poll", |i| {
+        let (single, q, who) = (&single, &q, &early[i]);
+        async move {
+            single
+                .status_limited(q, who, true, budget)
+                .await
+                .unwrap()
+                .expect("within the budget");
+        }
+    })
+    .await;
+    actual.push(("poll (status.lua)", c));
+
+    let c = commands_per_call(&mut meter, "touch", |i| {
+        let (single, q, who) = (&single, &q, &early[i]);
+        async move {
+            single.touch(q, std::slice::from_ref(who)).await.unwrap();
+        }
+    })
+    .await;
+    actual.push(("touch (touch.lua, 1 buyer)", c));
+
+    let c = commands_per_call(&mut meter, "stream re-read", |_| {
+        let (single, q, who) = (&single, &q, &early);
+        async move {
+            single.statuses(q, who).await.unwrap();
+        }
+    })
+    .await;
+    actual.push(("stream re-read (statuses.lua, 4 buyers)", c));
+
+    let c = commands_per_call(&mut meter, "leave", |i| {
+        let (single, q, who, entry) = (&single, &q, &early[i], early_e[i]);
+        async move {
+            assert!(single.leave(q, who, entry).await.unwrap(), "left");
+        }
+    })
+    .await;
+    actual.push(("leave (leave.lua)", c));
+
+    // Admission, on a line of its own that nobody polled (the absent sweep
+    // then walks one buyer), a pass of 10 inside one span of marks.
+    let aq = QueueName::parse("admit").unwrap();
+    let line: Vec<UserId> = (0..300).map(|i| user(&format!("w{i:03}"))).collect();
+    let joined = join_many(&single, &aq, &line).await;
+    let head = joined[1].entry.unwrap();
+    let skip = (128 - head % 128) % 128 + 1;
+    let ten = Policy {
+        batch: 10,
+        ..admit_policy()
+    };
+    let one_pass = |batch: u64| {
+        let (single, aq) = (&single, &aq);
+        async move {
+            let policy = Policy {
+                batch: batch as u32,
+                ..admit_policy()
+            };
+            let tokens: Vec<EntryToken> = (0..batch).map(|_| EntryToken::generate()).collect();
+            let pass = single.admit(aq, &policy, &tokens).await.unwrap();
+            assert_eq!(pass.admitted.len() as u64, batch, "{pass:?}");
+            pass.admitted
+        }
+    };
+    one_pass(skip).await;
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let admitted = std::cell::RefCell::new(Vec::new());
+    let c = commands_per_call(&mut meter, "admit", |_| {
+        let pass = one_pass(u64::from(ten.batch));
+        let admitted = &admitted;
+        async move {
+            let got = pass.await;
+            admitted.borrow_mut().extend(got);
+        }
+    })
+    .await;
+    let admitted = admitted.into_inner();
+    actual.push(("admit (admit.lua, 10 a pass)", c));
+
+    let claims = std::cell::RefCell::new(Vec::new());
+    let c = commands_per_call(&mut meter, "claim", |i| {
+        let (single, aq, a, claims) = (&single, &aq, &admitted[i], &claims);
+        async move {
+            match single.claim(aq, &a.user, &a.token, 30_000).await.unwrap() {
+                ClaimOutcome::Claimed { claim_id } => claims.borrow_mut().push(claim_id),
+                other => panic!("claim: {other:?}"),
+            }
+        }
+    })
+    .await;
+    let claims = claims.into_inner();
+    actual.push(("claim (claim.lua)", c));
+
+    let c = commands_per_call(&mut meter, "consume", |i| {
+        let (single, aq, a, claim) = (&single, &aq, &admitted[i], &claims[i]);
+        async move {
+            assert!(
+                single.consume(aq, &a.user, claim).await.unwrap(),
+                "consumed"
+            );
+        }
+    })
+    .await;
+    actual.push(("consume (consume.lua)", c));
+
+    let mut claims = Vec::new();
+    for a in &admitted[RUNS + 1..2 * (RUNS + 1)] {
+        match single.claim(&aq, &a.user, &a.token, 30_000).await.unwrap() {
+            ClaimOutcome::Claimed { claim_id } => claims.push(claim_id),
+            other => panic!("claim: {other:?}"),
+        }
+    }
+    let c = commands_per_call(&mut meter, "release", |i| {
+        let (single, aq, a, claim) = (&single, &aq, &admitted[RUNS + 1 + i], &claims[i]);
+        async move {
+            assert!(
+                single.release(aq, &a.user, claim).await.unwrap(),
+                "released"
+            );
+        }
+    })
+    .await;
+    actual.push(("release (release.lua)", c));
+
+    let line = |c: &BTreeMap<String, u64>| -> String {
+        c.iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let actual: Vec<(&str, String)> = actual.iter().map(|(case, c)| (*case, line(c))).collect();
+    let rows: String = actual
+        .iter()
+        .map(|(case, c)| format!("    (\"{case}\", \"{c}\"),\n"))
+        .collect();
+    let expected: Vec<(&str, String)> = EXPECTED
+        .iter()
+        .map(|(case, c)| (*case, (*c).to_owned()))
+        .collect();
+    assert!(
+        actual == expected,
+        "Redis commands per script call changed: each command a script runs is a cost every \
+         call pays. If the change is meant, measure it (loadtest/redis-cost.sh) and set \
+         EXPECTED in tests/api/redis_commands.rs to what the scripts now run:\n{rows}"
+    );
+}
