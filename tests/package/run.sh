@@ -161,6 +161,14 @@ if grep -E 'waitroom\.service' <<<"$out"; then
   fail "systemd-analyze verify warns about the unit"
 fi
 
+# Its exposure as systemd rates it (0 best, 10 worst): 1.5 when written;
+# fail past 2.0 so a loosened unit is noticed.
+exposure=$(timeout 60 systemd-analyze security --offline=yes "$verify_dir/waitroom.service" 2>/dev/null \
+  | sed -nE 's/.*Overall exposure level for waitroom\.service: ([0-9.]+).*/\1/p')
+say "systemd-analyze security: exposure ${exposure:-?}"
+[ -n "$exposure" ] || fail "systemd-analyze security gave no rating"
+awk -v e="$exposure" 'BEGIN { exit !(e <= 2.0) }' || fail "the unit's exposure is $exposure (> 2.0)"
+
 # --- run it -----------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 port=$(free_port)
