@@ -29,9 +29,20 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use crate::queue::{Policy, QueueName};
 use crate::store::redis::Topology;
 
+/// What `waitroom --version` says after the name: the version, the commit
+/// it was built from and the Cargo features it was built with (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WAITROOM_COMMIT"),
+    ", features: ",
+    env!("WAITROOM_FEATURES"),
+    ")"
+);
+
 /// waitroom: a virtual waiting room in front of an order API.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "waitroom", version, about, args_override_self = true)]
+#[command(name = "waitroom", version = VERSION, about, args_override_self = true)]
 pub struct Config {
     /// A TOML configuration file (`waitroom init` prints one). Its values
     /// stand in for the defaults; the environment and the flags still win.
