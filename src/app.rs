@@ -19,11 +19,13 @@ use crate::config::{self, Config};
 use crate::http::client::{ClientInfo, TrustedProxies};
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::identity::Identity;
+#[cfg(feature = "demo-orders")]
+use crate::orders;
 use crate::queue::{self, Policy, QueueName, QueueSettings, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
-use crate::{admission, gate, orders, push};
+use crate::{admission, gate, push};
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +34,7 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error("cannot reach the store: {0}")]
     Store(#[from] StoreError),
+    #[cfg(feature = "demo-orders")]
     #[error("cannot open the order database: {0}")]
     Orders(#[from] sqlx::Error),
     #[error("cannot serve: {0}")]
@@ -60,6 +63,7 @@ struct Inner {
     identity: Identity,
     limits: Arc<RequestLimits>,
     proxies: TrustedProxies,
+    #[cfg(feature = "demo-orders")]
     orders: Option<orders::OrderStore>,
     max_streams: usize,
     max_connections: usize,
@@ -151,6 +155,7 @@ impl AppState {
             .admin_token
             .clone()
             .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned());
+        #[cfg(feature = "demo-orders")]
         let orders = match config.orders {
             config::OrdersMode::On => {
                 // The demo product is sold in the first configured queue.
@@ -217,6 +222,7 @@ impl AppState {
                 identity,
                 limits: Arc::new(limits),
                 proxies,
+                #[cfg(feature = "demo-orders")]
                 orders,
                 hub: Arc::new(push::Hub::new(&queues)),
                 max_streams,
@@ -329,6 +335,7 @@ impl AppState {
     }
 
     /// The demo order database, when `--orders on`.
+    #[cfg(feature = "demo-orders")]
     pub fn orders(&self) -> Option<&orders::OrderStore> {
         self.inner.orders.as_ref()
     }
@@ -441,6 +448,7 @@ impl AppState {
                     .run(self.store().clone(), self.shutdown().clone()),
             );
         }
+        #[cfg(feature = "demo-orders")]
         if let Some(orders) = self.orders()
             && self.config().stock_from_orders
         {
@@ -459,6 +467,7 @@ impl AppState {
                 }
             });
         }
+        #[cfg(feature = "demo-orders")]
         if let Some(orders) = self.orders() {
             tasks.spawn(orders::reconcile::run(
                 orders.clone(),

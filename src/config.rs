@@ -239,7 +239,7 @@ pub struct Config {
 
     /// The demo order service: `on` serves /api/orders and /api/products,
     /// `off` where the real order service lives elsewhere.
-    #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::On)]
+    #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::DEFAULT)]
     pub orders: OrdersMode,
 
     /// The demo order service's database: a SQLite file (created and
@@ -505,6 +505,7 @@ impl Config {
     /// Checks what clap cannot: names, ranges and secrets.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError(m.to_owned()));
+        crate::features::check(self).map_err(ConfigError)?;
         self.queue_names()?;
         if !(1..=65_535).contains(&self.listen_backlog) {
             return bad("--listen-backlog must be 1-65535");

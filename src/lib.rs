@@ -27,7 +27,12 @@
 //! - [`brand`] reads and checks operators' page branding (`--page-dir`);
 //! - [`webhook`] delivers the queues' audit logs to operators' endpoints
 //!   (uses `store`, `queue`);
-//! - [`telemetry`] sets up logs and metrics.
+//! - [`telemetry`] sets up logs and metrics;
+//! - [`features`] names the cargo features (the demo order service,
+//!   signed identity, https webhooks) and refuses flags that need one
+//!   this build lacks.
+
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod app;
@@ -35,10 +40,12 @@ pub mod brand;
 pub mod catalog;
 pub mod challenge;
 pub mod config;
+pub mod features;
 pub mod gate;
 pub mod http;
 pub mod identity;
 pub mod lottery;
+#[cfg(feature = "demo-orders")]
 pub mod orders;
 pub mod push;
 pub mod queue;

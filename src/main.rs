@@ -1,7 +1,9 @@
 //! The `waitroom` binary: parse the configuration, set up logging, serve
 //! until SIGINT or SIGTERM.
 
-use clap::Parser;
+#![forbid(unsafe_code)]
+
+use clap::{CommandFactory, Parser};
 
 use tokio_util::sync::CancellationToken;
 use waitroom::{Config, telemetry};
@@ -9,6 +11,12 @@ use waitroom::{Config, telemetry};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
+    if let Err(message) = waitroom::features::check(&config) {
+        // A usage error like clap's own: the message, exit code 2.
+        Config::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, message)
+            .exit();
+    }
     telemetry::init_tracing();
     raise_open_file_limit();
     let listeners = waitroom::Listeners::bind(&config).await?;

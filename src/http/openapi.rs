@@ -209,6 +209,7 @@ fn add_links(api: &mut Document) {
                                 ticket("$response.body#/ticket", to, what).into(),
                             );
                         }
+                        #[cfg(feature = "demo-orders")]
                         response.links.insert(
                             "order".into(),
                             LinkBuilder::new()

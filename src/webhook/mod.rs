@@ -25,6 +25,13 @@
 //! a signature proves who sent them, not that nobody else read them.
 
 mod deliver;
+// Without `https-webhooks`, a plain-TCP client of the same shape: no TLS
+// crates are built, and an `https://` hook or `ca=` is refused when the
+// flag is parsed.
+#[cfg(feature = "https-webhooks")]
+mod tls;
+#[cfg(not(feature = "https-webhooks"))]
+#[path = "plain.rs"]
 mod tls;
 
 use std::fmt;
@@ -79,7 +86,7 @@ pub struct ExtraCa {
     /// The file, as given (for messages).
     pub path: PathBuf,
     /// Its certificates, DER, each a usable trust anchor.
-    pub certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    pub certs: Vec<tls::Certificate>,
 }
 
 /// The longest wait between two attempts.
@@ -213,7 +220,7 @@ impl FromStr for WebhookSpec {
         }
         // From here on, messages name the hook: there may be several.
         let bad = |m: String| InvalidWebhook(format!("hook `{}`: {m}", spec.name));
-        let url = reqwest::Url::parse(&spec.url).map_err(|e| bad(format!("url: {e}")))?;
+        let url = url::Url::parse(&spec.url).map_err(|e| bad(format!("url: {e}")))?;
         let Some(host) = url.host_str() else {
             return Err(bad("url has no host".into()));
         };
@@ -221,6 +228,7 @@ impl FromStr for WebhookSpec {
             "https" if spec.insecure_http => {
                 return Err(bad("insecure-http=true is for http:// urls".into()));
             }
+            "https" if !tls::HTTPS => return Err(bad(tls::NO_HTTPS.into())),
             "https" => {}
             "http" if ca_path.is_some() => return Err(bad("ca= needs an https:// url".into())),
             "http" if spec.insecure_http || is_loopback(host) => {}
@@ -322,6 +330,7 @@ mod tests {
                 .map(|h| h.insecure_http)
         };
         for url in [
+            #[cfg(feature = "https-webhooks")]
             "https://orders.example/h",
             "http://127.0.0.1:8080/h",
             "http://127.9.9.9/h",
@@ -345,6 +354,22 @@ mod tests {
         );
     }
 
+    #[cfg(not(feature = "https-webhooks"))]
+    #[test]
+    fn without_tls_an_https_hook_is_refused_naming_the_feature() {
+        for spec in [
+            "name=billing,url=https://h/,secret=0123456789abcdef",
+            "name=billing,url=https://h/,secret=0123456789abcdef,ca=/etc/hostname",
+        ] {
+            let e = spec.parse::<WebhookSpec>().unwrap_err().to_string();
+            assert!(
+                e.contains("hook `billing`") && e.contains("`https-webhooks`"),
+                "{e}"
+            );
+        }
+    }
+
+    #[cfg(feature = "https-webhooks")]
     #[test]
     fn a_ca_file_is_read_when_parsed_and_its_errors_name_the_hook() {
         let e = "name=billing,url=https://h/,secret=0123456789abcdef,ca=/nonexistent/ca.pem"

@@ -1,5 +1,7 @@
 //! Integration tests: whole instances on port 0, spoken to over HTTP (and
-//! SSE), on the in-memory store and on real Redis servers.
+//! SSE), on the in-memory store and on real Redis servers. Modules that
+//! need an optional part of waitroom build only with its cargo feature
+//! (`cargo test --no-default-features` builds the rest).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -17,6 +19,7 @@ mod failures;
 mod gone;
 mod group_commit;
 mod held;
+#[cfg(feature = "signed-identity")]
 mod identity;
 mod instances;
 mod layering;
@@ -25,13 +28,16 @@ mod listen_backlog;
 mod lottery;
 mod metrics;
 mod order_gate;
+#[cfg(feature = "demo-orders")]
 mod orders;
+#[cfg(feature = "demo-orders")]
 mod orders_pg;
 mod page;
 mod queue;
 mod queue_settings;
 mod reach;
 mod sentinel;
+#[cfg(feature = "demo-orders")]
 mod shutdown;
 mod sse;
 mod stock;
@@ -41,5 +47,6 @@ mod transport;
 mod turn;
 mod web;
 mod webhooks;
+#[cfg(feature = "https-webhooks")]
 mod webhooks_tls;
 mod wire;

@@ -179,6 +179,7 @@ async fn a_thousand_wait_for_a_hundred_and_hear_sold_out() {
     }
 }
 
+#[cfg(feature = "demo-orders")]
 async fn order(app: &TestApp, user: &str, token: &str) -> (u16, Value) {
     let r = app
         .client
@@ -192,6 +193,7 @@ async fn order(app: &TestApp, user: &str, token: &str) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
+#[cfg(feature = "demo-orders")]
 async fn restock(app: &TestApp, stock: i64) {
     let r = app
         .client
@@ -207,6 +209,7 @@ async fn restock(app: &TestApp, stock: i64) {
 
 /// Polls every buyer until none is `WAITING` (or `deadline`), buying one
 /// unit for each who is READY: (bought, sold out) user indexes.
+#[cfg(feature = "demo-orders")]
 async fn buy_until_settled(
     app: &TestApp,
     users: &[String],
@@ -254,6 +257,7 @@ async fn buy_until_settled(
 /// restock (`--stock-from-orders`): 60 buyers for 20 units, one each. Just
 /// 20 are admitted, each buys, nobody is refused for stock, the other 40
 /// are told sold out; a restock of 5 admits the next 5 in line.
+#[cfg(feature = "demo-orders")]
 #[tokio::test]
 async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
     for kind in ["memory", "redis"] {

@@ -40,6 +40,7 @@ pub struct PgDatabase {
     pub url: String,
 }
 
+#[cfg(feature = "demo-orders")]
 impl PgDatabase {
     pub async fn create(tag: &str) -> Self {
         use sqlx::Connection;
@@ -61,6 +62,7 @@ impl PgDatabase {
     }
 }
 
+#[cfg(feature = "demo-orders")]
 impl Drop for PgDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();
@@ -270,6 +272,7 @@ impl Drop for RedisProcess {
 pub fn die_with_the_test(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -450,6 +453,7 @@ impl TestApp {
     /// Starts an instance on the shared Redis with a fresh prefix and its
     /// demo orders in a fresh PostgreSQL database of the test's own, flags
     /// as on the command line.
+    #[cfg(feature = "demo-orders")]
     pub async fn redis_postgres(tag: &str, args: &[&str]) -> Self {
         let db = PgDatabase::create(tag).await;
         let mut app = Self::redis_with(
@@ -893,6 +897,7 @@ impl BinApp {
     pub fn terminate(&self) {
         let pid = libc::pid_t::try_from(self.pid()).expect("pid fits");
         // SAFETY: kill(2) on our own child's pid, which `Drop` has not reaped.
+        #[allow(unsafe_code)]
         let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
         assert_eq!(sent, 0, "SIGTERM could not be sent");
     }
