@@ -3,9 +3,12 @@
 //! sold_out`, polls and joins `SOLD_OUT`), a restock reopens it in its
 //! order, orders never oversell, and bad reports change nothing.
 
+#[cfg(feature = "demo-orders")]
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "demo-orders")]
+use std::time::Instant;
 
 use futures::future::join_all;
 use serde_json::{Value, json};
