@@ -33,8 +33,8 @@ const PRODUCT: &str = "demo-sneaker";
 /// The claim lease of the order services built here.
 const LEASE: Duration = Duration::from_secs(2);
 
-fn both() -> [&'static str; 2] {
-    ["memory", "redis"]
+fn both() -> Vec<&'static str> {
+    crate::common::backends(&["memory", "redis"])
 }
 
 async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {

@@ -87,8 +87,8 @@ async fn set_stock(app: &TestApp, stock: i64) {
 
 /// The stores and order databases every order test runs on: memory and
 /// Redis with SQLite, Redis with PostgreSQL.
-fn both() -> [&'static str; 3] {
-    ["memory", "redis", "postgres"]
+fn both() -> Vec<&'static str> {
+    crate::common::backends(&["memory", "redis", "postgres"])
 }
 
 async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {
@@ -258,7 +258,7 @@ async fn out_of_stock_rolls_back_and_keeps_the_token() {
 /// buyer gets `404`, exactly as for an order that does not exist.
 #[tokio::test]
 async fn header_mode_order_reads_need_the_buyer() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let app = app_of(kind, &[]).await;
         let token = ready(&app, "owner").await;
         let (status, body) = order(&app, "owner", Some(&token), buy(1)).await;
@@ -309,7 +309,7 @@ async fn header_mode_order_reads_need_the_buyer() {
 /// token's own.
 #[tokio::test]
 async fn the_token_api_claims_with_the_token_alone() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let args = fast(&[]);
         let config = waitroom::Config {
             identity: waitroom::config::IdentityMode::Visitor,
@@ -419,6 +419,7 @@ async fn the_token_api_claims_with_the_token_alone() {
 /// never a claim granted on a guess.
 #[tokio::test]
 async fn a_claim_by_token_alone_with_redis_down_is_503() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store: SharedStore = Arc::new(
         RedisStore::connect(&redis.url(), "claim-by-token")
@@ -604,6 +605,7 @@ async fn token_api_for_other_languages() {
 
 #[tokio::test]
 async fn five_hundred_buyers_three_hundred_in_stock() {
+    crate::needs_redis!();
     let app = Arc::new(
         TestApp::redis(
             "oversell",
@@ -689,6 +691,7 @@ async fn consuming_frees_the_only_active_slot() {
 
 #[tokio::test]
 async fn redis_down_refuses_orders_and_writes_nothing() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = Arc::new(RedisStore::connect(&redis.url(), "o503").await.unwrap());
     let app = TestApp::spawn_with(config(&fast(&[])), store).await;
@@ -710,6 +713,7 @@ async fn redis_down_refuses_orders_and_writes_nothing() {
 /// gate's retry once Redis is back.
 #[tokio::test]
 async fn consume_failing_after_commit_is_retried_until_it_succeeds() {
+    crate::needs_redis!();
     let redis = Arc::new(Mutex::new(RedisProcess::start(true)));
     let url = redis.lock().await.url();
     let store: SharedStore = Arc::new(RedisStore::connect(&url, "retry").await.unwrap());

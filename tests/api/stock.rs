@@ -99,7 +99,7 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
 /// `SOLD_OUT`, and the holders keep their tokens.
 #[tokio::test]
 async fn a_thousand_wait_for_a_hundred_and_hear_sold_out() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let app = app_of(kind, &[]).await;
         let (code, body) = put_stock(&app, json!({ "remaining": 100, "maxPerBuyer": 1 })).await;
         assert_eq!(
@@ -263,7 +263,7 @@ async fn buy_until_settled(
 #[cfg(feature = "demo-orders")]
 #[tokio::test]
 async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let app = app_of(kind, &["--stock-from-orders", "--admission-batch", "5"]).await;
         // The report made at start first, so it cannot land after ours.
         eventually(WAIT, "the start-up report", || async {
@@ -313,6 +313,7 @@ async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
 /// other's admissions, and its sold-out reaches the other's streams.
 #[tokio::test]
 async fn a_sold_out_reported_on_one_instance_ends_the_streams_of_another() {
+    crate::needs_redis!();
     let prefix = unique_prefix("stock2");
     let mut flags = args(&[]);
     flags.extend(["--ticket-secret", "stock-two-instances-secret-0123456"]);
@@ -363,6 +364,7 @@ async fn a_sold_out_reported_on_one_instance_ends_the_streams_of_another() {
 /// answer made up from nothing; back, the stock is as it was.
 #[tokio::test]
 async fn redis_down_is_503_not_sold_out() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = Arc::new(
         RedisStore::connect(&redis.url(), "stockdown")

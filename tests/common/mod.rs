@@ -20,6 +20,61 @@ use waitroom::store::memory::MemoryStore;
 use waitroom::store::redis::{RedisOptions, RedisStore, Topology};
 use waitroom::{AppState, Config};
 
+/// Whether `WAITROOM_TEST_NO_REDIS` asks for a run without Redis (`1`,
+/// `true` or `yes`): the tests that need a Redis server (the shared one, a
+/// private `redis-server`, the cluster, Sentinel) return at once, and the
+/// first of them in each test binary writes one "partial" line to stderr.
+/// Never the default; CI runs everything (CONTRIBUTING.md).
+pub fn no_redis() -> bool {
+    static SKIPPING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SKIPPING.get_or_init(|| {
+        std::env::var("WAITROOM_TEST_NO_REDIS")
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+    })
+}
+
+/// With [`no_redis`], says once per test binary that the run is partial,
+/// and whether the calling test (`what`) should return without running.
+/// Written to the process's stderr directly: the test harness captures
+/// `eprintln!` of passing tests, and this line must be seen.
+pub fn skip_redis(what: &str) -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if !no_redis() {
+        return false;
+    }
+    SAID.call_once(|| {
+        use std::io::Write as _;
+        let line = format!(
+            "partial: Redis tests skipped (WAITROOM_TEST_NO_REDIS is set): {} and every other \
+             test of this binary that needs Redis pass without running; only the memory half \
+             ran. CI runs them all.\n",
+            what
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    });
+    true
+}
+
+/// The store kinds a test loops over: `kinds`, or only `"memory"` in a
+/// run without Redis ([`no_redis`]).
+pub fn backends(kinds: &[&'static str]) -> Vec<&'static str> {
+    if kinds.iter().any(|k| *k != "memory") && skip_redis("a test looping over stores") {
+        return kinds.iter().copied().filter(|k| *k == "memory").collect();
+    }
+    kinds.to_vec()
+}
+
+/// Returns from the calling test when the run is without Redis
+/// ([`no_redis`]).
+#[macro_export]
+macro_rules! needs_redis {
+    () => {
+        if $crate::common::skip_redis(module_path!()) {
+            return;
+        }
+    };
+}
+
 /// The shared Redis every test may use with its own key prefix.
 pub fn redis_url() -> String {
     std::env::var("WAITROOM_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
