@@ -191,7 +191,7 @@ pub async fn serve(state: AppState, listeners: Listeners) -> Result<(), StartErr
     };
     let tasks = TaskTracker::new();
     state.spawn_background(&tasks);
-    tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
+    tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), features = %features::enabled().join(","), "waitroom listening");
     tracing::info!(addr = %admin.local_addr()?, "operator listener (metrics, admin and token APIs)");
     let operators = tokio::spawn(server::serve(
         state.clone(),
