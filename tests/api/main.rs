@@ -16,6 +16,7 @@ mod cluster_failover;
 mod console;
 mod eta_range;
 mod failures;
+mod features;
 mod gone;
 mod group_commit;
 mod held;
