@@ -22,11 +22,19 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_waitroom"));
     clean_env(&mut cmd);
     let out = cmd
-        .args(["--addr", &format!("127.0.0.1:{port}"), "--orders-db", ":memory:"])
+        .args([
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--orders-db",
+            ":memory:",
+        ])
         .args(args)
         .output()
         .expect("run waitroom");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -79,5 +87,8 @@ fn without_https_webhooks_an_https_hook_exits_2_naming_the_flag_and_feature() {
         stderr.contains("--webhook") && stderr.contains("`https-webhooks`"),
         "{stderr}"
     );
-    assert!(!stderr.contains("0123456789abcdef"), "the secret stays out: {stderr}");
+    assert!(
+        !stderr.contains("0123456789abcdef"),
+        "the secret stays out: {stderr}"
+    );
 }
