@@ -108,6 +108,10 @@ impl OrdersMode {
 mod tests {
     use super::*;
 
+    #[cfg_attr(
+        all(feature = "demo-orders", feature = "signed-identity"),
+        allow(dead_code)
+    )]
     fn parse(args: &[&str]) -> Config {
         Config::from_args(args.iter().copied()).expect("arguments parse")
     }
