@@ -620,6 +620,7 @@ async fn duplicate_identity_headers_are_refused_by_the_extractor() {
 /// a good token with an oversized body is 413 and stays usable.
 #[tokio::test]
 async fn body_errors_are_answered_after_the_token_and_keep_it() {
+    crate::needs_redis!();
     let app = app_of("redis", &[]).await;
     let token = ready(&app, "bulky").await;
     let huge = "x".repeat(64 * 1024);

@@ -445,6 +445,7 @@ async fn a_claim_by_token_alone_with_redis_down_is_503() {
 
 #[tokio::test]
 async fn bad_body_releases_the_claim_at_once() {
+    crate::needs_redis!();
     let app = app_of("redis", &[]).await;
     let token = ready(&app, "typo").await;
     for bad in [
@@ -476,6 +477,7 @@ async fn bad_body_releases_the_claim_at_once() {
 
 #[tokio::test]
 async fn a_claim_whose_order_service_died_lapses_back_to_ready() {
+    crate::needs_redis!();
     let app = app_of("redis", &["--claim-lease-secs", "1"]).await;
     let token = ready(&app, "crashy").await;
     // An order service in another language claims, then dies.
@@ -667,6 +669,7 @@ async fn five_hundred_buyers_three_hundred_in_stock() {
 
 #[tokio::test]
 async fn consuming_frees_the_only_active_slot() {
+    crate::needs_redis!();
     let app = app_of(
         "redis",
         &["--max-active", "1", "--admission-interval-ms", "150"],

@@ -296,6 +296,7 @@ async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
 /// then given up (acknowledged, counted as failed), never tried again.
 #[tokio::test]
 async fn an_entry_is_given_up_after_its_attempts() {
+    crate::needs_redis!();
     let (url, receiver) = Receiver::start(0).await;
     receiver.down.store(true, Ordering::SeqCst);
     let app = TestApp::redis_with(
