@@ -19,12 +19,14 @@ use crate::http::client::TrustedProxies;
 use crate::http::limit::{AddressPolicy, BURST, PER_SECOND, RequestLimits};
 use crate::http::{AppState, HttpSettings, Services};
 use crate::identity::Identity;
+#[cfg(feature = "demo-orders")]
+use crate::orders;
 use crate::queue::{self, QueueName, TicketSigner};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
 use crate::tasks::gate::{gate_adaptive, gate_queues};
-use crate::{gate, orders, push, server, tasks};
+use crate::{gate, push, server, tasks};
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -32,6 +34,7 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error("cannot reach the store: {0}")]
     Store(#[from] StoreError),
+    #[cfg(feature = "demo-orders")]
     #[error("cannot open the order database: {0}")]
     Orders(#[from] sqlx::Error),
     #[error("cannot serve: {0}")]
@@ -87,6 +90,7 @@ impl App {
             config.join_challenge_threshold,
             Duration::from_secs(config.join_challenge_hold_secs),
         ));
+        #[cfg(feature = "demo-orders")]
         let orders = match config.orders {
             // The demo product is sold in the first configured queue.
             config::OrdersMode::On => {
@@ -115,6 +119,7 @@ impl App {
             identity,
             limits: limits.clone(),
             proxies: TrustedProxies::new(config.proxy_nets()?, config.client_address_header),
+            #[cfg(feature = "demo-orders")]
             orders,
             shutdown,
             door,
@@ -216,6 +221,7 @@ impl App {
                     .run(store.clone(), shutdown.clone()),
             );
         }
+        #[cfg(feature = "demo-orders")]
         if let Some(orders) = state.orders() {
             if self.config.stock_from_orders {
                 tasks.spawn(tasks::orders::report_stock(

@@ -347,6 +347,7 @@ pub enum ApiError {
     Internal(String),
 }
 
+#[cfg(feature = "demo-orders")]
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         Self::DatabaseUnavailable(e.to_string())

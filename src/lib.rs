@@ -35,13 +35,16 @@
 //! - [`server`] owns the connections: the two listeners, the lean stream
 //!   writer, caps, shutdown (uses `http`, `error`, `push`);
 //! - [`config`] is the configuration file, environment and command line,
-//!   in that order of precedence (uses `queue`,
+//!   in that order of precedence, and the cargo features a build has
+//!   (`config::features`: a flag needing a missing one is refused) (uses `queue`,
 //!   `store`, `identity`, `challenge`, `webhook`, `http`: the types it
 //!   configures live with their behaviour);
 //! - `app`, the composition root, builds the services and the HTTP state
 //!   from the configuration and starts the tasks; only this file uses it
 //!   (re-exported as [`App`], [`StartError`]);
 //! - `main` parses the command line and calls [`run`].
+
+#![forbid(unsafe_code)]
 
 mod app;
 pub mod brand;
@@ -54,6 +57,7 @@ pub mod gate;
 pub mod http;
 pub mod identity;
 pub mod lottery;
+#[cfg(feature = "demo-orders")]
 pub mod orders;
 pub mod push;
 pub mod queue;
@@ -203,7 +207,7 @@ pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
     };
     let tasks = TaskTracker::new();
     app.spawn_background(&tasks);
-    tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), "waitroom listening");
+    tracing::info!(addr = %listener.local_addr()?, queues = state.queue_names().len(), features = %config::features::enabled().join(","), "waitroom listening");
     tracing::info!(addr = %admin.local_addr()?, "operator listener (metrics, admin and token APIs)");
     let operators = tokio::spawn(server::serve(
         state.clone(),

@@ -6,6 +6,8 @@
 //! config-doc` prints docs/configuration.md. Anything else is served as
 //! it always was: `waitroom [-c FILE] [FLAGS]`.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::OsString;
 
 use tokio_util::sync::CancellationToken;

@@ -9,6 +9,7 @@
 
 mod check;
 mod doc;
+pub mod features;
 mod file;
 mod init;
 pub mod keys;
@@ -273,7 +274,7 @@ pub struct Config {
 
     /// The demo order service: `on` serves /api/orders and /api/products,
     /// `off` where the real order service lives elsewhere.
-    #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::On)]
+    #[arg(long, env = "WAITROOM_ORDERS", value_enum, default_value_t = OrdersMode::DEFAULT)]
     pub orders: OrdersMode,
 
     /// The demo order service's database: a SQLite file (created and
@@ -523,6 +524,7 @@ impl Config {
     /// Checks what clap cannot: names, ranges and secrets.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError(m.to_owned()));
+        features::check(self).map_err(ConfigError)?;
         self.queue_names()?;
         if !(1..=65_535).contains(&self.listen_backlog) {
             return bad("--listen-backlog must be 1-65535");
@@ -1089,10 +1091,12 @@ mod tests {
         assert!(parse(&["--ticket-ttl-secs", "2"]).unwrap().is_ok());
         assert!(parse(&["--identity", "signed"]).unwrap().is_err(), "no key");
         let secret = "s".repeat(32);
-        assert!(
+        // Valid, and refused only by a build without signed mode.
+        assert_eq!(
             parse(&["--identity", "signed", "--identity-secret", &secret])
                 .unwrap()
-                .is_ok()
+                .is_ok(),
+            cfg!(feature = "signed-identity")
         );
         assert!(
             parse(&["--identity", "signed", "--identity-secret", "short"])
@@ -1197,7 +1201,7 @@ mod tests {
                 ])
                 .unwrap()
                 .is_ok(),
-                ok,
+                ok && cfg!(feature = "signed-identity"),
                 "{lifetime}"
             );
         }

@@ -4,28 +4,40 @@
 //! `Authorization: Bearer <admin token>`, checked before anything else.
 
 use axum::Json;
-use axum::extract::{Path, State};
-use serde::{Deserialize, Serialize};
+#[cfg(feature = "demo-orders")]
+use axum::extract::Path;
+use axum::extract::State;
+#[cfg(feature = "demo-orders")]
+use serde::Deserialize;
+use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::AdminAuth;
-use super::extract::{JsonBody, Queue};
+#[cfg(feature = "demo-orders")]
+use super::extract::JsonBody;
+use super::extract::Queue;
+#[cfg(feature = "demo-orders")]
 use crate::error::ErrorCode;
 use crate::error::{ApiError, ErrorBody};
+#[cfg(feature = "demo-orders")]
 use crate::orders::{Product, ProductUpdate};
+#[cfg(feature = "demo-orders")]
 use crate::queue::QueueName;
 
 /// `/api/admin/queues`, `/api/admin/queues/{queue}/{pause,resume}`,
 /// `/api/admin/products`, `/api/admin/products/{id}`.
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    let router = OpenApiRouter::new()
         .routes(routes!(queues))
         .routes(routes!(pause))
-        .routes(routes!(resume))
+        .routes(routes!(resume));
+    #[cfg(feature = "demo-orders")]
+    let router = router
         .routes(routes!(put_product))
-        .routes(routes!(list_products))
+        .routes(routes!(list_products));
+    router
 }
 
 /// Every queue's counts and live policy, the policy new queues start from
@@ -192,6 +204,7 @@ async fn set_paused(
 }
 
 /// A product to add or update.
+#[cfg(feature = "demo-orders")]
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ProductBody {
@@ -212,18 +225,23 @@ struct ProductBody {
 }
 
 /// The largest `maxPerOrder` accepted (the order API's own quantity cap).
+#[cfg(feature = "demo-orders")]
 const MAX_PER_ORDER_LIMIT: i64 = 1_000_000_000;
 
 /// The largest stock accepted: far beyond any sale, far below where a sum
 /// of stock could overflow.
+#[cfg(feature = "demo-orders")]
 const MAX_STOCK: i64 = 1_000_000_000;
 
 /// The largest price accepted, in cents (10 million in the currency's
 /// units): a typo of a few digits is refused, not sold.
+#[cfg(feature = "demo-orders")]
 const MAX_PRICE_CENTS: i64 = 1_000_000_000;
 
 /// The longest product id and name, in characters (not bytes).
+#[cfg(feature = "demo-orders")]
 const MAX_ID_CHARS: usize = 64;
+#[cfg(feature = "demo-orders")]
 const MAX_NAME_CHARS: usize = 200;
 
 /// Checks a product before anything is written: `400 invalid_product`,
@@ -232,6 +250,7 @@ const MAX_NAME_CHARS: usize = 200;
 /// printable text: no control characters (NUL, newlines, escapes) and no
 /// bidirectional overrides or isolates, which make a page show text other
 /// than what is stored.
+#[cfg(feature = "demo-orders")]
 fn check_product(id: &str, body: &ProductBody) -> Result<(), ApiError> {
     let bad = |message: String| Err(ApiError::bad_request(ErrorCode::InvalidProduct, message));
     let id_chars = id.chars().count();
@@ -273,6 +292,7 @@ fn check_product(id: &str, body: &ProductBody) -> Result<(), ApiError> {
 /// (C0, DEL, C1: NUL, newlines, terminal escapes), no bidirectional
 /// embeddings, overrides, isolates or marks, no line or paragraph
 /// separators, no byte-order mark.
+#[cfg(feature = "demo-orders")]
 fn printable(c: char) -> bool {
     !c.is_control()
         && !matches!(
@@ -285,6 +305,7 @@ fn printable(c: char) -> bool {
 }
 
 /// Every demo product with its stock (the console's restock control).
+#[cfg(feature = "demo-orders")]
 #[utoipa::path(
     get,
     path = "/api/admin/products",
@@ -308,6 +329,7 @@ async fn list_products(
 }
 
 /// Adds, restocks or caps a demo product.
+#[cfg(feature = "demo-orders")]
 #[utoipa::path(
     put,
     path = "/api/admin/products/{id}",
@@ -355,7 +377,7 @@ async fn put_product(
     Ok(Json(product))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "demo-orders"))]
 mod tests {
     use super::*;
 

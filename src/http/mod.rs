@@ -22,11 +22,13 @@ mod identity;
 pub mod limit;
 mod lottery;
 mod openapi;
+#[cfg(feature = "demo-orders")]
 mod orders;
 pub mod origin;
 mod page;
 mod queue_admin;
 pub mod security;
+#[cfg(feature = "demo-orders")]
 mod slowdown;
 mod state;
 pub mod stock;
@@ -58,15 +60,16 @@ fn routes() -> OpenApiRouter<AppState> {
 /// The buyers' routes: the queue, the stream, the demo order service, the
 /// probes and the API document.
 fn public_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+    let router = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
         .merge(lottery::router())
         .merge(challenge::router())
         .merge(brand::router())
         .merge(events::router())
-        .merge(health::probes())
-        .merge(orders::router())
-        .routes(routes!(openapi::openapi_json))
+        .merge(health::probes());
+    #[cfg(feature = "demo-orders")]
+    let router = router.merge(orders::router());
+    router.routes(routes!(openapi::openapi_json))
 }
 
 /// The operators' routes: metrics, the admin API, the token API for order
@@ -79,16 +82,17 @@ fn operator_routes() -> OpenApiRouter<AppState> {
 
 /// The routes only the operator listener serves.
 fn operator_only() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    let router = OpenApiRouter::new()
         .merge(health::metrics_router())
         .merge(tokens::router())
         .merge(stock::router())
         .merge(lottery::admin_router())
         .merge(admin::router())
         .merge(queue_admin::router())
-        .merge(audit::router())
-        .merge(slowdown::router())
-        .merge(console::router())
+        .merge(audit::router());
+    #[cfg(feature = "demo-orders")]
+    let router = router.merge(slowdown::router());
+    router.merge(console::router())
 }
 
 /// What the public listener (`--addr`) serves: the buyers' routes and the

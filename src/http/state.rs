@@ -17,9 +17,11 @@ use crate::brand::PageDir;
 use crate::catalog::Catalog;
 use crate::challenge::{self, auto};
 use crate::identity::Identity;
+#[cfg(feature = "demo-orders")]
+use crate::orders;
 use crate::queue::{Policy, QueueName, TicketSigner};
 use crate::store::SharedStore;
-use crate::{gate, orders, push};
+use crate::{gate, push};
 
 /// What the handlers read of the configuration, typed.
 #[derive(Debug, Clone, Default)]
@@ -69,6 +71,7 @@ pub struct Services {
     pub identity: Identity,
     pub limits: Arc<RequestLimits>,
     pub proxies: TrustedProxies,
+    #[cfg(feature = "demo-orders")]
     pub orders: Option<orders::OrderStore>,
     pub shutdown: CancellationToken,
     /// Join challenges: issued and checked by `door`, asked for by `door_switch`.
@@ -183,6 +186,7 @@ impl AppState {
     }
 
     /// The demo order database, when `--orders on`.
+    #[cfg(feature = "demo-orders")]
     pub fn orders(&self) -> Option<&orders::OrderStore> {
         self.inner.orders.as_ref()
     }

@@ -213,6 +213,7 @@ async fn report_stock(
 /// With `--stock-from-orders`, reports the demo products of `queue` to the
 /// store. A failure is logged, not returned: the order or restock it
 /// follows is done, and the next report (or an operator's) catches up.
+#[cfg(feature = "demo-orders")]
 pub(super) async fn report_demo_stock(state: &AppState, queue: &str) {
     if !state.settings().stock_from_orders {
         return;

@@ -24,6 +24,7 @@ pub mod admission;
 pub mod catalog;
 pub mod gate;
 pub mod lottery;
+#[cfg(feature = "demo-orders")]
 pub mod orders;
 pub mod streams;
 pub mod webhooks;

@@ -25,6 +25,13 @@
 //! a signature proves who sent them, not that nobody else read them.
 
 mod deliver;
+// Without `https-webhooks`, a plain-TCP client of the same shape: no TLS
+// crates are built, and an `https://` hook or `ca=` is refused when the
+// flag is parsed.
+#[cfg(feature = "https-webhooks")]
+mod tls;
+#[cfg(not(feature = "https-webhooks"))]
+#[path = "plain.rs"]
 mod tls;
 
 use std::fmt;
@@ -78,7 +85,7 @@ pub struct ExtraCa {
     /// The file, as given (for messages).
     pub path: PathBuf,
     /// Its certificates, DER, each a usable trust anchor.
-    pub certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    pub certs: Vec<tls::Certificate>,
 }
 
 /// The longest wait between two attempts.
@@ -267,7 +274,7 @@ impl WebhookTable {
         let backoff_ms =
             number("backoff_ms", self.backoff_ms, 500, 1, MAX_BACKOFF_MS).map_err(&bad)?;
         let timeout_ms = number("timeout_ms", self.timeout_ms, 5_000, 100, 60_000).map_err(&bad)?;
-        let url = reqwest::Url::parse(&self.url).map_err(|e| bad(format!("url: {e}")))?;
+        let url = url::Url::parse(&self.url).map_err(|e| bad(format!("url: {e}")))?;
         let Some(host) = url.host_str() else {
             return Err(bad("url has no host".into()));
         };
@@ -275,6 +282,7 @@ impl WebhookTable {
             "https" if self.insecure_http => {
                 return Err(bad("insecure_http = true is for http:// urls".into()));
             }
+            "https" if !tls::HTTPS => return Err(bad(tls::NO_HTTPS.into())),
             "https" => {}
             "http" if self.ca.is_some() => return Err(bad("ca needs an https:// url".into())),
             "http" if self.insecure_http || is_loopback(host) => {}
@@ -374,6 +382,7 @@ mod tests {
             spec(&format!("name = \"orders\"\nurl = \"{url}\"\n{extra}")).map(|h| h.insecure_http)
         };
         for url in [
+            #[cfg(feature = "https-webhooks")]
             "https://orders.example/h",
             "http://127.0.0.1:8080/h",
             "http://127.9.9.9/h",
@@ -390,6 +399,22 @@ mod tests {
         );
     }
 
+    #[cfg(not(feature = "https-webhooks"))]
+    #[test]
+    fn without_tls_an_https_hook_is_refused_naming_the_feature() {
+        for lines in [
+            "name = \"billing\"\nurl = \"https://h/\"",
+            "name = \"billing\"\nurl = \"https://h/\"\nca = \"/etc/hostname\"",
+        ] {
+            let e = spec(lines).unwrap_err();
+            assert!(
+                e.contains("hook `billing`") && e.contains("`https-webhooks`"),
+                "{e}"
+            );
+        }
+    }
+
+    #[cfg(feature = "https-webhooks")]
     #[test]
     fn a_ca_file_is_read_when_loaded_and_its_errors_name_the_hook() {
         let e = spec("name = \"billing\"\nurl = \"https://h/\"\nca = \"/nonexistent/ca.pem\"")

@@ -29,6 +29,15 @@ use rustls::pki_types::pem::PemObject;
 
 use super::WebhookSpec;
 
+/// Whether this build speaks TLS to hooks (the `https-webhooks` feature).
+pub(crate) const HTTPS: bool = true;
+
+/// Why an `https://` hook cannot run; only read without TLS.
+pub(crate) const NO_HTTPS: &str = "";
+
+/// A trusted certificate of a hook's `ca=` file, DER.
+pub type Certificate = CertificateDer<'static>;
+
 /// One hook's client (its roots are its own).
 pub(crate) type HookClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 

@@ -235,6 +235,7 @@ async fn memory_rate_falls_when_slowed_and_climbs_back() {
 
 #[tokio::test]
 async fn redis_rate_falls_when_slowed_and_climbs_back() {
+    crate::needs_redis!();
     rate_falls_when_slowed_and_climbs_back(TestApp::redis("adaptive", &args()).await).await;
 }
 
@@ -253,6 +254,7 @@ async fn fresh_window(store: &SharedStore) -> u64 {
 
 #[tokio::test]
 async fn two_instances_cut_once_per_slow_window() {
+    crate::needs_redis!();
     let prefix = unique_prefix("adaptive2");
     let mut flags = args();
     flags.extend(["--key-prefix", &prefix]);
@@ -463,6 +465,7 @@ async fn bad_settings_and_knobs_are_refused_naming_the_field() {
 
 #[tokio::test]
 async fn redis_down_decides_nothing_and_nothing_panics() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store: SharedStore = Arc::new(
         RedisStore::connect(&redis.url(), "adaptive-down")
@@ -705,6 +708,7 @@ async fn memory_rate_recovers_from_the_floor_with_an_order_service_on_the_token_
 
 #[tokio::test]
 async fn redis_rate_recovers_from_the_floor_with_an_order_service_on_the_token_api() {
+    crate::needs_redis!();
     rate_recovers_from_the_floor_with_an_order_service_on_the_token_api(
         TestApp::redis("adaptive-recovery", &args()).await,
     )

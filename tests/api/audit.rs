@@ -135,6 +135,7 @@ async fn memory_pages_filters_and_refusals() {
 
 #[tokio::test]
 async fn redis_pages_filters_and_refusals() {
+    crate::needs_redis!();
     pages_filters_and_refusals(TestApp::redis("audit-api", &args()).await).await;
 }
 
@@ -142,6 +143,7 @@ async fn redis_pages_filters_and_refusals() {
 /// answers an empty log.
 #[tokio::test]
 async fn a_log_turned_off_writes_no_stream() {
+    crate::needs_redis!();
     let prefix = unique_prefix("audit-off");
     let store = RedisStore::connect(&redis_url(), &prefix)
         .await
@@ -194,6 +196,7 @@ async fn a_log_turned_off_writes_no_stream() {
 /// still `400` (checked before the store is asked).
 #[tokio::test]
 async fn the_audit_read_fails_closed_while_redis_is_down() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = Arc::new(
         RedisStore::connect(&redis.url(), "audit-down")
@@ -219,6 +222,7 @@ async fn the_audit_read_fails_closed_while_redis_is_down() {
 #[tokio::test]
 #[ignore = "a measurement: loadtest/audit-cost.sh"]
 async fn cost_of_the_log_per_admission_pass() {
+    crate::needs_redis!();
     use waitroom::queue::{EntryToken, Policy, QueueName, UserId};
     const N: usize = 5_000;
     let queue = QueueName::parse("default").unwrap();

@@ -244,6 +244,7 @@ async fn pair(tag: &str, extra: &[&str]) -> (TestApp, TestApp) {
 
 #[tokio::test]
 async fn two_instances_share_the_single_use_memory() {
+    crate::needs_redis!();
     let (a, b) = pair("altcha-pair", &["--join-challenge", "always"]).await;
     // Issued by one, used on the other (one key from the shared secret).
     let s = solution(&a, "default").await;
@@ -276,6 +277,7 @@ async fn two_instances_share_the_single_use_memory() {
 
 #[tokio::test]
 async fn two_instances_share_the_auto_switch() {
+    crate::needs_redis!();
     let (a, b) = pair(
         "altcha-auto",
         &[
@@ -324,6 +326,7 @@ async fn two_instances_share_the_auto_switch() {
 
 #[tokio::test]
 async fn a_dead_store_fails_closed() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = Arc::new(
         RedisStore::connect(&redis.url(), "altcha-down")

@@ -282,6 +282,7 @@ async fn two_on_redis(tag: &str, args: &[&'static str]) -> (TestApp, TestApp) {
 
 #[tokio::test]
 async fn two_instances_on_one_redis_share_every_limit() {
+    crate::needs_redis!();
     let (a, b) = two_on_redis(
         "shared-limits",
         &[
@@ -405,6 +406,7 @@ async fn new_visitors_per_address_are_limited_and_the_page_still_loads() {
 
 #[tokio::test]
 async fn a_dead_redis_is_503_not_an_open_door() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store: SharedStore = Arc::new(
         RedisStore::connect(&redis.url(), "dead-limits")

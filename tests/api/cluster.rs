@@ -29,6 +29,7 @@ async fn store(prefix: &str) -> Arc<RedisStore> {
 /// one.
 #[tokio::test]
 async fn the_binary_serves_a_queue_on_every_master() {
+    crate::needs_redis!();
     let cluster = cluster().await;
     let prefix = unique_prefix("bin-cluster");
     let queues = cluster.queues.join(",");
@@ -87,6 +88,7 @@ async fn the_binary_serves_a_queue_on_every_master() {
 /// whichever master holds its queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_deliver_every_ready_exactly_once_on_every_master() {
+    crate::needs_redis!();
     let cluster = cluster().await;
     let prefix = unique_prefix("sse-cluster");
     let queues = cluster.queues.join(",");
@@ -120,6 +122,7 @@ async fn two_instances_deliver_every_ready_exactly_once_on_every_master() {
 /// plain `PUBLISH` would be copied to every node of the cluster).
 #[tokio::test]
 async fn events_ride_sharded_pub_sub_on_the_queues_master() {
+    crate::needs_redis!();
     let cluster = cluster().await;
     let prefix = unique_prefix("sharded");
     let queue = &cluster.queues[1];
@@ -161,6 +164,7 @@ async fn events_ride_sharded_pub_sub_on_the_queues_master() {
 /// are refused at start rather than half-working.
 #[test]
 fn cluster_flags_that_cannot_work_are_refused() {
+    crate::needs_redis!();
     for args in [
         vec!["--redis-cluster"],
         vec!["--redis-wait-replicas", "1"],

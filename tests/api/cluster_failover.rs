@@ -257,6 +257,7 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
 /// master acknowledged while its replica lagged is gone (counted, printed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_kill_without_wait_recovers_and_measures_the_loss() {
+    crate::needs_redis!();
     let loss = kill_the_master_during_admission(0).await;
     assert!(
         loss.lost_places + loss.lost_tokens > 0,
@@ -269,6 +270,7 @@ async fn a_master_kill_without_wait_recovers_and_measures_the_loss() {
 /// a place and no announced token is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_replicas_a_master_kill_loses_nobody() {
+    crate::needs_redis!();
     let loss = kill_the_master_during_admission(1).await;
     assert_eq!(loss.lost_places, 0, "{loss:?}");
     assert_eq!(loss.lost_tokens, 0, "{loss:?}");
@@ -279,6 +281,7 @@ async fn with_wait_replicas_a_master_kill_loses_nobody() {
 /// answered, and the replica holds the place when it is.
 #[tokio::test]
 async fn wait_replicas_on_one_redis_fails_closed_until_a_replica_holds_the_write() {
+    crate::needs_redis!();
     let master = crate::common::RedisProcess::start(false);
     let options = RedisOptions {
         topology: Topology::Single(master.url()),

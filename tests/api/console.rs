@@ -308,6 +308,7 @@ async fn fast_track_admissions_are_counted_by_path() {
 /// The same on Redis, whose join script announces each fast track.
 #[tokio::test]
 async fn fast_track_admissions_are_counted_by_path_on_redis() {
+    crate::needs_redis!();
     fast_track_counted(TestApp::redis("console-ft", FAST_TRACK_ARGS).await).await;
 }
 

@@ -25,6 +25,7 @@ fn check_range(status: &serde_json::Value) -> (u64, u64) {
 
 #[tokio::test]
 async fn polls_and_streams_carry_the_range_once_passes_are_observed() {
+    crate::needs_redis!();
     let args = ["--admission-interval-ms", "200", "--admission-batch", "2"];
     for app in [
         TestApp::memory(&args).await,

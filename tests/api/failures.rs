@@ -14,6 +14,7 @@ use crate::common::{RedisProcess, TestApp, eventually, test_config};
 
 #[tokio::test]
 async fn redis_down_means_503_then_recovery() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let url = redis.url();
     let store = Arc::new(RedisStore::connect(&url, "down").await.unwrap());
@@ -50,6 +51,7 @@ async fn redis_down_means_503_then_recovery() {
 /// token: no pass can pop users without storing their tokens.
 #[tokio::test]
 async fn killing_redis_mid_admission_loses_nobody() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(true);
     let store = Arc::new(RedisStore::connect(&redis.url(), "crash").await.unwrap());
     let queue = QueueName::parse("default").unwrap();

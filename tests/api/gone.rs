@@ -13,10 +13,11 @@ use crate::common::{SseStream, TestApp};
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn both(args: &[&str]) -> Vec<TestApp> {
-    vec![
-        TestApp::memory(args).await,
-        TestApp::redis("gone", args).await,
-    ]
+    let mut apps = vec![TestApp::memory(args).await];
+    if !crate::common::skip_redis("both stores") {
+        apps.push(TestApp::redis("gone", args).await);
+    }
+    apps
 }
 
 /// The stream's events up to and including `gone`; the stream then ends.

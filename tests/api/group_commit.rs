@@ -127,6 +127,7 @@ fn waiting(o: &EnterOutcome) -> (u64, u64) {
 /// the first 900 in order and refuse the rest, in a handful of calls.
 #[tokio::test]
 async fn default_groups_of_256_with_address_limits_keep_order_and_limits() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let defaults = JoinBatch::default();
     assert_eq!(defaults.max, 256);
@@ -170,6 +171,7 @@ async fn default_groups_of_256_with_address_limits_keep_order_and_limits() {
 
 #[tokio::test]
 async fn five_hundred_joins_keep_their_order_in_few_calls() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
     warmed(&redis, &store).await;
@@ -206,6 +208,7 @@ async fn five_hundred_joins_keep_their_order_in_few_calls() {
 
 #[tokio::test]
 async fn one_user_twice_in_a_group_takes_one_place() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
     warmed(&redis, &store).await;
@@ -237,6 +240,7 @@ fn only(burst: u32) -> Rate {
 
 #[tokio::test]
 async fn limits_count_every_join_of_a_group() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
     warmed(&redis, &store).await;
@@ -296,6 +300,7 @@ async fn limits_count_every_join_of_a_group() {
 /// after the restart every acknowledged place is still there.
 #[tokio::test]
 async fn killing_redis_mid_group_fails_its_joins_and_loses_no_acknowledged_place() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(true);
     let store = grouped(&redis, 32).await;
     let placed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -354,6 +359,7 @@ async fn killing_redis_mid_group_fails_its_joins_and_loses_no_acknowledged_place
 /// the new places keep the order sent.
 #[tokio::test]
 async fn new_repeat_and_limited_joins_in_one_group_keep_their_outcomes() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
     let budget = JoinLimits {
@@ -419,6 +425,7 @@ async fn new_repeat_and_limited_joins_in_one_group_keep_their_outcomes() {
 /// across them.
 #[tokio::test]
 async fn joins_with_other_limits_start_the_next_group_in_order() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
     warmed(&redis, &store).await;
@@ -473,6 +480,7 @@ async fn joins_with_other_limits_start_the_next_group_in_order() {
 /// buyer's budget, an address's last place refuses the next.
 #[tokio::test]
 async fn one_call_per_join_keeps_every_limit() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = RedisStore::connect(&redis.url(), "single")
         .await
@@ -569,6 +577,7 @@ async fn paused_burst(
 /// in the order made: every join's rank is its place in the list.
 #[tokio::test]
 async fn groups_in_flight_together_run_in_the_order_made() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let one = deep(&redis, "one", 8, 1).await;
     let four = deep(&redis, "four", 8, 4).await;
@@ -605,6 +614,7 @@ async fn groups_in_flight_together_run_in_the_order_made() {
 /// group's.
 #[tokio::test]
 async fn a_failing_group_among_those_in_flight_fails_alone() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = deep(&redis, "mid", 8, 4).await;
     warmed(&redis, &store).await;
@@ -634,6 +644,7 @@ async fn a_failing_group_among_those_in_flight_fails_alone() {
 /// line and the next joins are placed from the head, in order.
 #[tokio::test]
 async fn killing_redis_with_groups_in_flight_answers_every_join() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(true);
     let store = deep(&redis, "gone", 8, 4).await;
     warmed(&redis, &store).await;
@@ -681,6 +692,7 @@ async fn killing_redis_with_groups_in_flight_answers_every_join() {
 /// runs.
 #[tokio::test]
 async fn a_group_overtaken_by_a_later_one_is_refused() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = deep(&redis, "fence", 8, 1).await;
     let first = join(&store, "a".into(), JoinLimits::default()).await;
@@ -708,6 +720,7 @@ async fn a_group_overtaken_by_a_later_one_is_refused() {
 /// into a cold cache refused the overtaken ones (`503`).
 #[tokio::test]
 async fn a_cold_script_cache_costs_no_join_with_groups_in_flight() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     // As `RedisStore::connect` makes it, but for the depth.
     let store = Arc::new(
@@ -780,6 +793,7 @@ async fn a_cold_script_cache_costs_no_join_with_groups_in_flight() {
 /// presence at all.
 #[tokio::test]
 async fn a_burst_writes_no_presence_until_a_buyer_is_seen() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = deep(&redis, "presence", 64, 1).await;
     let joins = (0..100).map(|i| {

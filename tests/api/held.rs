@@ -33,6 +33,7 @@ async fn a_held_queue_gives_no_estimate_and_says_it_is_held() {
 /// The same on Redis, whose scripts read the hold with every standing.
 #[tokio::test]
 async fn a_held_queue_gives_no_estimate_and_says_it_is_held_on_redis() {
+    crate::needs_redis!();
     held_front(TestApp::redis("held", HELD_ARGS).await).await;
 }
 

@@ -10,6 +10,7 @@ use crate::common::{TestApp, config, redis_url, unique_prefix};
 
 #[tokio::test]
 async fn two_instances_admit_at_one_global_rate_in_fifo_order() {
+    crate::needs_redis!();
     let prefix = unique_prefix("two");
     let args = [
         "--key-prefix",

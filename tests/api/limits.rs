@@ -152,6 +152,7 @@ async fn a_first_join_is_never_refused() {
 
 #[tokio::test]
 async fn concurrent_first_joins_of_one_buyer_give_one_201_and_49_200() {
+    crate::needs_redis!();
     for app in [
         TestApp::memory(IDLE).await,
         TestApp::redis("limits50", IDLE).await,
@@ -228,6 +229,7 @@ fn id_of(e: &SseEvent) -> (u64, u32) {
 
 #[tokio::test]
 async fn event_ids_only_grow_across_a_restart_between_instances() {
+    crate::needs_redis!();
     let prefix = unique_prefix("restart");
     let mut args = vec![
         "--key-prefix",

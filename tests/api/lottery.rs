@@ -182,6 +182,7 @@ async fn join_many(app: &TestApp, prefix: &str, n: usize) -> Vec<Value> {
 /// script agrees (and refuses a seed that is not the committed one).
 #[tokio::test]
 async fn two_instances_draw_once_and_the_order_verifies() {
+    crate::needs_redis!();
     let prefix = unique_prefix("lottery");
     let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
     // Both sign and accept the same tickets.
@@ -311,6 +312,7 @@ async fn two_instances_draw_once_and_the_order_verifies() {
 /// so a `waiting` within a few seconds of `opensAt` is the draw event's.
 #[tokio::test]
 async fn pre_queue_streams_stay_open_and_move_to_the_line_at_the_draw() {
+    crate::needs_redis!();
     let prefix = unique_prefix("lottery-sse");
     let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
     let mut shared = args();
@@ -388,6 +390,7 @@ async fn pre_queue_streams_stay_open_and_move_to_the_line_at_the_draw() {
 /// meanwhile answers are `503`; then the draw runs, whole.
 #[tokio::test]
 async fn a_redis_down_at_opening_delays_the_draw_and_loses_nobody() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(true);
     let store = Arc::new(RedisStore::connect(&redis.url(), "lotdown").await.unwrap());
     let app = TestApp::spawn_with(
@@ -439,6 +442,7 @@ async fn a_redis_down_at_opening_delays_the_draw_and_loses_nobody() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: loadtest/lottery-draw.sh"]
 async fn draw_of_many_entries_measured() {
+    crate::needs_redis!();
     use waitroom::queue::lottery::{
         draw_order, fingerprint, new_nonce, new_seed, parse_seed, published_list,
     };
@@ -664,6 +668,7 @@ async fn memory_draw_of_many_entries_measured() {
 /// group of joins arriving together. Nobody is in line.
 #[tokio::test]
 async fn a_join_right_after_scheduling_on_another_instance_is_pre_queued() {
+    crate::needs_redis!();
     let prefix = unique_prefix("lottery-race");
     let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
     let mut shared = args();
@@ -833,6 +838,7 @@ async fn pre_queue_joins_obey_address_limits_memory() {
 
 #[tokio::test]
 async fn pre_queue_joins_obey_address_limits_redis() {
+    crate::needs_redis!();
     let app = |extra: [&'static str; 2]| async move {
         let prefix = unique_prefix("lottery-limits");
         let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
@@ -918,6 +924,7 @@ async fn pre_queue_joins_need_the_join_challenge() {
 /// order the published seed gives.
 #[tokio::test]
 async fn killing_the_drawing_instance_mid_apply_loses_nobody() {
+    crate::needs_redis!();
     use waitroom::queue::lottery::{draw_order, fingerprint, parse_seed};
     use waitroom::queue::{QueueName, Standing, UserId};
     use waitroom::store::{PreJoin, SharedStore};

@@ -1,5 +1,7 @@
 //! Integration tests: whole instances on port 0, spoken to over HTTP (and
-//! SSE), on the in-memory store and on real Redis servers.
+//! SSE), on the in-memory store and on real Redis servers. Modules that
+//! need an optional part of waitroom build only with its cargo feature
+//! (`cargo test --no-default-features` builds the rest).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -15,9 +17,11 @@ mod config_file;
 mod console;
 mod eta_range;
 mod failures;
+mod features;
 mod gone;
 mod group_commit;
 mod held;
+#[cfg(feature = "signed-identity")]
 mod identity;
 mod instances;
 mod layering;
@@ -26,7 +30,9 @@ mod listen_backlog;
 mod lottery;
 mod metrics;
 mod order_gate;
+#[cfg(feature = "demo-orders")]
 mod orders;
+#[cfg(feature = "demo-orders")]
 mod orders_pg;
 mod page;
 mod queue;
@@ -34,6 +40,7 @@ mod queue_settings;
 mod reach;
 mod redis_commands;
 mod sentinel;
+#[cfg(feature = "demo-orders")]
 mod shutdown;
 mod sse;
 mod stock;
@@ -43,5 +50,6 @@ mod transport;
 mod turn;
 mod web;
 mod webhooks;
+#[cfg(feature = "https-webhooks")]
 mod webhooks_tls;
 mod wire;

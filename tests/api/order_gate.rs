@@ -34,8 +34,8 @@ const PRODUCT: &str = "demo-sneaker";
 /// The claim lease of the order services built here.
 const LEASE: Duration = Duration::from_secs(2);
 
-fn both() -> [&'static str; 2] {
-    ["memory", "redis"]
+fn both() -> Vec<&'static str> {
+    crate::common::backends(&["memory", "redis"])
 }
 
 async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {
@@ -621,6 +621,7 @@ async fn duplicate_identity_headers_are_refused_by_the_extractor() {
 /// a good token with an oversized body is 413 and stays usable.
 #[tokio::test]
 async fn body_errors_are_answered_after_the_token_and_keep_it() {
+    crate::needs_redis!();
     let app = app_of("redis", &[]).await;
     let token = ready(&app, "bulky").await;
     let huge = "x".repeat(64 * 1024);

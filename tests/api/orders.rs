@@ -88,8 +88,8 @@ async fn set_stock(app: &TestApp, stock: i64) {
 
 /// The stores and order databases every order test runs on: memory and
 /// Redis with SQLite, Redis with PostgreSQL.
-fn both() -> [&'static str; 3] {
-    ["memory", "redis", "postgres"]
+fn both() -> Vec<&'static str> {
+    crate::common::backends(&["memory", "redis", "postgres"])
 }
 
 async fn app_of(kind: &str, extra: &[&'static str]) -> TestApp {
@@ -259,7 +259,7 @@ async fn out_of_stock_rolls_back_and_keeps_the_token() {
 /// buyer gets `404`, exactly as for an order that does not exist.
 #[tokio::test]
 async fn header_mode_order_reads_need_the_buyer() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let app = app_of(kind, &[]).await;
         let token = ready(&app, "owner").await;
         let (status, body) = order(&app, "owner", Some(&token), buy(1)).await;
@@ -310,7 +310,7 @@ async fn header_mode_order_reads_need_the_buyer() {
 /// token's own.
 #[tokio::test]
 async fn the_token_api_claims_with_the_token_alone() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let args = fast(&[]);
         let config = waitroom::Config {
             identity: waitroom::config::IdentityMode::Visitor,
@@ -420,6 +420,7 @@ async fn the_token_api_claims_with_the_token_alone() {
 /// never a claim granted on a guess.
 #[tokio::test]
 async fn a_claim_by_token_alone_with_redis_down_is_503() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store: SharedStore = Arc::new(
         RedisStore::connect(&redis.url(), "claim-by-token")
@@ -445,6 +446,7 @@ async fn a_claim_by_token_alone_with_redis_down_is_503() {
 
 #[tokio::test]
 async fn bad_body_releases_the_claim_at_once() {
+    crate::needs_redis!();
     let app = app_of("redis", &[]).await;
     let token = ready(&app, "typo").await;
     for bad in [
@@ -476,6 +478,7 @@ async fn bad_body_releases_the_claim_at_once() {
 
 #[tokio::test]
 async fn a_claim_whose_order_service_died_lapses_back_to_ready() {
+    crate::needs_redis!();
     let app = app_of("redis", &["--claim-lease-secs", "1"]).await;
     let token = ready(&app, "crashy").await;
     // An order service in another language claims, then dies.
@@ -605,6 +608,7 @@ async fn token_api_for_other_languages() {
 
 #[tokio::test]
 async fn five_hundred_buyers_three_hundred_in_stock() {
+    crate::needs_redis!();
     let app = Arc::new(
         TestApp::redis(
             "oversell",
@@ -666,6 +670,7 @@ async fn five_hundred_buyers_three_hundred_in_stock() {
 
 #[tokio::test]
 async fn consuming_frees_the_only_active_slot() {
+    crate::needs_redis!();
     let app = app_of(
         "redis",
         &["--max-active", "1", "--admission-interval-ms", "150"],
@@ -690,6 +695,7 @@ async fn consuming_frees_the_only_active_slot() {
 
 #[tokio::test]
 async fn redis_down_refuses_orders_and_writes_nothing() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = Arc::new(RedisStore::connect(&redis.url(), "o503").await.unwrap());
     let app = TestApp::spawn_with(config(&fast(&[])), store).await;
@@ -711,6 +717,7 @@ async fn redis_down_refuses_orders_and_writes_nothing() {
 /// gate's retry once Redis is back.
 #[tokio::test]
 async fn consume_failing_after_commit_is_retried_until_it_succeeds() {
+    crate::needs_redis!();
     let redis = Arc::new(Mutex::new(RedisProcess::start(true)));
     let url = redis.lock().await.url();
     let store: SharedStore = Arc::new(RedisStore::connect(&url, "retry").await.unwrap());

@@ -92,6 +92,7 @@ async fn set_stock(app: &TestApp, stock: i64) {
 /// one is read through the other.
 #[tokio::test]
 async fn two_instances_sell_exactly_the_stock_between_them() {
+    crate::needs_redis!();
     let db = PgDatabase::create("sell").await;
     let (a, b) = two_instances(&db).await;
     assert_eq!(stock_seen_by(&a).await, 1000, "seeded once");
@@ -177,6 +178,7 @@ async fn two_instances_sell_exactly_the_stock_between_them() {
 /// working.
 #[tokio::test]
 async fn orders_fail_closed_while_the_database_is_gone() {
+    crate::needs_redis!();
     let db = PgDatabase::create("gone").await;
     let app = TestApp::redis(
         "orders-pg-gone",

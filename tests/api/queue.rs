@@ -5,10 +5,11 @@ use serde_json::Value;
 use crate::common::{IDLE, TestApp};
 
 async fn both(args: &[&str]) -> Vec<TestApp> {
-    vec![
-        TestApp::memory(args).await,
-        TestApp::redis("api", args).await,
-    ]
+    let mut apps = vec![TestApp::memory(args).await];
+    if !crate::common::skip_redis("both stores") {
+        apps.push(TestApp::redis("api", args).await);
+    }
+    apps
 }
 
 #[tokio::test]
@@ -268,6 +269,7 @@ async fn bad_input_gets_json_errors_and_changes_nothing() {
 
 #[tokio::test]
 async fn an_admitted_user_turns_ready_with_the_token_position_shows() {
+    crate::needs_redis!();
     let app = TestApp::redis(
         "ready",
         &["--admission-interval-ms", "100", "--admission-batch", "2"],
@@ -328,6 +330,7 @@ async fn health_readiness_and_metrics() {
 
 #[tokio::test]
 async fn admin_api_shows_counts_and_requires_its_token() {
+    crate::needs_redis!();
     let admin = "admin-secret-for-this-test-000";
     let app = TestApp::redis(
         "admin",

@@ -15,6 +15,7 @@ use crate::common::{BinApp, RedisProcess, SseStream, TestApp, config, redis_url,
 /// the fast track, and everyone else gets a distinct rank, 0..n-1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_joins_on_an_empty_queue_fast_track_exactly_min_batch_max_active() {
+    crate::needs_redis!();
     for (batch, max_active) in [("7", "5"), ("3", "10")] {
         let args = [
             "--admission-interval-ms",
@@ -84,6 +85,7 @@ async fn concurrent_joins_on_an_empty_queue_fast_track_exactly_min_batch_max_act
 /// still hears `ready`: the subscriber notices, resubscribes and resyncs.
 #[tokio::test]
 async fn a_lost_pass_still_reaches_a_buyer_far_back() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = Arc::new(RedisStore::connect(&redis.url(), "far").await.unwrap());
     let app = TestApp::spawn_with(
@@ -153,6 +155,7 @@ async fn a_lost_pass_still_reaches_a_buyer_far_back() {
 /// a ticket from one works on the other, and on both after a restart.
 #[tokio::test]
 async fn tickets_work_across_instances_and_restarts_without_a_configured_secret() {
+    crate::needs_redis!();
     let prefix = unique_prefix("shared-secret");
     let url = redis_url();
     let args = ["--redis-url", url.as_str(), "--key-prefix", prefix.as_str()];

@@ -275,6 +275,7 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
 /// loses a place and no announced token is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_kill_behind_sentinel_is_failed_over_and_loses_nobody_with_wait() {
+    crate::needs_redis!();
     let loss = kill_the_master_during_admission(1).await;
     assert_eq!(loss.lost_places, Vec::<String>::new());
     assert_eq!(loss.lost_tokens, Vec::<String>::new());
@@ -285,6 +286,7 @@ async fn a_master_kill_behind_sentinel_is_failed_over_and_loses_nobody_with_wait
 /// is real, so the test above is not luck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_wait_a_master_kill_behind_sentinel_loses_the_lagging_writes() {
+    crate::needs_redis!();
     let loss = kill_the_master_during_admission(0).await;
     assert!(
         !loss.lost_places.is_empty() || !loss.lost_tokens.is_empty(),
@@ -296,6 +298,7 @@ async fn without_wait_a_master_kill_behind_sentinel_loses_the_lagging_writes() {
 /// refusals for the ones that do not.
 #[test]
 fn sentinel_urls_are_checked_at_start() {
+    crate::needs_redis!();
     let parse = |url: &str, cluster: bool| {
         let mut args = vec!["--redis-url", url];
         if cluster {

@@ -91,6 +91,7 @@ async fn committed_order(db: &Path, user: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_an_open_stream_and_a_pending_consume_exits_and_consumes_after_restart() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(true);
     let url = redis.url();
     let prefix = unique_prefix("shutdown");

@@ -32,6 +32,7 @@ async fn line(app: &TestApp, prefix: &str, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn waiting_at_once_then_rank_falls_then_ready_with_the_position_token() {
+    crate::needs_redis!();
     for app in [
         TestApp::memory(&["--admission-interval-ms", "250", "--admission-batch", "2"]).await,
         TestApp::redis(
@@ -97,6 +98,7 @@ async fn waiting_at_once_then_rank_falls_then_ready_with_the_position_token() {
 
 #[tokio::test]
 async fn two_instances_deliver_every_ready_exactly_once() {
+    crate::needs_redis!();
     let prefix = unique_prefix("sse2");
     let args = [
         "--key-prefix",
@@ -175,6 +177,7 @@ pub(crate) async fn every_ready_exactly_once(a: &TestApp, b: &TestApp, queue: &s
 
 #[tokio::test]
 async fn restarting_redis_keeps_streams_and_every_ready_arrives() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(true);
     let store = Arc::new(RedisStore::connect(&redis.url(), "pubsub").await.unwrap());
     let app = TestApp::spawn_with(
@@ -409,6 +412,7 @@ async fn over_the_cap_streams_are_shed_with_a_long_retry() {
 
 #[tokio::test]
 async fn streaming_counts_as_presence_and_absent_users_are_told() {
+    crate::needs_redis!();
     let app = TestApp::redis(
         "presence",
         &[
@@ -591,6 +595,7 @@ async fn streams_on_reused_connections_behave_the_same() {
 /// answers again, re-reads every stream, and buyers still get `ready`.
 #[tokio::test]
 async fn a_frozen_redis_is_noticed_and_streams_resync() {
+    crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = Arc::new(RedisStore::connect(&redis.url(), "frozen").await.unwrap());
     let app = TestApp::spawn_with(

@@ -3,9 +3,12 @@
 //! sold_out`, polls and joins `SOLD_OUT`), a restock reopens it in its
 //! order, orders never oversell, and bad reports change nothing.
 
+#[cfg(feature = "demo-orders")]
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "demo-orders")]
+use std::time::Instant;
 
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -96,7 +99,7 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
 /// `SOLD_OUT`, and the holders keep their tokens.
 #[tokio::test]
 async fn a_thousand_wait_for_a_hundred_and_hear_sold_out() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let app = app_of(kind, &[]).await;
         let (code, body) = put_stock(&app, json!({ "remaining": 100, "maxPerBuyer": 1 })).await;
         assert_eq!(
@@ -179,6 +182,7 @@ async fn a_thousand_wait_for_a_hundred_and_hear_sold_out() {
     }
 }
 
+#[cfg(feature = "demo-orders")]
 async fn order(app: &TestApp, user: &str, token: &str) -> (u16, Value) {
     let r = app
         .client
@@ -192,6 +196,7 @@ async fn order(app: &TestApp, user: &str, token: &str) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
+#[cfg(feature = "demo-orders")]
 async fn restock(app: &TestApp, stock: i64) {
     let r = app
         .client
@@ -207,6 +212,7 @@ async fn restock(app: &TestApp, stock: i64) {
 
 /// Polls every buyer until none is `WAITING` (or `deadline`), buying one
 /// unit for each who is READY: (bought, sold out) user indexes.
+#[cfg(feature = "demo-orders")]
 async fn buy_until_settled(
     app: &TestApp,
     users: &[String],
@@ -254,9 +260,10 @@ async fn buy_until_settled(
 /// restock (`--stock-from-orders`): 60 buyers for 20 units, one each. Just
 /// 20 are admitted, each buys, nobody is refused for stock, the other 40
 /// are told sold out; a restock of 5 admits the next 5 in line.
+#[cfg(feature = "demo-orders")]
 #[tokio::test]
 async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
-    for kind in ["memory", "redis"] {
+    for kind in crate::common::backends(&["memory", "redis"]) {
         let app = app_of(kind, &["--stock-from-orders", "--admission-batch", "5"]).await;
         // The report made at start first, so it cannot land after ours.
         eventually(WAIT, "the start-up report", || async {
@@ -306,6 +313,7 @@ async fn the_demo_service_sells_out_exactly_and_a_restock_reopens() {
 /// other's admissions, and its sold-out reaches the other's streams.
 #[tokio::test]
 async fn a_sold_out_reported_on_one_instance_ends_the_streams_of_another() {
+    crate::needs_redis!();
     let prefix = unique_prefix("stock2");
     let mut flags = args(&[]);
     flags.extend(["--ticket-secret", "stock-two-instances-secret-0123456"]);
@@ -356,6 +364,7 @@ async fn a_sold_out_reported_on_one_instance_ends_the_streams_of_another() {
 /// answer made up from nothing; back, the stock is as it was.
 #[tokio::test]
 async fn redis_down_is_503_not_sold_out() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = Arc::new(
         RedisStore::connect(&redis.url(), "stockdown")

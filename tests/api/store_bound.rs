@@ -12,6 +12,7 @@ use crate::common::RedisProcess;
 
 #[tokio::test]
 async fn a_call_waiting_on_a_reconnection_to_a_frozen_redis_fails_within_the_call_timeout() {
+    crate::needs_redis!();
     let mut redis = RedisProcess::start(false);
     let store = RedisStore::connect(&redis.url(), "bound").await.unwrap();
     store.ping().await.unwrap();

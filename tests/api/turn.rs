@@ -18,6 +18,7 @@ use crate::common::{TestApp, config, redis_url, unique_prefix};
 /// hold lapses, renewed by its holder, and a queue's turn is its own.
 #[tokio::test]
 async fn the_turn_is_one_instances_until_its_hold_lapses() {
+    crate::needs_redis!();
     let prefix = unique_prefix("turn");
     let a = RedisStore::connect(&redis_url(), &prefix).await.unwrap();
     let b = RedisStore::connect(&redis_url(), &prefix).await.unwrap();
@@ -68,6 +69,7 @@ async fn passes_in(watcher: &RedisStore, settle: Duration, window: Duration) -> 
 /// rate holds; with one of them stopped, the other passes on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_make_one_pass_an_interval_between_them() {
+    crate::needs_redis!();
     let prefix = unique_prefix("turn2");
     let flags = [
         "--key-prefix",

@@ -301,6 +301,7 @@ async fn hooks_from_the_configuration_file_deliver() {
 
 #[tokio::test]
 async fn redis_retries_until_the_receiver_recovers() {
+    crate::needs_redis!();
     let (url, receiver) = Receiver::start(3).await;
     let app = TestApp::redis_with("hooks-retry", cfg(&[hook("crm", &url, "")], 60_000)).await;
     retries_until_the_receiver_recovers(app, receiver).await;
@@ -332,6 +333,7 @@ async fn a_hung_receiver_times_out_and_the_entry_is_retried() {
 /// then given up (acknowledged, counted as failed), never tried again.
 #[tokio::test]
 async fn an_entry_is_given_up_after_its_attempts() {
+    crate::needs_redis!();
     let (url, receiver) = Receiver::start(0).await;
     receiver.down.store(true, Ordering::SeqCst);
     let app = TestApp::redis_with(
@@ -381,6 +383,7 @@ async fn an_entry_is_given_up_after_its_attempts() {
 /// A hook for `consumed` only never gets the admissions and leaves.
 #[tokio::test]
 async fn a_hook_gets_only_its_kinds() {
+    crate::needs_redis!();
     let (all_url, all) = Receiver::start(0).await;
     let (consumed_url, consumed) = Receiver::start(0).await;
     let hooks = [
@@ -422,6 +425,7 @@ async fn a_hook_gets_only_its_kinds() {
 /// once in all (no crash here, so no duplicate is allowed).
 #[tokio::test]
 async fn two_instances_deliver_each_entry_once() {
+    crate::needs_redis!();
     let (url, receiver) = Receiver::start(0).await;
     let prefix = unique_prefix("hooks-two");
     let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
@@ -449,6 +453,7 @@ async fn two_instances_deliver_each_entry_once() {
 /// another instance takes them over after the claim timeout and delivers.
 #[tokio::test]
 async fn a_stopped_instances_entries_are_taken_over() {
+    crate::needs_redis!();
     let (url, receiver) = Receiver::start(0).await;
     receiver.down.store(true, Ordering::SeqCst);
     let prefix = unique_prefix("hooks-takeover");
@@ -477,6 +482,7 @@ async fn a_stopped_instances_entries_are_taken_over() {
 /// on, and entries written after the return are delivered too.
 #[tokio::test]
 async fn delivery_survives_redis_going_away() {
+    crate::needs_redis!();
     let (url, receiver) = Receiver::start(0).await;
     let mut redis = RedisProcess::start(true);
     let store: SharedStore = Arc::new(

@@ -143,6 +143,7 @@ async fn an_https_hook_trusting_its_ca_delivers_signed_entries() {
 /// the first stops, delivers every entry.
 #[tokio::test]
 async fn an_untrusted_certificate_is_retried_never_acknowledged() {
+    crate::needs_redis!();
     let r = start_tls_receiver().await;
     let prefix = unique_prefix("hooks-tls");
     let store: SharedStore = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());

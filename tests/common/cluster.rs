@@ -276,7 +276,9 @@ impl ClusterProcess {
         let node = self.nodes.iter().find(|n| n.port == port).unwrap();
         let pid = node.child.as_ref().expect("running").id() as i32;
         // SAFETY: kill(2) on a child process of ours.
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        #[allow(unsafe_code)]
+        let sent = unsafe { libc::kill(pid, sig) };
+        assert_eq!(sent, 0);
     }
 
     /// Whether `port` is a replica now (a restarted old master rejoins as

@@ -20,6 +20,61 @@ use waitroom::store::memory::MemoryStore;
 use waitroom::store::redis::{RedisOptions, RedisStore, Topology};
 use waitroom::{App, AppState, Config};
 
+/// Whether `WAITROOM_TEST_NO_REDIS` asks for a run without Redis (`1`,
+/// `true` or `yes`): the tests that need a Redis server (the shared one, a
+/// private `redis-server`, the cluster, Sentinel) return at once, and the
+/// first of them in each test binary writes one "partial" line to stderr.
+/// Never the default; CI runs everything (CONTRIBUTING.md).
+pub fn no_redis() -> bool {
+    static SKIPPING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SKIPPING.get_or_init(|| {
+        std::env::var("WAITROOM_TEST_NO_REDIS")
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+    })
+}
+
+/// With [`no_redis`], says once per test binary that the run is partial,
+/// and whether the calling test (`what`) should return without running.
+/// Written to the process's stderr directly: the test harness captures
+/// `eprintln!` of passing tests, and this line must be seen.
+pub fn skip_redis(what: &str) -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if !no_redis() {
+        return false;
+    }
+    SAID.call_once(|| {
+        use std::io::Write as _;
+        let line = format!(
+            "partial: Redis tests skipped (WAITROOM_TEST_NO_REDIS is set): {} and every other \
+             test of this binary that needs Redis pass without running; only the memory half \
+             ran. CI runs them all.\n",
+            what
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    });
+    true
+}
+
+/// The store kinds a test loops over: `kinds`, or only `"memory"` in a
+/// run without Redis ([`no_redis`]).
+pub fn backends(kinds: &[&'static str]) -> Vec<&'static str> {
+    if kinds.iter().any(|k| *k != "memory") && skip_redis("a test looping over stores") {
+        return kinds.iter().copied().filter(|k| *k == "memory").collect();
+    }
+    kinds.to_vec()
+}
+
+/// Returns from the calling test when the run is without Redis
+/// ([`no_redis`]).
+#[macro_export]
+macro_rules! needs_redis {
+    () => {
+        if $crate::common::skip_redis(module_path!()) {
+            return;
+        }
+    };
+}
+
 /// The shared Redis every test may use with its own key prefix.
 pub fn redis_url() -> String {
     std::env::var("WAITROOM_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -40,6 +95,7 @@ pub struct PgDatabase {
     pub url: String,
 }
 
+#[cfg(feature = "demo-orders")]
 impl PgDatabase {
     pub async fn create(tag: &str) -> Self {
         use sqlx::Connection;
@@ -61,6 +117,7 @@ impl PgDatabase {
     }
 }
 
+#[cfg(feature = "demo-orders")]
 impl Drop for PgDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();
@@ -270,6 +327,7 @@ impl Drop for RedisProcess {
 pub fn die_with_the_test(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -472,6 +530,7 @@ impl TestApp {
     /// Starts an instance on the shared Redis with a fresh prefix and its
     /// demo orders in a fresh PostgreSQL database of the test's own, flags
     /// as on the command line.
+    #[cfg(feature = "demo-orders")]
     pub async fn redis_postgres(tag: &str, args: &[&str]) -> Self {
         let db = PgDatabase::create(tag).await;
         let mut app = Self::redis_with(
@@ -915,6 +974,7 @@ impl BinApp {
     pub fn terminate(&self) {
         let pid = libc::pid_t::try_from(self.pid()).expect("pid fits");
         // SAFETY: kill(2) on our own child's pid, which `Drop` has not reaped.
+        #[allow(unsafe_code)]
         let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
         assert_eq!(sent, 0, "SIGTERM could not be sent");
     }

@@ -36,11 +36,13 @@ macro_rules! conformance {
 
             #[tokio::test]
             async fn redis() {
+                $crate::needs_redis!();
                 super::$case(crate::common::store("redis", stringify!($case)).await).await
             }
 
             #[tokio::test]
             async fn cluster() {
+                $crate::needs_redis!();
                 super::$case(crate::common::store("cluster", stringify!($case)).await).await
             }
         }
