@@ -93,7 +93,15 @@ pub fn markdown() -> String {
 
 #[cfg(test)]
 mod tests {
-    /// The committed reference is what the code generates.
+    /// The committed reference is what the code generates. It documents
+    /// the default build: without a feature some defaults differ
+    /// (`--orders` is `off` without `demo-orders`), so only that build
+    /// compares.
+    #[cfg(all(
+        feature = "demo-orders",
+        feature = "signed-identity",
+        feature = "https-webhooks"
+    ))]
     #[test]
     fn docs_configuration_md_is_current() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
