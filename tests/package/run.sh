@@ -9,6 +9,11 @@
 #
 # Every external step is bounded; the whole run fails if one hangs.
 # WAITROOM_DEB=path skips the build and checks that package.
+# WAITROOM_PACKAGE_FROM_DEBUG=1 packages the debug binary already built
+# (`cargo deb --profile dev --no-build`) instead of making a release build:
+# what scripts/test does, so every CI run checks the package, its unit, its
+# maintainer scripts and the packaged binary within CI's time. The package
+# to ship is the release one (`cargo deb`, this script without the switch).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -21,10 +26,19 @@ deb=${WAITROOM_DEB:-}
 if [ -z "$deb" ]; then
   if ! cargo deb --version >/dev/null 2>&1; then
     say "installing cargo-deb"
-    timeout 900 cargo install cargo-deb --locked
+    # Pinned: a later cargo-deb may refuse the dev profile the CI step uses.
+    timeout 900 cargo install cargo-deb --locked --version 3.8.0
   fi
-  say "cargo deb (release build, reused when current)"
-  deb=$(timeout 1800 cargo deb 2>&1 | tee /dev/stderr | grep -E '\.deb$' | tail -n1)
+  if [ "${WAITROOM_PACKAGE_FROM_DEBUG:-0}" = 1 ]; then
+    say "cargo deb from the debug build"
+    out="${CARGO_TARGET_DIR:-$PWD/target}/debian/waitroom-from-debug.deb"
+    mkdir -p "$(dirname "$out")"
+    timeout 600 cargo deb --profile dev --no-build -o "$out" >&2
+    deb=$out
+  else
+    say "cargo deb (release build, reused when current)"
+    deb=$(timeout 1800 cargo deb 2>&1 | tee /dev/stderr | grep -E '\.deb$' | tail -n1)
+  fi
 fi
 [ -f "$deb" ] || fail "no .deb built ($deb)"
 say "built $deb in $((SECONDS - started)) s"
