@@ -18,7 +18,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::tls::{HookClient, describe};
+use super::connect::describe;
+use super::tls::HookClient;
 use super::{MAX_BACKOFF_MS, SIGNATURE_HEADER, WebhookSpec};
 use crate::clock::now_ms;
 use crate::queue::audit::{AuditEntry, AuditId};

@@ -28,6 +28,7 @@ mod deliver;
 // Without `https-webhooks`, a plain-TCP client of the same shape: no TLS
 // crates are built, and an `https://` hook or `ca=` is refused when the
 // flag is parsed.
+mod connect;
 #[cfg(feature = "https-webhooks")]
 mod tls;
 #[cfg(not(feature = "https-webhooks"))]

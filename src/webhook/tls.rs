@@ -12,17 +12,14 @@
 //! instance trusts the same roots whatever its host; plus, per hook, the
 //! certificates of its `ca=` file, for receivers behind a private CA.
 
-use std::error::Error as _;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -40,9 +37,6 @@ pub type Certificate = CertificateDer<'static>;
 
 /// One hook's client (its roots are its own).
 pub(crate) type HookClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// How long a TCP connect may take, before TLS.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Reads a `ca=` file: every PEM certificate in it, each checked to be a
 /// usable trust anchor, so a wrong file stops the start rather than
@@ -79,37 +73,19 @@ pub(crate) fn client(hook: &WebhookSpec) -> HookClient {
         .expect("ring supports the default TLS versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let mut tcp = HttpConnector::new();
+    let mut tcp = super::connect::tcp();
     tcp.enforce_http(false);
-    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    tcp.set_nodelay(true);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp);
-    Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector)
-}
-
-/// An error and its causes on one line: hyper's own message ("client
-/// error (Connect)") hides the useful part ("invalid peer certificate:
-/// UnknownIssuer") in its sources.
-pub(crate) fn describe(e: &hyper_util::client::legacy::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
+    super::connect::pooled(connector)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::connect::describe;
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
