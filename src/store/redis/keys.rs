@@ -30,6 +30,12 @@ impl QueueKeys {
         .map(|k| format!("{}{k}", self.base))
     }
 
+    /// The last entry-time mark, beside the entry counter (`lua/common.lua`,
+    /// `last_mark_key`, which names it from the counter's key).
+    pub(super) fn last_mark(&self) -> String {
+        format!("{}seq:mark", self.base)
+    }
+
     /// The queue's admission turn (`lua/turn.lua`).
     pub(super) fn turn(&self) -> String {
         format!("{}turn", self.base)

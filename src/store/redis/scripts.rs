@@ -7,6 +7,10 @@
 //! Each script carries only the helpers it uses (`assemble`): Redis runs a
 //! script's whole text on every call, and each `local function` left in
 //! it is a closure made and collected per call, whether called or not.
+//! A script may open with a lean head that answers its common case and
+//! returns, ended by a line `--@helpers`: only the helpers the head uses
+//! come before it, the others after it, so the common case never makes
+//! the rest's closures.
 //!
 //! A three-line prelude before `common.lua` fixes how events are published,
 //! once per store: `PUBLISH` on one Redis, `SPUBLISH` in a cluster, and
@@ -116,6 +120,9 @@ impl Scripts {
     }
 }
 
+/// The line that ends a script's lean head (see the module's doc).
+const HELPERS_MARK: &str = "--@helpers\n";
+
 /// `prelude`, then the top-level definitions of `libs` (in their order)
 /// that `body` uses, directly or through another kept one, then `body`.
 /// A definition is a line starting `local function name` or `local a, b =`
@@ -124,6 +131,9 @@ impl Scripts {
 /// word in code (not in a comment or a string). Over-keeping (a table
 /// field of the same name) only costs a closure; a kept definition
 /// always comes with all it names, so nothing used is ever left out.
+/// A body with a lean head (up to a line `--@helpers`) gets the
+/// definitions its head uses before the head, and the others the rest
+/// uses between the head and the rest.
 fn assemble(prelude: &str, libs: &[&str], body: &str) -> String {
     let mut defs: Vec<(Vec<String>, &str)> = Vec::new();
     for lib in libs {
@@ -144,30 +154,55 @@ fn assemble(prelude: &str, libs: &[&str], body: &str) -> String {
             defs.push((names, &lib[s..]));
         }
     }
-    let mut used: std::collections::HashSet<String> = words(body).collect();
+    let (head, rest) = match body.find(HELPERS_MARK) {
+        Some(at) if at == 0 || body[..at].ends_with('\n') => {
+            (&body[..at], &body[at + HELPERS_MARK.len()..])
+        }
+        _ => ("", body),
+    };
     let mut kept = vec![false; defs.len()];
+    let for_head = keep_used(&defs, &mut kept, words(head).collect());
+    let for_rest = keep_used(&defs, &mut kept, words(rest).collect());
+    let mut out = String::from(prelude);
+    for (i, (_, text)) in defs.iter().enumerate() {
+        if for_head[i] {
+            out.push_str(text);
+        }
+    }
+    out.push_str(head);
+    for (i, (_, text)) in defs.iter().enumerate() {
+        if for_rest[i] {
+            out.push_str(text);
+        }
+    }
+    out.push('\n');
+    out.push_str(rest);
+    out
+}
+
+/// Marks in `kept` the definitions `used` names, directly or through
+/// another kept one, and returns those it newly kept (the ones kept
+/// before are already defined, and what they name with them).
+fn keep_used(
+    defs: &[(Vec<String>, &str)],
+    kept: &mut [bool],
+    mut used: std::collections::HashSet<String>,
+) -> Vec<bool> {
+    let mut new = vec![false; defs.len()];
     loop {
         let mut grew = false;
         for (i, (names, text)) in defs.iter().enumerate() {
             if !kept[i] && names.iter().any(|n| used.contains(n)) {
                 kept[i] = true;
+                new[i] = true;
                 used.extend(words(text));
                 grew = true;
             }
         }
         if !grew {
-            break;
+            return new;
         }
     }
-    let mut out = String::from(prelude);
-    for (i, (_, text)) in defs.iter().enumerate() {
-        if kept[i] {
-            out.push_str(text);
-        }
-    }
-    out.push('\n');
-    out.push_str(body);
-    out
 }
 
 /// The names a top-level definition line defines, or None for any other
@@ -247,6 +282,23 @@ mod tests {
         }
         assert!(!s.contains("local function unused"), "{s}");
         assert!(s.ends_with("\nreturn used(B)"));
+    }
+
+    #[test]
+    fn a_lean_head_carries_only_its_own_helpers_before_it() {
+        let s = assemble(
+            "-- p\n",
+            &[LIB],
+            "local x = helper(1)\n--@helpers\nreturn used(x)",
+        );
+        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle}:\n{s}"));
+        assert!(at("local K =") < at("local function helper"));
+        assert!(at("local function helper") < at("local x = helper(1)"));
+        assert!(at("local x = helper(1)") < at("local function used"));
+        assert!(at("local function used") < at("return used(x)"));
+        assert_eq!(s.matches("local function helper").count(), 1, "{s}");
+        assert!(!s.contains("--@helpers"), "{s}");
+        assert!(!s.contains("local function unused"), "{s}");
     }
 
     #[test]

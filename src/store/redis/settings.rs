@@ -189,6 +189,8 @@ impl SettingsStore for RedisStore {
         // Adaptive admission's samples and last decision: a queue opened
         // again starts from its own batch.
         doomed.push(self.adaptive_key(queue));
+        // The last entry-time mark goes with the marks (`entered`).
+        doomed.push(keys.last_mark());
         doomed.extend(keys.lottery());
         doomed.extend(keys.lottery_stage());
         let _: i64 = bounded(redis::cmd("DEL").arg(&doomed).query_async(&mut conn)).await?;

@@ -118,11 +118,14 @@ if n > 0 then
   local head = redis.call('ZRANGE', K.waiting, 0, n - 1, 'WITHSCORES')
   local users, exps = {}, {}
   for i = 1, #head, 2 do
-    local user, seq = head[i], tonumber(head[i + 1])
+    -- The entry id as the line printed it: the token's, unprinted again.
+    local user, seq_s = head[i], head[i + 1]
+    local seq = tonumber(seq_s)
     local entered = entered_at(user, seq, marks)
     local token = ARGV[7 + #admitted + 1]
     users[#users + 1] = user
-    exps[#exps + 1] = issue_token(K.tokprefix .. user, user, token, entered or now, ttl, now, seq)
+    local _, exp_s = issue_token(K.tokprefix .. user, user, token, entered or now, ttl, now, seq_s)
+    exps[#exps + 1] = exp_s
     admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
   end
   if #users > 0 then
@@ -133,7 +136,7 @@ if n > 0 then
     local chunk, pairs_ = {}, {}
     for i = from, to do
       chunk[#chunk + 1] = users[i]
-      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = string.format('%d', exps[i]), users[i]
+      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = exps[i], users[i]
     end
     redis.call('HDEL', K.entered, unpack(chunk))
     redis.call('ZREM', K.seen, unpack(chunk))
@@ -144,12 +147,8 @@ save_bucket(level - #admitted, at)
 trim_marks()
 
 local pass = redis.call('INCR', K.pass)
-for _, a in ipairs(abandoned) do
-  audit(KEYS[11], 'abandoned', now, a.user, a.seq, pass)
-end
-for _, a in ipairs(admitted) do
-  audit(KEYS[11], 'admitted', now, a.user, a.seq, pass)
-end
+audit_each(KEYS[11], 'abandoned', now, abandoned, pass)
+audit_each(KEYS[11], 'admitted', now, admitted, pass)
 local msg = cjson.encode({
   kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
   waiting = redis.call('ZCARD', K.waiting), busy = busy, held = held,

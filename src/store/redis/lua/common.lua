@@ -23,6 +23,9 @@
 --                    named by a user id (which cannot contain '~') are
 --                    entry times written per user by earlier versions:
 --                    still read, deleted as their users leave the line.
+--                    The last mark's span and time are kept beside the
+--                    counter too (last_mark_key), so a join need not
+--                    read the marks.
 --   KEYS[4] seen     ZSET user -> last seen ms (presence): waiting users
 --                    seen since they entered. A new place writes none
 --                    (the dearest write of a join otherwise): a buyer not
@@ -140,12 +143,15 @@ end
 -- Issues a token to user, stored in key (their token key). issue_token
 -- leaves out the active set, which the caller adds them to (admit.lua:
 -- the pass's users in one ZADD).
+-- Returns the expiry, and as the string the writes sent (formatted once:
+-- a number passed to redis.call is printed anew each time).
 local function issue_token(key, user, token, entered_at, ttl, now, entry)
   local exp = now + ttl
-  redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp, 'entry', entry)
-  redis.call('PEXPIREAT', key, exp)
-  redis.call('SET', token_index(token), user, 'PXAT', exp)
-  return exp
+  local exp_s = string.format('%d', exp)
+  redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp_s, 'entry', entry)
+  redis.call('PEXPIREAT', key, exp_s)
+  redis.call('SET', token_index(token), user, 'PXAT', exp_s)
+  return exp, exp_s
 end
 
 local function issue(key, user, token, entered_at, ttl, now, entry)
@@ -160,19 +166,42 @@ local function span_of(seq)
   return '~' .. string.format('%d', b), seq - b * MARK_SPAN, b
 end
 
+-- The last mark: a STRING "span,ms" beside the entry counter (its key
+-- is the counter's with ':mark'), the newest span marked and its last
+-- mark's time. Written with the counter by the joins that mark (one
+-- MSET; mark_entry says what to write), dropped with the marks
+-- (trim_marks) and by a lottery's commit. A join reads it with its
+-- STRINGs: while its entry falls in that span and the clock has not
+-- passed that time (the joins of one millisecond), its time is that
+-- mark's, and the marks are neither read nor written. A later mark it
+-- does not know of (written by an earlier version) has a later time on
+-- the same clock, so it is never trusted past one.
+local function last_mark_key()
+  return K.seq .. ':mark'
+end
+
 -- Records that waiting entry `seq` was made at `now`: a mark, unless the
 -- span's last mark already has this time. Entry ids and the store clock
 -- both only grow, so the entries after a mark share its time until the
 -- next; should the clock step back, the entries of that moment keep the
 -- last mark's time (a few ms late) rather than break the marks' order.
--- Returns the entry's time as entered_at will read it, and its span field.
-local function mark_entry(seq, now)
+-- `known`: the last mark's STRING as the caller read it (nil: not read).
+-- Returns the entry's time as entered_at will read it, and the last
+-- mark's new value for the caller to write (nil: unchanged).
+local function mark_entry(seq, now, known)
   local field, offset, b = span_of(seq)
+  if known then
+    local kb, kt = known:match('^(%d+),(%d+)$')
+    kt = tonumber(kt)
+    if kt and tonumber(kb) == b and now <= kt then
+      return kt, nil
+    end
+  end
   local marks = redis.call('HGET', K.entered, field)
   if not marks then
     redis.call('HSET', K.entered, field, string.format('%d,%d', offset, now))
     redis.call('HSETNX', K.entered, '~lo', string.format('%d', b))
-    return now, field
+    return now, string.format('%d,%d', b, now)
   end
   local first = tonumber(marks:match('^%d+,(%d+)'))
   local last = first
@@ -184,20 +213,28 @@ local function mark_entry(seq, now)
   end
   if now > last then
     redis.call('HSET', K.entered, field, marks .. string.format(' %d,%d', offset, now - first))
-    return now, field
+    last = now
   end
-  return last, field
+  return last, string.format('%d,%d', b, last)
 end
 
 -- The time of the last mark at or before span offset `offset` in a
--- span's marks (mark_entry), or nil if its first mark is after it. Marks
--- are in offset order, so a binary search over the string's bytes finds
--- it in a few anchored matches, however many marks the span holds (each
--- entry of a span can have its own: joins a millisecond apart).
+-- span's marks (mark_entry), or nil if its first mark is after it. An
+-- entry whose joins came a millisecond or more apart has a mark of its
+-- own: one plain search (C, no pattern) finds it. Else, marks being in
+-- offset order, a binary search over the string's bytes finds the last
+-- one before it in a few anchored matches, however many marks the span
+-- holds. Each string call costs about as much as a Redis command inside
+-- a script, so the fewer the better.
 local function mark_time(marks, offset)
   local o, t = marks:match('^(%d+),(%d+)')
-  if tonumber(o) > offset then
-    return nil
+  o, t = tonumber(o), tonumber(t)
+  if o >= offset then
+    return o == offset and t or nil
+  end
+  local _, own = marks:find(' ' .. offset .. ',', 1, true)
+  if own then
+    return t + tonumber(marks:match('^%d+', own + 1))
   end
   -- lo: the first byte of a mark at or before offset; hi: the first
   -- byte of one after it (or past the end). A mark starts after a space.
@@ -217,9 +254,9 @@ local function mark_time(marks, offset)
     end
   end
   if lo == 1 then
-    return tonumber(t)
+    return t
   end
-  return tonumber(t) + tonumber(marks:match('^%d+,(%d+)', lo))
+  return t + tonumber(marks:match('^%d+,(%d+)', lo))
 end
 
 -- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
@@ -247,7 +284,7 @@ end
 local function trim_marks()
   local head = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')[2]
   if not head then
-    redis.call('DEL', K.entered)
+    redis.call('DEL', K.entered, last_mark_key())
     return
   end
   local lo = tonumber(redis.call('HGET', K.entered, '~lo'))
@@ -380,4 +417,17 @@ local function audit(key, kind, now, user, entry, pass)
     f[#f + 1], f[#f + 2] = 'pass', string.format('%d', pass)
   end
   redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', unpack(f))
+end
+
+-- audit() for each of `items` ({user, seq}), all of one kind, time and
+-- pass: the same entries, with the shared fields formatted once.
+local function audit_each(key, kind, now, items, pass)
+  if AUDIT_MAXLEN <= 0 then
+    return
+  end
+  local at, p = string.format('%d', now), string.format('%d', pass)
+  for _, a in ipairs(items) do
+    redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', 'kind', kind, 'at', at,
+      'user', a.user, 'entry', string.format('%d', a.seq), 'pass', p)
+  end
 end

@@ -15,20 +15,43 @@
 -- Returns join()'s row: describe(), or limited(...) changing nothing.
 -- Atomic for the reasons join.lua gives.
 local now = now_ms()
-local g = group(now, KEYS[13], KEYS[14], KEYS[15], KEYS[16])
 local user = ARGV[3]
-local c = join_config(ARGV, 5)
 -- The common case in two reads: no token, no lottery, no stock (one
 -- EXISTS: join's repeat check is then probed, and the call reads neither
--- the lottery nor the stock), and the queue's STRINGs with the buyer's
--- budget (one MGET, group_read).
-local probed, score = false, nil
-if redis.call('EXISTS', KEYS[9], KEYS[15], KEYS[13]) == 0 then
-  group_neither(g)
-  probed, score = true, redis.call('ZSCORE', K.waiting, user)
+-- the lottery nor the stock), and the buyer's score in line.
+local neither = redis.call('EXISTS', KEYS[9], KEYS[15], KEYS[13]) == 0
+local score = neither and redis.call('ZSCORE', K.waiting, user)
+local total
+-- A new buyer, no address limits (ARGV[13], ARGV[15]: join_config's
+-- join period and places), a line that is not empty (no fast track): a
+-- new place, which is all join() would do (new_place). Answered here,
+-- before the helpers below are made (a closure each, per call).
+if neither and not score and tonumber(ARGV[13]) == 0 and tonumber(ARGV[15]) == 0 then
+  total = redis.call('ZCARD', K.waiting)
+  if total > 0 then
+    local mark_key = last_mark_key()
+    local v = redis.call('MGET', K.pass, K.seq, K.paused, mark_key)
+    local seq = tonumber(v[2] or ARGV[9]) + 1
+    local entered, mark = mark_entry(seq, now, v[4])
+    if mark then
+      redis.call('MSET', K.seq, string.format('%d', seq), mark_key, mark)
+    else
+      redis.call('SET', K.seq, string.format('%d', seq))
+    end
+    redis.call('ZADD', K.waiting, string.format('%d', seq), user)
+    return {'waiting', 1, total, seq, '', -1, entered, total + 1, tonumber(v[1] or '0'),
+            v[3] and 2 or 0}
+  end
 end
+--@helpers
+local g = group(now, KEYS[13], KEYS[14], KEYS[15], KEYS[16])
+local c = join_config(ARGV, 5)
+if neither then
+  group_neither(g)
+end
+g.total = total -- the head's ZCARD, if it read it
 group_read(g, c.budget_period > 0 and KEYS[10] or nil)
 local row, rank, seq, entered = join(g, KEYS[9], KEYS[10], KEYS[11], KEYS[12], user, ARGV[4],
-  c, probed, score)
+  c, neither, score)
 flush(g)
 return row or waiting_row(g, rank, seq, entered)

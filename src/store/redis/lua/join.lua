@@ -95,19 +95,23 @@ end
 -- The queue's STRINGs a call reads, in one MGET, once per call: the pass
 -- counter, the entry counter (group_entry needs it, unless it already
 -- read it: then the call's own count stands), whether an operator holds
--- admission (g.held, a row's flag bit 1) and, with `budget_key`, that
--- buyer's budget (g.budget, for join's repeat check: gcra_stored).
+-- admission (g.held, a row's flag bit 1), the last mark (g.mark, see
+-- mark_entry in common.lua) and, with `budget_key`, that buyer's budget
+-- (g.budget, for join's repeat check: gcra_stored).
 local function group_read(g, budget_key)
   local v
   if budget_key then
-    v = redis.call('MGET', K.pass, K.seq, K.paused, budget_key)
-    g.budget_key, g.budget = budget_key, v[4]
+    v = redis.call('MGET', K.pass, K.seq, K.paused, last_mark_key(), budget_key)
+    g.budget_key, g.budget = budget_key, v[5]
   else
-    v = redis.call('MGET', K.pass, K.seq, K.paused)
+    v = redis.call('MGET', K.pass, K.seq, K.paused, last_mark_key())
   end
   g.pass, g.held = tonumber(v[1] or '0'), v[3] and 2 or 0
   if not g.last then
     g.seq_read = v[2]
+  end
+  if g.mark == nil then
+    g.mark = v[4]
   end
 end
 
@@ -198,7 +202,12 @@ end
 -- common.lua and the sweep in admit.lua) until the buyer is seen again.
 local function flush(g)
   if g.dirty then
-    redis.call('SET', K.seq, string.format('%d', g.last))
+    if g.mark_dirty then
+      redis.call('MSET', K.seq, string.format('%d', g.last), last_mark_key(), g.mark)
+      g.mark_dirty = false
+    else
+      redis.call('SET', K.seq, string.format('%d', g.last))
+    end
     g.dirty = false
   end
   if g.lines > 0 then
@@ -230,7 +239,11 @@ local function new_place(g, c, user, places_key, total)
   -- span's number: no string per join).
   local span = math.floor(seq / MARK_SPAN)
   if g.marked ~= span then
-    g.entered = mark_entry(seq, g.now)
+    local mark
+    g.entered, mark = mark_entry(seq, g.now, g.mark)
+    if mark then
+      g.mark, g.mark_dirty = mark, true
+    end
     g.marked = span
   end
   count_place(places_key, c.max_places, seq, user)

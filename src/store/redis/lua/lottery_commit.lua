@@ -49,6 +49,9 @@ local later = redis.call('ZRANGEBYSCORE', stage, '(' .. string.format('%d', base
 for i = 2, #later, 2 do
   mark_entry(tonumber(later[i]), now)
 end
+-- Marks written out of the joins' order: the next join reads the marks
+-- again (see last_mark_key).
+redis.call('DEL', last_mark_key())
 
 -- Moves every member of ZSET `from` into ZSET `into`, in parts.
 local function move(from, into)

@@ -23,23 +23,26 @@ if period > 0 then
   end
 end
 local pass, held = tonumber(v[2] or '0'), v[3] and 2 or 0
--- No token and no stock (one EXISTS; the common case: a buyer waiting in
--- a queue whose stock is not linked): the line alone answers, each of
--- its reads once.
-if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
-  local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
-  local total = redis.call('ZCARD', K.waiting)
-  if not seq then
-    return {'none', 0, -1, -1, '', -1, -1, total, pass, held}
-  end
+-- A buyer in line (the common case) holds no token (admission takes its
+-- buyers out of the line as it issues theirs, and a join puts nobody who
+-- holds one in line), so their score alone says they wait: the line
+-- answers, each of its reads once, before the helpers below are made (a
+-- closure each, per call). The stock's sold-out flag in one HGET (nil:
+-- the queue is not linked).
+local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
+if seq then
+  local soldout = redis.call('HGET', KEYS[11], 'soldout') == '1' and 1 or 0
   if ARGV[4] == '1' then
     seen_now(user, now)
   end
   return {'waiting', 0, redis.call('ZRANK', K.waiting, user), seq, '', -1,
-          entered_at(user, seq) or -1, total, pass, held}
+          entered_at(user, seq) or -1, redis.call('ZCARD', K.waiting), pass, held + soldout}
 end
-if ARGV[4] == '1' and redis.call('ZSCORE', K.waiting, user) then
-  seen_now(user, now)
+--@helpers
+-- Not in line: no token and no stock (one EXISTS) is a 'none'; else the
+-- token answers.
+if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
+  return {'none', 0, -1, -1, '', -1, -1, redis.call('ZCARD', K.waiting), pass, held}
 end
 local row = describe(user, K.token, now, 0, redis.call('ZCARD', K.waiting), pass)
 row[#row + 1] = (sold_out(KEYS[11]) and 1 or 0) + held
