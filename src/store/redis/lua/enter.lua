@@ -43,6 +43,25 @@ if neither and not score and tonumber(ARGV[13]) == 0 and tonumber(ARGV[15]) == 0
             v[3] and 2 or 0}
   end
 end
+-- A buyer in line joining again (no token: a buyer in line holds none):
+-- counted against their budget (ARGV[10..12]: join_config's budget
+-- period, burst and grace) once their entry is older than the grace,
+-- then their standing, marked seen; all join() does for them.
+if neither and score then
+  local seq, period = tonumber(score), tonumber(ARGV[10])
+  local v = redis.call('MGET', K.pass, K.paused, KEYS[10])
+  local entered = entered_at(user, seq)
+  if period > 0 and (not entered or now - entered >= tonumber(ARGV[12])) then
+    local wait = gcra_stored(KEYS[10], v[3], now, period, tonumber(ARGV[11]))
+    if wait > 0 then
+      return limited('buyer', wait)
+    end
+  end
+  total = redis.call('ZCARD', K.waiting)
+  seen_now(user, now)
+  return {'waiting', 0, redis.call('ZRANK', K.waiting, user), seq, '', -1, entered or -1, total,
+          tonumber(v[1] or '0'), v[2] and 2 or 0}
+end
 --@helpers
 local g = group(now, KEYS[13], KEYS[14], KEYS[15], KEYS[16])
 local c = join_config(ARGV, 5)
