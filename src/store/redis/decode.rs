@@ -1,7 +1,8 @@
 //! Reading a script's reply by name: [`Reply`] takes a flat array field
 //! by field, each named, for the [`FromRedisValue`] decoders beside the
 //! scripts' callers (a queue's counts in `line.rs`, its stock in
-//! `stock.rs`, its lottery in `lottery.rs`). A caller then asks for a
+//! `stock.rs`, its adaptive window in `adaptive.rs`, its lottery in
+//! `lottery.rs`). A caller then asks for a
 //! `QueueStats` or a `StockReply` rather than picking a tuple or a `Vec`
 //! apart by position, and a reply of any other shape (a field missing,
 //! one too many, a text where a number belongs) is refused with an error
