@@ -181,10 +181,41 @@ where
         Some(path) => Some(file::read(path, &cmd)?),
         None => None,
     };
-    // Keys the file sets for flags left at their default, with their line.
-    let mut from_file: BTreeMap<String, (PathBuf, usize)> = BTreeMap::new();
+    let (front, from_file) = file_front(file.as_ref(), &first);
+    let matches = cmd
+        .clone()
+        .try_get_matches_from(argv(&front))
+        .map_err(|e| clap_error(&cmd, e, &args, &from_file))?;
+    let mut config = Config::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    let mut sources = sources_of(&cmd, &matches, &from_file);
+    sources.file = file.as_ref().map(|f| f.path.clone());
+    if let Some(f) = file {
+        for (name, overrides, line) in f.queues {
+            sources.queue_lines.insert(name.to_string(), line);
+            config.queue_overrides.push((name, overrides));
+        }
+        for (spec, line) in f.webhooks {
+            sources.webhook_lines.push(line);
+            config.webhooks.push(spec);
+        }
+    }
+    config
+        .validate()
+        .map_err(|e| LoadError::invalid(sources.explain(&e.to_string(), &cmd)))?;
+    Ok(Loaded { config, sources })
+}
+
+/// The file's values for the flags `first` (the command line and the
+/// environment alone) left at their default, as arguments to put in
+/// front of the command line's; and those keys, with the file and line
+/// that set them.
+fn file_front(
+    file: Option<&file::ConfigFile>,
+    first: &clap::ArgMatches,
+) -> (Vec<String>, BTreeMap<String, (PathBuf, usize)>) {
+    let mut from_file = BTreeMap::new();
     let mut front = Vec::new();
-    if let Some(f) = &file {
+    if let Some(f) = file {
         for v in &f.values {
             if matches!(
                 first.value_source(v.key.arg),
@@ -195,15 +226,17 @@ where
             }
         }
     }
-    let matches = cmd
-        .clone()
-        .try_get_matches_from(argv(&front))
-        .map_err(|e| clap_error(&cmd, e, &args, &from_file))?;
-    let mut config = Config::from_arg_matches(&matches).map_err(LoadError::Usage)?;
-    let mut sources = Sources {
-        file: file.as_ref().map(|f| f.path.clone()),
-        ..Sources::default()
-    };
+    (front, from_file)
+}
+
+/// Every flag's raw value and where it came from: the file (`from_file`),
+/// the command line, the environment or the default.
+fn sources_of(
+    cmd: &clap::Command,
+    matches: &clap::ArgMatches,
+    from_file: &BTreeMap<String, (PathBuf, usize)>,
+) -> Sources {
+    let mut sources = Sources::default();
     for arg in cmd.get_arguments() {
         let id = arg.get_id().as_str();
         if matches!(id, "help" | "version") {
@@ -233,20 +266,7 @@ where
         };
         sources.values.insert(id.to_owned(), (raw, source));
     }
-    if let Some(f) = file {
-        for (name, overrides, line) in f.queues {
-            sources.queue_lines.insert(name.to_string(), line);
-            config.queue_overrides.push((name, overrides));
-        }
-        for (spec, line) in f.webhooks {
-            sources.webhook_lines.push(line);
-            config.webhooks.push(spec);
-        }
-    }
-    config
-        .validate()
-        .map_err(|e| LoadError::invalid(sources.explain(&e.to_string(), &cmd)))?;
-    Ok(Loaded { config, sources })
+    sources
 }
 
 /// clap's refusal of a value, as one line naming the key and its source

@@ -23,7 +23,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::link::{Link, LinkBuilder};
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
@@ -169,25 +169,9 @@ impl ToSchema for StreamEvent {
 /// The links between operations, by operation id: a join's ticket leads
 /// to the place's other operations (a poll's answer carries no ticket, so
 /// the links start at the join), a READY join's token to an order or a
-/// claim, a claim to its settling, an order's id to the order.
+/// claim, a claim to its settling, an order's id to the order. Which
+/// answer links where is [`links_of`]; this only walks the document.
 fn add_links(api: &mut Document) {
-    let ticket_links = [
-        (
-            "position",
-            "position",
-            "Look up the place this ticket stands for.",
-        ),
-        ("events", "events", "Follow the place live."),
-        ("leave", "leave", "Give up the place."),
-    ];
-    let ticket = |from: &str, to: &str, what: &str| {
-        LinkBuilder::new()
-            .operation_id(to)
-            .parameter("queue", "$request.path.queue")
-            .parameter("header.X-Queue-Ticket", from)
-            .description(what)
-            .build()
-    };
     for path_item in api.paths.paths.values_mut() {
         let operations = [
             path_item.get.as_mut(),
@@ -201,74 +185,89 @@ fn add_links(api: &mut Document) {
                 let RefOr::T(response) = response else {
                     continue;
                 };
-                match (id.as_str(), status.as_str()) {
-                    ("join", "200" | "201") => {
-                        for (name, to, what) in ticket_links {
-                            response.links.insert(
-                                name.into(),
-                                ticket("$response.body#/ticket", to, what).into(),
-                            );
-                        }
-                        #[cfg(feature = "demo-orders")]
-                        response.links.insert(
-                            "order".into(),
-                            LinkBuilder::new()
-                                .operation_id("place_order")
-                                .parameter("header.X-User-Id", "$request.header.X-User-Id")
-                                .parameter("header.X-Entry-Token", "$response.body#/entryToken")
-                                .description("Order with the entry token, once READY.")
-                                .build()
-                                .into(),
-                        );
-                        response.links.insert(
-                            "claim".into(),
-                            LinkBuilder::new()
-                                .operation_id("claim")
-                                .request_body(Some(serde_json::json!({
-                                    "token": "$response.body#/entryToken",
-                                })))
-                                .description(
-                                    "Claim the entry token (token API), once READY; \
-                                     the answer names its buyer.",
-                                )
-                                .build()
-                                .into(),
-                        );
-                    }
-                    ("claim", "200") => {
-                        for (name, to) in [("consume", "consume"), ("release", "release")] {
-                            response.links.insert(
-                                name.into(),
-                                LinkBuilder::new()
-                                    .operation_id(to)
-                                    .request_body(Some(serde_json::json!({
-                                        "userId": "$response.body#/userId",
-                                        "queue": "$response.body#/queue",
-                                        "claimId": "$response.body#/claimId",
-                                    })))
-                                    .description("Settle the claim.")
-                                    .build()
-                                    .into(),
-                            );
-                        }
-                    }
-                    ("place_order", "201") => {
-                        response.links.insert(
-                            "order".into(),
-                            LinkBuilder::new()
-                                .operation_id("get_order")
-                                .parameter("id", "$response.body#/orderId")
-                                .parameter("header.X-User-Id", "$request.header.X-User-Id")
-                                .description("Read the order back.")
-                                .build()
-                                .into(),
-                        );
-                    }
-                    _ => {}
+                for (name, link) in links_of(&id, status) {
+                    response.links.insert(name.into(), link.into());
                 }
             }
         }
     }
+}
+
+/// The links of operation `id`'s answer with `status`, by name.
+fn links_of(id: &str, status: &str) -> Vec<(&'static str, Link)> {
+    match (id, status) {
+        ("join", "200" | "201") => join_links(),
+        ("claim", "200") => ["consume", "release"]
+            .into_iter()
+            .map(|to| {
+                let settle = LinkBuilder::new()
+                    .operation_id(to)
+                    .request_body(Some(serde_json::json!({
+                        "userId": "$response.body#/userId",
+                        "queue": "$response.body#/queue",
+                        "claimId": "$response.body#/claimId",
+                    })))
+                    .description("Settle the claim.")
+                    .build();
+                (to, settle)
+            })
+            .collect(),
+        ("place_order", "201") => vec![(
+            "order",
+            LinkBuilder::new()
+                .operation_id("get_order")
+                .parameter("id", "$response.body#/orderId")
+                .parameter("header.X-User-Id", "$request.header.X-User-Id")
+                .description("Read the order back.")
+                .build(),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// A join's links: its ticket to the place's other operations, its entry
+/// token (once READY) to an order and to a claim.
+fn join_links() -> Vec<(&'static str, Link)> {
+    let ticket = |to: &str, what: &str| {
+        LinkBuilder::new()
+            .operation_id(to)
+            .parameter("queue", "$request.path.queue")
+            .parameter("header.X-Queue-Ticket", "$response.body#/ticket")
+            .description(what)
+            .build()
+    };
+    let links = [
+        (
+            "position",
+            ticket("position", "Look up the place this ticket stands for."),
+        ),
+        ("events", ticket("events", "Follow the place live.")),
+        ("leave", ticket("leave", "Give up the place.")),
+        (
+            "claim",
+            LinkBuilder::new()
+                .operation_id("claim")
+                .request_body(Some(serde_json::json!({
+                    "token": "$response.body#/entryToken",
+                })))
+                .description(
+                    "Claim the entry token (token API), once READY; \
+                     the answer names its buyer.",
+                )
+                .build(),
+        ),
+    ];
+    // The demo order service's own operation, in the builds that have it.
+    let order = cfg!(feature = "demo-orders").then(|| {
+        let order = LinkBuilder::new()
+            .operation_id("place_order")
+            .parameter("header.X-User-Id", "$request.header.X-User-Id")
+            .parameter("header.X-Entry-Token", "$response.body#/entryToken")
+            .description("Order with the entry token, once READY.")
+            .build();
+        ("order", order)
+    });
+    links.into_iter().chain(order).collect()
 }
 
 /// The parameters of every request that names a place by its ticket

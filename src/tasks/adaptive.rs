@@ -18,9 +18,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::adaptive::{Verdict, batch_for, decide, rate_of};
-use crate::queue::{QueueName, Queues};
-use crate::store::{AdaptiveState, SharedStore, StoreResult};
+use crate::queue::adaptive::{Decision, Verdict, batch_for, decide, rate_of};
+use crate::queue::{AdaptiveSettings, QueueName, Queues};
+use crate::store::{AdaptiveRead, AdaptiveState, SharedStore, StoreResult};
 
 /// How often the controller looks for queues due for a decision.
 const TICK: Duration = Duration::from_millis(25);
@@ -102,32 +102,7 @@ pub async fn step(store: &SharedStore, queue: &QueueName) -> StoreResult<Duratio
         gauges(queue, state);
         return Ok(next);
     }
-    // The stored rate, unless an operator has set another batch since.
-    let rate = previous
-        .as_ref()
-        .filter(|s| batch_for(s.rate_per_sec, interval) == batch)
-        .map_or_else(|| rate_of(batch, interval), |s| s.rate_per_sec);
-    let hold_until = previous.as_ref().map_or(0, |s| s.hold_until);
-    let decision = decide(
-        &adaptive,
-        read.window,
-        read.evidence_from,
-        rate,
-        hold_until,
-        &read.samples,
-    );
-    let state = AdaptiveState {
-        window: read.window,
-        window_ms,
-        rate_per_sec: decision.rate_per_sec,
-        hold_until: decision.hold_until,
-        verdict: decision.verdict.as_str().to_owned(),
-        p95_ms: read.samples.p95_ms(),
-        commits: read.samples.commits(),
-        failures: read.samples.failures,
-        at: read.now_ms,
-        evidence_from: decision.evidence_from,
-    };
+    let (decision, state) = decide_window(&adaptive, &read, previous.as_ref(), batch, interval);
     let new_batch = batch_for(decision.rate_per_sec, interval);
     let stored_it = store
         .adaptive_apply(
@@ -139,23 +114,73 @@ pub async fn step(store: &SharedStore, queue: &QueueName) -> StoreResult<Duratio
         )
         .await?;
     if stored_it {
-        let labels = [
-            ("queue", queue.to_string()),
-            ("verdict", decision.verdict.as_str().to_owned()),
-        ];
-        metrics::counter!("waitroom_adaptive_decisions_total", &labels).increment(1);
-        gauges(queue, &state);
-        if matches!(
-            decision.verdict,
-            Verdict::DecreaseSlow | Verdict::DecreaseFailing
-        ) || new_batch != batch
-        {
-            tracing::info!(%queue, rate = decision.rate_per_sec, batch = new_batch, verdict = decision.verdict.as_str(), p95_ms = ?state.p95_ms, commits = state.commits, failures = state.failures, "adaptive admission");
-        }
+        report(queue, &decision, &state, batch, new_batch);
         Ok(next)
     } else {
         // Another instance decided, or the settings moved: look again soon.
         Ok(Duration::from_millis(SETTLE_MS))
+    }
+}
+
+/// The decision on `read`'s window, from the `previous` one's rate and
+/// hold (unless an operator set another `batch` since), and the state
+/// that records it.
+fn decide_window(
+    adaptive: &AdaptiveSettings,
+    read: &AdaptiveRead,
+    previous: Option<&AdaptiveState>,
+    batch: u32,
+    interval: u64,
+) -> (Decision, AdaptiveState) {
+    // The stored rate, unless an operator has set another batch since.
+    let rate = previous
+        .filter(|s| batch_for(s.rate_per_sec, interval) == batch)
+        .map_or_else(|| rate_of(batch, interval), |s| s.rate_per_sec);
+    let hold_until = previous.map_or(0, |s| s.hold_until);
+    let decision = decide(
+        adaptive,
+        read.window,
+        read.evidence_from,
+        rate,
+        hold_until,
+        &read.samples,
+    );
+    let state = AdaptiveState {
+        window: read.window,
+        window_ms: adaptive.window_ms,
+        rate_per_sec: decision.rate_per_sec,
+        hold_until: decision.hold_until,
+        verdict: decision.verdict.as_str().to_owned(),
+        p95_ms: read.samples.p95_ms(),
+        commits: read.samples.commits(),
+        failures: read.samples.failures,
+        at: read.now_ms,
+        evidence_from: decision.evidence_from,
+    };
+    (decision, state)
+}
+
+/// Counts a stored decision, shows it in the gauges, and logs a cut or a
+/// new batch.
+fn report(
+    queue: &QueueName,
+    decision: &Decision,
+    state: &AdaptiveState,
+    batch: u32,
+    new_batch: u32,
+) {
+    let labels = [
+        ("queue", queue.to_string()),
+        ("verdict", decision.verdict.as_str().to_owned()),
+    ];
+    metrics::counter!("waitroom_adaptive_decisions_total", &labels).increment(1);
+    gauges(queue, state);
+    if matches!(
+        decision.verdict,
+        Verdict::DecreaseSlow | Verdict::DecreaseFailing
+    ) || new_batch != batch
+    {
+        tracing::info!(%queue, rate = decision.rate_per_sec, batch = new_batch, verdict = decision.verdict.as_str(), p95_ms = ?state.p95_ms, commits = state.commits, failures = state.failures, "adaptive admission");
     }
 }
 

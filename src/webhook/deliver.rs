@@ -98,135 +98,197 @@ pub async fn run(
     if hooks.is_empty() {
         return;
     }
-    let clients: Vec<HookClient> = hooks.iter().map(super::tls::client).collect();
-    let start = AuditId {
-        ms: now_ms().saturating_sub(START_MARGIN_MS),
-        seq: 0,
-    };
-    let groups: Vec<String> = hooks.iter().map(WebhookSpec::group).collect();
-    let hold_every = Duration::from_millis((options.claim_ms / 3).max(1));
-    let mut flights: HashMap<Key, InFlight> = HashMap::new();
     let mut ticker = tokio::time::interval(options.tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut delivery = Delivery::new(store, hooks, options);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
         let queues = live.borrow().clone();
-        // 1. Take what is new, and what dead instances left behind.
-        for queue in queues.keys() {
-            for (h, hook) in hooks.iter().enumerate() {
-                // Store calls are bounded, but many of them against a dead
-                // store would outlast the shutdown window.
-                if !hook.follows(queue) || shutdown.is_cancelled() {
-                    continue;
-                }
-                let held = flights.keys().filter(|k| k.0 == h && &k.1 == queue).count();
-                if held >= MAX_IN_FLIGHT {
-                    continue;
-                }
-                let taken = store
-                    .audit_take(
-                        queue,
-                        &groups[h],
-                        start,
-                        &options.consumer,
-                        options.claim_ms,
-                        TAKE,
-                    )
-                    .await;
-                let entries = match taken {
-                    Ok(entries) => entries,
-                    Err(e) => {
-                        store_error(hook, queue, "take", &e);
-                        continue;
-                    }
-                };
-                let mut unwanted = Vec::new();
-                let now = Instant::now();
-                for entry in entries {
-                    let key = (h, queue.clone(), entry.id);
-                    if flights.contains_key(&key) {
-                        continue; // our own, re-claimed: already retrying
-                    }
-                    if !hook.wants(entry.kind) {
-                        unwanted.push(entry.id);
-                        continue;
-                    }
-                    let body = serde_json::to_vec(&Body {
-                        queue: queue.as_str(),
-                        idempotency_key: idempotency_key(queue, entry.id),
-                        entry: &entry,
-                    })
-                    .unwrap_or_default();
-                    flights.insert(
-                        key,
-                        InFlight {
-                            entry,
-                            body: Arc::new(body),
-                            attempts: 0,
-                            next_at: now,
-                            held_at: now,
-                            settled: false,
-                        },
-                    );
-                }
-                if let Err(e) = store.audit_ack(queue, &groups[h], &unwanted).await {
-                    // Taken again after the claim timeout, and skipped again.
-                    store_error(hook, queue, "ack", &e);
-                }
-            }
-        }
-        // 2. Keep what is still being retried.
+        delivery.take(&queues, &shutdown).await;
         let now = Instant::now();
-        let mut to_hold: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
-        for ((h, q, id), f) in flights.iter() {
-            if !f.settled && now.duration_since(f.held_at) >= hold_every {
-                to_hold.entry((*h, q.clone())).or_default().push(*id);
-            }
-        }
-        for ((h, queue), ids) in to_hold {
-            match store
-                .audit_hold(&queue, &groups[h], &options.consumer, &ids)
-                .await
-            {
-                Ok(()) => {
-                    for id in ids {
-                        if let Some(f) = flights.get_mut(&(h, queue.clone(), id)) {
-                            f.held_at = now;
-                        }
-                    }
-                }
-                Err(e) => store_error(&hooks[h], &queue, "hold", &e),
-            }
-        }
-        // 3. Attempt what is due.
-        let due: Vec<(Key, Arc<Vec<u8>>, u32)> = flights
-            .iter()
-            .filter(|(_, f)| !f.settled && f.next_at <= now)
-            .map(|(k, f)| (k.clone(), f.body.clone(), f.attempts + 1))
-            .collect();
-        let attempts = futures::stream::iter(due)
-            .map(|(key, body, attempt)| {
-                let hook = &hooks[key.0];
-                let client = &clients[key.0];
-                async move {
-                    let result = attempt_once(client, hook, &key.1, key.2, body, attempt).await;
-                    (key, result)
-                }
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect::<Vec<(Key, Result<(), String>)>>();
+        delivery.hold(now).await;
+        let attempts = delivery.attempt(now);
         // A shutdown drops the requests under way: their entries stay
         // pending, for the next taker (at least once).
         let results = tokio::select! {
             _ = shutdown.cancelled() => break,
             results = attempts => results,
         };
+        delivery.settle(results);
+        delivery.acknowledge().await;
+    }
+}
+
+/// The task's state between ticks: the hooks, their clients and consumer
+/// groups, and the entries in flight.
+struct Delivery {
+    store: Arc<dyn AuditStore>,
+    hooks: Vec<WebhookSpec>,
+    clients: Vec<HookClient>,
+    groups: Vec<String>,
+    options: DeliveryOptions,
+    /// Where a hook's group starts when this task creates it.
+    start: AuditId,
+    /// How often an entry being retried is re-claimed.
+    hold_every: Duration,
+    flights: HashMap<Key, InFlight>,
+}
+
+impl Delivery {
+    fn new(store: Arc<dyn AuditStore>, hooks: Vec<WebhookSpec>, options: DeliveryOptions) -> Self {
+        Self {
+            clients: hooks.iter().map(super::tls::client).collect(),
+            groups: hooks.iter().map(WebhookSpec::group).collect(),
+            start: AuditId {
+                ms: now_ms().saturating_sub(START_MARGIN_MS),
+                seq: 0,
+            },
+            hold_every: Duration::from_millis((options.claim_ms / 3).max(1)),
+            flights: HashMap::new(),
+            store,
+            hooks,
+            options,
+        }
+    }
+
+    /// 1. Takes what is new, and what dead instances left behind, for
+    ///    every hook following a live queue.
+    async fn take(&mut self, queues: &Queues, shutdown: &CancellationToken) {
+        for queue in queues.keys() {
+            for h in 0..self.hooks.len() {
+                // Store calls are bounded, but many of them against a dead
+                // store would outlast the shutdown window.
+                if !self.hooks[h].follows(queue) || shutdown.is_cancelled() {
+                    continue;
+                }
+                let held = self
+                    .flights
+                    .keys()
+                    .filter(|k| k.0 == h && &k.1 == queue)
+                    .count();
+                if held < MAX_IN_FLIGHT {
+                    self.take_one(h, queue).await;
+                }
+            }
+        }
+    }
+
+    /// Takes hook `h`'s entries of `queue`: the ones it wants go in
+    /// flight, the others are acknowledged at once.
+    async fn take_one(&mut self, h: usize, queue: &QueueName) {
+        let hook = &self.hooks[h];
+        let taken = self
+            .store
+            .audit_take(
+                queue,
+                &self.groups[h],
+                self.start,
+                &self.options.consumer,
+                self.options.claim_ms,
+                TAKE,
+            )
+            .await;
+        let entries = match taken {
+            Ok(entries) => entries,
+            Err(e) => return store_error(hook, queue, "take", &e),
+        };
+        let mut unwanted = Vec::new();
+        let now = Instant::now();
+        for entry in entries {
+            let key = (h, queue.clone(), entry.id);
+            if self.flights.contains_key(&key) {
+                continue; // our own, re-claimed: already retrying
+            }
+            if !hook.wants(entry.kind) {
+                unwanted.push(entry.id);
+                continue;
+            }
+            let body = serde_json::to_vec(&Body {
+                queue: queue.as_str(),
+                idempotency_key: idempotency_key(queue, entry.id),
+                entry: &entry,
+            })
+            .unwrap_or_default();
+            self.flights.insert(
+                key,
+                InFlight {
+                    entry,
+                    body: Arc::new(body),
+                    attempts: 0,
+                    next_at: now,
+                    held_at: now,
+                    settled: false,
+                },
+            );
+        }
+        if let Err(e) = self
+            .store
+            .audit_ack(queue, &self.groups[h], &unwanted)
+            .await
+        {
+            // Taken again after the claim timeout, and skipped again.
+            store_error(hook, queue, "ack", &e);
+        }
+    }
+
+    /// 2. Keeps what is still being retried: re-claims it for this
+    ///    instance every [`Delivery::hold_every`].
+    async fn hold(&mut self, now: Instant) {
+        let mut to_hold: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
+        for ((h, q, id), f) in self.flights.iter() {
+            if !f.settled && now.duration_since(f.held_at) >= self.hold_every {
+                to_hold.entry((*h, q.clone())).or_default().push(*id);
+            }
+        }
+        for ((h, queue), ids) in to_hold {
+            match self
+                .store
+                .audit_hold(&queue, &self.groups[h], &self.options.consumer, &ids)
+                .await
+            {
+                Ok(()) => {
+                    for id in ids {
+                        if let Some(f) = self.flights.get_mut(&(h, queue.clone(), id)) {
+                            f.held_at = now;
+                        }
+                    }
+                }
+                Err(e) => store_error(&self.hooks[h], &queue, "hold", &e),
+            }
+        }
+    }
+
+    /// 3. Attempts what is due at `now`, [`CONCURRENCY`] at a time.
+    fn attempt(&self, now: Instant) -> impl Future<Output = Vec<(Key, Result<(), String>)>> + '_ {
+        let due: Vec<(Key, Arc<Vec<u8>>, u32)> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| !f.settled && f.next_at <= now)
+            .map(|(k, f)| (k.clone(), f.body.clone(), f.attempts + 1))
+            .collect();
+        futures::stream::iter(due)
+            .map(|(key, body, attempt)| {
+                let hook = &self.hooks[key.0];
+                let client = &self.clients[key.0];
+                async move {
+                    let result = attempt_once(client, hook, &key.1, key.2, body, attempt).await;
+                    (key, result)
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+    }
+
+    /// Counts the attempts' `results`: a delivered entry is settled, a
+    /// failed one retried after a backoff or, out of attempts or too old,
+    /// given up (a dead letter, settled too).
+    fn settle(&mut self, results: Vec<(Key, Result<(), String>)>) {
         for (key, result) in results {
-            let hook = &hooks[key.0];
-            let Some(f) = flights.get_mut(&key) else {
+            let hook = &self.hooks[key.0];
+            let Some(f) = self.flights.get_mut(&key) else {
                 continue;
             };
             f.attempts += 1;
@@ -258,22 +320,25 @@ pub async fn run(
                 }
             }
         }
-        // 4. Acknowledge what is settled; keep what could not be (its
-        // acknowledgement is retried, never its delivery).
+    }
+
+    /// 4. Acknowledges what is settled; keeps what could not be (its
+    ///    acknowledgement is retried, never its delivery).
+    async fn acknowledge(&mut self) {
         let mut to_ack: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
-        for ((h, q, id), f) in flights.iter() {
+        for ((h, q, id), f) in self.flights.iter() {
             if f.settled {
                 to_ack.entry((*h, q.clone())).or_default().push(*id);
             }
         }
         for ((h, queue), ids) in to_ack {
-            match store.audit_ack(&queue, &groups[h], &ids).await {
+            match self.store.audit_ack(&queue, &self.groups[h], &ids).await {
                 Ok(()) => {
                     for id in ids {
-                        flights.remove(&(h, queue.clone(), id));
+                        self.flights.remove(&(h, queue.clone(), id));
                     }
                 }
-                Err(e) => store_error(&hooks[h], &queue, "ack", &e),
+                Err(e) => store_error(&self.hooks[h], &queue, "ack", &e),
             }
         }
     }

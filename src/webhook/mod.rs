@@ -275,26 +275,7 @@ impl WebhookTable {
         let backoff_ms =
             number("backoff_ms", self.backoff_ms, 500, 1, MAX_BACKOFF_MS).map_err(&bad)?;
         let timeout_ms = number("timeout_ms", self.timeout_ms, 5_000, 100, 60_000).map_err(&bad)?;
-        let url = url::Url::parse(&self.url).map_err(|e| bad(format!("url: {e}")))?;
-        let Some(host) = url.host_str() else {
-            return Err(bad("url has no host".into()));
-        };
-        match url.scheme() {
-            "https" if self.insecure_http => {
-                return Err(bad("insecure_http = true is for http:// urls".into()));
-            }
-            "https" if !tls::HTTPS => return Err(bad(tls::NO_HTTPS.into())),
-            "https" => {}
-            "http" if self.ca.is_some() => return Err(bad("ca needs an https:// url".into())),
-            "http" if self.insecure_http || is_loopback(host) => {}
-            "http" => {
-                return Err(bad(format!(
-                    "url is http:// to `{host}`: entries (buyers' ids) would cross the network \
-                     in clear; use https://, or add insecure_http = true"
-                )));
-            }
-            other => return Err(bad(format!("url must be https:// (not {other}://)"))),
-        }
+        self.check_url().map_err(&bad)?;
         if self.secret.len() < 16 {
             return Err(bad("secret must be at least 16 bytes".into()));
         }
@@ -322,6 +303,27 @@ impl WebhookTable {
             ca,
             insecure_http: self.insecure_http,
         })
+    }
+
+    /// The url: https (in a build with TLS), or http to this machine or
+    /// with `insecure_http`; `ca` only with https.
+    fn check_url(&self) -> Result<(), String> {
+        let url = url::Url::parse(&self.url).map_err(|e| format!("url: {e}"))?;
+        let Some(host) = url.host_str() else {
+            return Err("url has no host".into());
+        };
+        match url.scheme() {
+            "https" if self.insecure_http => Err("insecure_http = true is for http:// urls".into()),
+            "https" if !tls::HTTPS => Err(tls::NO_HTTPS.into()),
+            "https" => Ok(()),
+            "http" if self.ca.is_some() => Err("ca needs an https:// url".into()),
+            "http" if self.insecure_http || is_loopback(host) => Ok(()),
+            "http" => Err(format!(
+                "url is http:// to `{host}`: entries (buyers' ids) would cross the network \
+                 in clear; use https://, or add insecure_http = true"
+            )),
+            other => Err(format!("url must be https:// (not {other}://)")),
+        }
     }
 }
 

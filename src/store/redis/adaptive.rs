@@ -8,10 +8,11 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{FromRedisValue, ParsingError, Script, Value};
 
 use async_trait::async_trait;
 
+use super::decode::Reply;
 use super::{RedisStore, bounded};
 use crate::queue::QueueName;
 use crate::queue::adaptive::{BUCKETS_MS, MAX_EVIDENCE_WINDOWS, WindowSamples};
@@ -33,8 +34,33 @@ pub(crate) fn keep_ms(window_ms: u64) -> u64 {
     (window_ms * 20).max(60_000)
 }
 
-/// The raw reply of `adaptive_read.lua`.
-type ReadReply = (u64, u64, u64, Vec<u64>, u64, Vec<Option<String>>);
+/// `adaptive_read.lua`'s reply, `{now, window, from, {buckets…},
+/// failures, {state fields…}}`, read by name (see `decode.rs`); the state's
+/// fields are checked by [`decode_state`].
+impl FromRedisValue for AdaptiveRead {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let mut r = Reply::of("adaptive_read.lua", value)?;
+        let now_ms = r.count("now")?;
+        let window = r.count("window")?;
+        let evidence_from = r.count("evidence_from")?;
+        let buckets = r.field("buckets")?;
+        let failures = r.count("failures")?;
+        let state: Vec<Option<String>> = r.field("state")?;
+        r.end()?;
+        Ok(Self {
+            now_ms,
+            window,
+            evidence_from,
+            samples: WindowSamples { buckets, failures },
+            state: decode_state(&state).map_err(|e| state_error(&e))?,
+        })
+    }
+}
+
+/// A bad state field, as the decoder's error.
+fn state_error(e: &StoreError) -> ParsingError {
+    format!("adaptive_read.lua: {e}").into()
+}
 
 impl RedisStore {
     pub(super) fn adaptive_key(&self, queue: &QueueName) -> String {
@@ -99,15 +125,7 @@ impl AdaptiveStore for RedisStore {
             .arg(window_ms.max(1))
             .arg(BUCKETS_MS.len() + 1)
             .arg(MAX_EVIDENCE_WINDOWS);
-        let (now_ms, window, evidence_from, buckets, failures, state): ReadReply =
-            bounded(invocation.invoke_async(&mut conn)).await?;
-        Ok(AdaptiveRead {
-            now_ms,
-            window,
-            evidence_from,
-            samples: WindowSamples { buckets, failures },
-            state: decode_state(&state)?,
-        })
+        bounded(invocation.invoke_async(&mut conn)).await
     }
 
     async fn adaptive_apply(
@@ -136,5 +154,59 @@ impl AdaptiveStore for RedisStore {
             .arg(d.evidence_from);
         let stored: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
         Ok(stored == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode::tests::{decode, reply};
+    use super::*;
+
+    fn read_reply(head: &[&str], buckets: &[&str], tail: &str, state: &[&str]) -> Value {
+        let Value::Array(mut fields) = reply(head) else {
+            unreachable!()
+        };
+        fields.push(reply(buckets));
+        fields.extend(match reply(&[tail]) {
+            Value::Array(v) => v,
+            _ => unreachable!(),
+        });
+        fields.push(reply(state));
+        Value::Array(fields)
+    }
+
+    #[test]
+    fn a_read_decodes_by_name() {
+        let read: AdaptiveRead =
+            decode(read_reply(&["5000", "4", "3"], &["1", "2"], "1", &[])).unwrap();
+        assert_eq!((read.now_ms, read.window, read.evidence_from), (5000, 4, 3));
+        assert_eq!(read.samples.buckets, vec![1, 2]);
+        assert_eq!(read.samples.failures, 1);
+        assert_eq!(read.state, None);
+        let state = ["3", "12.5", "0", "hold", "", "7", "0", "4900", "1000", "3"];
+        let read: AdaptiveRead =
+            decode(read_reply(&["5000", "4", "3"], &["1"], "0", &state)).unwrap();
+        let state = read.state.expect("a decision");
+        assert_eq!(
+            (state.window, state.commits, state.evidence_from),
+            (3, 7, 3)
+        );
+        // Short: no state; wrong: a text for the window; a bad state field.
+        let Value::Array(mut short) = read_reply(&["5000", "4", "3"], &[], "0", &[]) else {
+            unreachable!()
+        };
+        short.pop();
+        let short = decode::<AdaptiveRead>(Value::Array(short)).unwrap_err();
+        assert!(
+            short.contains("adaptive_read.lua") && short.contains("no state"),
+            "{short}"
+        );
+        let wrong =
+            decode::<AdaptiveRead>(read_reply(&["5000", "four", "3"], &[], "0", &[])).unwrap_err();
+        assert!(wrong.contains("window"), "{wrong}");
+        let bad_state = ["x", "12.5", "0", "hold", "", "7", "0", "4900", "1000"];
+        let bad = decode::<AdaptiveRead>(read_reply(&["5000", "4", "3"], &[], "0", &bad_state))
+            .unwrap_err();
+        assert!(bad.contains("window is bad"), "{bad}");
     }
 }

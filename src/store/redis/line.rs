@@ -217,14 +217,7 @@ impl LineStore for RedisStore {
     }
 
     async fn stats(&self, queue: &QueueName) -> StoreResult<QueueStats> {
-        let (waiting, active, pass, paused): (u64, u64, u64, u8) =
-            self.run(&self.scripts.stats, queue, |_| {}).await?;
-        Ok(QueueStats {
-            waiting,
-            active,
-            pass,
-            paused: paused == 1,
-        })
+        self.run(&self.scripts.stats, queue, |_| {}).await
     }
 
     async fn take_pass_turn(&self, queue: &QueueName, hold_ms: u64) -> StoreResult<bool> {
@@ -244,5 +237,56 @@ impl LineStore for RedisStore {
             })
             .await?;
         Ok(changed == 1)
+    }
+}
+
+/// `stats.lua`'s reply, `{waiting, active, pass, paused (1/0)}`, read by
+/// name (see `decode.rs`).
+impl redis::FromRedisValue for QueueStats {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        let mut r = super::decode::Reply::of("stats.lua", value)?;
+        let stats = Self {
+            waiting: r.count("waiting")?,
+            active: r.count("active")?,
+            pass: r.count("pass")?,
+            paused: r.flag("paused")?,
+        };
+        r.end()?;
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode::tests::{decode, reply};
+    use super::*;
+
+    #[test]
+    fn stats_decode_by_name() {
+        let stats: QueueStats = decode(reply(&["7", "2", "41", "1"])).unwrap();
+        assert_eq!(
+            stats,
+            QueueStats {
+                waiting: 7,
+                active: 2,
+                pass: 41,
+                paused: true
+            }
+        );
+        let short = decode::<QueueStats>(reply(&["7", "2", "41"])).unwrap_err();
+        assert!(
+            short.contains("stats.lua") && short.contains("no paused"),
+            "{short}"
+        );
+        let long = decode::<QueueStats>(reply(&["7", "2", "41", "0", "9"])).unwrap_err();
+        assert!(long.contains("unexpected"), "{long}");
+        let wrong = decode::<QueueStats>(reply(&["7", "many", "41", "0"])).unwrap_err();
+        assert!(wrong.contains("active"), "{wrong}");
+        let flag = decode::<QueueStats>(reply(&["7", "2", "41", "2"])).unwrap_err();
+        assert!(flag.contains("paused"), "{flag}");
+        assert!(
+            decode::<QueueStats>(redis::Value::Int(7)).is_err(),
+            "not an array"
+        );
     }
 }

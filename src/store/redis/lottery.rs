@@ -11,7 +11,9 @@
 //! holds Redis for long however large the pre-queue.
 
 use async_trait::async_trait;
+use redis::{FromRedisValue, ParsingError, Value};
 
+use super::decode::Reply;
 use super::limits::rate_args;
 use super::reply::pre_join_reply;
 use super::{RedisStore, bounded};
@@ -26,29 +28,126 @@ use crate::store::{
 /// Entries asked for per `HSCAN` page of the pre-queue.
 const SCAN_PAGE: usize = 5_000;
 
-/// A draw step's reply.
-fn step(script: &str, reply: &[String]) -> StoreResult<DrawStep> {
-    let count = |n: &str| n.parse().map_err(|_| protocol(script, &reply));
-    Ok(
-        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["ok"] => DrawStep::Staged { staged: 0 },
-            ["staged", n] => DrawStep::Staged { staged: count(n)? },
-            ["drawn", n] => DrawStep::Drawn { placed: count(n)? },
-            ["already"] => DrawStep::AlreadyDrawn,
-            ["stale"] => DrawStep::Stale,
-            ["busy"] => DrawStep::Busy,
-            ["lost"] => DrawStep::Lost,
-            _ => return Err(protocol(script, &reply)),
-        },
-    )
+/// `opensAt, seed, commitment, state, version, entries` as the lottery
+/// scripts answer them; `lottery_read.lua` adds the idle time of a staged
+/// draw (`idle`), `lottery_schedule.lua` does not.
+fn lottery_state(r: &mut Reply, idle: bool) -> Result<LotteryState, ParsingError> {
+    let opens_at = r.count("opens_at")?;
+    let seed = r.field("seed")?;
+    let commitment = r.field("commitment")?;
+    let state: String = r.field("state")?;
+    let version = r.count("version")?;
+    let entries = r.count("entries")?;
+    let staging_idle_ms = if idle {
+        let ms: i64 = r.field("staging_idle_ms")?;
+        // A stage moved on "in the future" (clock stepped back) is still
+        // moving on.
+        (ms >= 0 || state == "drawing").then_some(ms.max(0) as u64)
+    } else {
+        None
+    };
+    Ok(LotteryState {
+        opens_at,
+        seed,
+        commitment,
+        drawn: state == "drawn",
+        version,
+        entries,
+        staging_idle_ms,
+    })
 }
 
-fn protocol(what: &str, reply: &impl std::fmt::Debug) -> StoreError {
-    StoreError::Protocol(format!("{what} returned {reply:?}"))
+/// `lottery_read.lua`: `{}` without a lottery; else its state followed,
+/// when the pre-queue was asked for, by `user, record` pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LotteryRead(pub Option<(LotteryState, Vec<(UserId, PreEntry)>)>);
+
+impl FromRedisValue for LotteryRead {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let mut r = Reply::of("lottery_read.lua", value)?;
+        if r.is_done() {
+            return Ok(Self(None));
+        }
+        let state = lottery_state(&mut r, true)?;
+        let mut pre_queue = Vec::new();
+        while !r.is_done() {
+            let user: String = r.field("user")?;
+            let Ok(record) = r.field::<String>("record") else {
+                return Err(r.refuse(&format!("no record for {user}")));
+            };
+            // A record under a name that is not a user id cannot be one of
+            // ours: skipped rather than failing the whole draw.
+            if let (Ok(user), Some(record)) = (UserId::parse(&user), pre_entry(&record)) {
+                pre_queue.push((user, record));
+            }
+        }
+        Ok(Self(Some((state, pre_queue))))
+    }
+}
+
+/// `lottery_schedule.lua`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ScheduleReply {
+    /// `{'ok', state…}`: scheduled or moved; the lottery as it now is.
+    Scheduled(LotteryState),
+    /// `{'cleared', 0|1}`: a clear; true if a lottery was there.
+    Cleared(bool),
+    /// `{'drawn'}`: drawn or being drawn, nothing changed.
+    Drawn,
+    /// `{'not_empty'}`: a clear refused, the pre-queue holds entries.
+    NotEmpty,
+}
+
+impl FromRedisValue for ScheduleReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let mut r = Reply::of("lottery_schedule.lua", value)?;
+        let kind: String = r.field("kind")?;
+        let reply = match kind.as_str() {
+            "ok" => Self::Scheduled(lottery_state(&mut r, false)?),
+            "cleared" => Self::Cleared(r.flag("cleared")?),
+            "drawn" => Self::Drawn,
+            "not_empty" => Self::NotEmpty,
+            other => return Err(r.refuse(&format!("unknown reply {other}"))),
+        };
+        r.end()?;
+        Ok(reply)
+    }
+}
+
+/// A draw step's answer (`lottery_begin.lua`, `lottery_stage.lua`,
+/// `lottery_commit.lua`): its kind, and a count after `staged` and `drawn`.
+impl FromRedisValue for DrawStep {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let mut r = Reply::of("lottery draw step", value)?;
+        let kind: String = r.field("kind")?;
+        let step = match kind.as_str() {
+            // Begun: the stage is this draw's, nothing in it yet.
+            "ok" => Self::Staged { staged: 0 },
+            "staged" => Self::Staged {
+                staged: r.count("staged")?,
+            },
+            "drawn" => Self::Drawn {
+                placed: r.count("placed")?,
+            },
+            "already" => Self::AlreadyDrawn,
+            "stale" => Self::Stale,
+            "busy" => Self::Busy,
+            "lost" => Self::Lost,
+            other => return Err(r.refuse(&format!("unknown step {other}"))),
+        };
+        r.end()?;
+        Ok(step)
+    }
+}
+
+/// A reply `script` may give but not to this call (a clear's answer to a
+/// schedule): the scripts and this adapter disagree.
+fn unexpected(script: &str, reply: ScheduleReply) -> StoreError {
+    StoreError::Protocol(format!("{script} answered {reply:?} out of turn"))
 }
 
 /// Parses a pre-queue record, `preEntry:nonce[:entry]`.
-fn record(raw: &str) -> Option<PreEntry> {
+fn pre_entry(raw: &str) -> Option<PreEntry> {
     let mut parts = raw.split(':');
     let pre_entry = parts.next()?.parse().ok()?;
     let nonce = parts.next()?.to_string();
@@ -63,34 +162,13 @@ fn record(raw: &str) -> Option<PreEntry> {
     })
 }
 
-/// `opensAt, seed, commitment, state, version, entries` as the scripts
-/// answer them, and `lottery_read.lua`'s idle time of a staged draw after.
-fn state(f: &[String]) -> Option<LotteryState> {
-    Some(LotteryState {
-        opens_at: f.first()?.parse().ok()?,
-        seed: f.get(1)?.clone(),
-        commitment: f.get(2)?.clone(),
-        drawn: f.get(3)? == "drawn",
-        version: f.get(4)?.parse().ok()?,
-        entries: f.get(5)?.parse().ok()?,
-        staging_idle_ms: f
-            .get(6)
-            .and_then(|ms| ms.parse::<i64>().ok())
-            .and_then(|ms| {
-                // A stage moved on "in the future" (clock stepped back) is
-                // still moving on.
-                (ms >= 0 || f.get(3)? == "drawing").then_some(ms.max(0) as u64)
-            }),
-    })
-}
-
 impl RedisStore {
-    pub(super) async fn lottery_schedule(
+    async fn lottery_schedule(
         &self,
         queue: &QueueName,
         opens_at: Option<u64>,
         seed: &str,
-    ) -> StoreResult<Vec<String>> {
+    ) -> StoreResult<ScheduleReply> {
         let keys = self.keys(queue);
         let [lot, pre, _] = keys.lottery();
         let committed = parse_seed(seed).map(|s| commitment(&s)).unwrap_or_default();
@@ -105,7 +183,7 @@ impl RedisStore {
     }
 
     /// The lottery, and with `entries` the pre-queue read with it.
-    pub(super) async fn lottery_read(
+    async fn lottery_read(
         &self,
         queue: &QueueName,
         entries: bool,
@@ -114,23 +192,8 @@ impl RedisStore {
         let mut inv = self.scripts.lottery_read.prepare_invoke();
         inv.key(lot).key(pre).arg(if entries { "1" } else { "0" });
         let mut conn = self.conn.clone();
-        let reply: Vec<String> = bounded(inv.invoke_async(&mut conn)).await?;
-        if reply.is_empty() {
-            return Ok(None);
-        }
-        let lottery = state(&reply).ok_or_else(|| protocol("lottery_read.lua", &reply))?;
-        let mut list = Vec::new();
-        for pair in reply[7..].chunks(2) {
-            let [user, rec] = pair else {
-                return Err(protocol("lottery_read.lua", &pair));
-            };
-            // A record under a name that is not a user id cannot be one of
-            // ours: skipped rather than failing the whole draw.
-            if let (Ok(user), Some(rec)) = (UserId::parse(user), record(rec)) {
-                list.push((user, rec));
-            }
-        }
-        Ok(Some((lottery, list)))
+        let LotteryRead(read) = bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(read)
     }
 }
 
@@ -142,23 +205,19 @@ impl LotteryStore for RedisStore {
         opens_at: u64,
         seed: &str,
     ) -> StoreResult<Result<LotteryState, LotteryRefusal>> {
-        let reply = self.lottery_schedule(queue, Some(opens_at), seed).await?;
-        match reply.first().map(String::as_str) {
-            Some("drawn") => Ok(Err(LotteryRefusal::Drawn)),
-            Some("ok") => state(&reply[1..])
-                .map(Ok)
-                .ok_or_else(|| protocol("lottery_schedule.lua", &reply)),
-            _ => Err(protocol("lottery_schedule.lua", &reply)),
+        match self.lottery_schedule(queue, Some(opens_at), seed).await? {
+            ScheduleReply::Scheduled(state) => Ok(Ok(state)),
+            ScheduleReply::Drawn => Ok(Err(LotteryRefusal::Drawn)),
+            other => Err(unexpected("lottery_schedule.lua", other)),
         }
     }
 
     async fn clear_lottery(&self, queue: &QueueName) -> StoreResult<Result<bool, LotteryRefusal>> {
-        let reply = self.lottery_schedule(queue, None, "").await?;
-        match reply.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["drawn"] => Ok(Err(LotteryRefusal::Drawn)),
-            ["not_empty"] => Ok(Err(LotteryRefusal::NotEmpty)),
-            ["cleared", n] => Ok(Ok(n == "1")),
-            _ => Err(protocol("lottery_schedule.lua", &reply)),
+        match self.lottery_schedule(queue, None, "").await? {
+            ScheduleReply::Cleared(cleared) => Ok(Ok(cleared)),
+            ScheduleReply::Drawn => Ok(Err(LotteryRefusal::Drawn)),
+            ScheduleReply::NotEmpty => Ok(Err(LotteryRefusal::NotEmpty)),
+            other => Err(unexpected("lottery_schedule.lua", other)),
         }
     }
 
@@ -212,7 +271,7 @@ impl LotteryStore for RedisStore {
                 .query_async(&mut conn),
         )
         .await?;
-        Ok(raw.as_deref().and_then(record))
+        Ok(raw.as_deref().and_then(pre_entry))
     }
 
     async fn pre_leave(
@@ -259,7 +318,7 @@ impl LotteryStore for RedisStore {
             .await?;
             for pair in page.chunks(2) {
                 if let [user, rec] = pair
-                    && let (Ok(user), Some(rec)) = (UserId::parse(user), record(rec))
+                    && let (Ok(user), Some(rec)) = (UserId::parse(user), pre_entry(rec))
                 {
                     found.insert(user, rec);
                 }
@@ -282,17 +341,15 @@ impl LotteryStore for RedisStore {
         abandon_ms: u64,
     ) -> StoreResult<DrawStep> {
         let keys = self.keys(queue).lottery_draw();
-        let reply: Vec<String> = self
-            .run_for(&self.scripts.lottery_begin, queue, &[], keys, |inv| {
-                inv.arg(draw)
-                    .arg(version)
-                    .arg(entries)
-                    .arg(crate::store::first_entry_id())
-                    .arg(abandon_ms)
-                    .arg(list);
-            })
-            .await?;
-        step("lottery_begin.lua", &reply)
+        self.run_for(&self.scripts.lottery_begin, queue, &[], keys, |inv| {
+            inv.arg(draw)
+                .arg(version)
+                .arg(entries)
+                .arg(crate::store::first_entry_id())
+                .arg(abandon_ms)
+                .arg(list);
+        })
+        .await
     }
 
     async fn draw_stage(
@@ -303,25 +360,21 @@ impl LotteryStore for RedisStore {
         users: &[UserId],
     ) -> StoreResult<DrawStep> {
         let keys = self.keys(queue).lottery_draw();
-        let reply: Vec<String> = self
-            .run_for(&self.scripts.lottery_stage, queue, &[], keys, |inv| {
-                inv.arg(draw).arg(offset);
-                for user in users {
-                    inv.arg(user.as_str());
-                }
-            })
-            .await?;
-        step("lottery_stage.lua", &reply)
+        self.run_for(&self.scripts.lottery_stage, queue, &[], keys, |inv| {
+            inv.arg(draw).arg(offset);
+            for user in users {
+                inv.arg(user.as_str());
+            }
+        })
+        .await
     }
 
     async fn draw_commit(&self, queue: &QueueName, draw: &str) -> StoreResult<DrawStep> {
         let keys = self.keys(queue).lottery_draw();
-        let reply: Vec<String> = self
-            .run_for(&self.scripts.lottery_commit, queue, &[], keys, |inv| {
-                inv.arg(draw);
-            })
-            .await?;
-        step("lottery_commit.lua", &reply)
+        self.run_for(&self.scripts.lottery_commit, queue, &[], keys, |inv| {
+            inv.arg(draw);
+        })
+        .await
     }
 
     async fn lottery_list(&self, queue: &QueueName) -> StoreResult<Option<String>> {
@@ -333,15 +386,124 @@ impl LotteryStore for RedisStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::decode::tests::{decode, reply, texts};
     use super::*;
+
+    const STATE: [&str; 6] = ["1000", "5eed", "c0mm", "scheduled", "3", "2"];
+
+    #[test]
+    fn lottery_reads_decode_by_name() {
+        assert_eq!(
+            decode::<LotteryRead>(texts(&[])).unwrap(),
+            LotteryRead(None)
+        );
+        let mut fields = STATE.to_vec();
+        fields.extend(["-1", "alice", "1:ab", "not a user!", "2:cd", "bob", "x"]);
+        let LotteryRead(Some((state, pre_queue))) = decode(texts(&fields)).unwrap() else {
+            panic!("a lottery");
+        };
+        assert_eq!(
+            state,
+            LotteryState {
+                opens_at: 1000,
+                seed: "5eed".into(),
+                commitment: "c0mm".into(),
+                drawn: false,
+                version: 3,
+                entries: 2,
+                staging_idle_ms: None,
+            }
+        );
+        // Only the record that is a user's and reads as one is kept.
+        assert_eq!(pre_queue.len(), 1);
+        assert_eq!(pre_queue[0].0.as_str(), "alice");
+        assert_eq!(pre_queue[0].1.nonce, "ab");
+        // A staged draw reports how long it has been idle, even "in the
+        // future" (a clock stepped back).
+        let mut drawing = STATE.to_vec();
+        drawing[3] = "drawing";
+        drawing.push("-5");
+        let LotteryRead(Some((state, _))) = decode(texts(&drawing)).unwrap() else {
+            panic!("a lottery");
+        };
+        assert_eq!(state.staging_idle_ms, Some(0));
+        let short = decode::<LotteryRead>(texts(&STATE)).unwrap_err();
+        assert!(
+            short.contains("lottery_read.lua") && short.contains("staging_idle_ms"),
+            "{short}"
+        );
+        let mut odd = STATE.to_vec();
+        odd.extend(["-1", "alice"]);
+        let odd = decode::<LotteryRead>(texts(&odd)).unwrap_err();
+        assert!(odd.contains("no record for alice"), "{odd}");
+        let mut wrong = STATE.to_vec();
+        wrong[4] = "three";
+        wrong.push("-1");
+        let wrong = decode::<LotteryRead>(texts(&wrong)).unwrap_err();
+        assert!(wrong.contains("version"), "{wrong}");
+    }
+
+    #[test]
+    fn schedule_replies_decode_by_kind() {
+        let mut ok = vec!["ok"];
+        ok.extend(STATE);
+        let ScheduleReply::Scheduled(state) = decode(reply(&ok)).unwrap() else {
+            panic!("scheduled");
+        };
+        assert_eq!((state.opens_at, state.entries), (1000, 2));
+        assert_eq!(state.staging_idle_ms, None);
+        assert_eq!(
+            decode::<ScheduleReply>(reply(&["cleared", "1"])).unwrap(),
+            ScheduleReply::Cleared(true)
+        );
+        assert_eq!(
+            decode::<ScheduleReply>(reply(&["drawn"])).unwrap(),
+            ScheduleReply::Drawn
+        );
+        assert_eq!(
+            decode::<ScheduleReply>(reply(&["not_empty"])).unwrap(),
+            ScheduleReply::NotEmpty
+        );
+        let short = decode::<ScheduleReply>(reply(&["ok", "1000", "5eed"])).unwrap_err();
+        assert!(
+            short.contains("lottery_schedule.lua") && short.contains("no commitment"),
+            "{short}"
+        );
+        let wrong = decode::<ScheduleReply>(reply(&["cleared", "yes"])).unwrap_err();
+        assert!(wrong.contains("cleared"), "{wrong}");
+        assert!(decode::<ScheduleReply>(reply(&["later"])).is_err());
+        assert!(decode::<ScheduleReply>(reply(&["drawn", "1"])).is_err());
+    }
+
+    #[test]
+    fn draw_steps_decode_by_kind() {
+        for (fields, step) in [
+            (&["ok"][..], DrawStep::Staged { staged: 0 }),
+            (&["staged", "1000"], DrawStep::Staged { staged: 1000 }),
+            (&["drawn", "7"], DrawStep::Drawn { placed: 7 }),
+            (&["already"], DrawStep::AlreadyDrawn),
+            (&["stale"], DrawStep::Stale),
+            (&["busy"], DrawStep::Busy),
+            (&["lost"], DrawStep::Lost),
+        ] {
+            assert_eq!(decode::<DrawStep>(texts(fields)).unwrap(), step);
+        }
+        let short = decode::<DrawStep>(texts(&["staged"])).unwrap_err();
+        assert!(short.contains("no staged"), "{short}");
+        let wrong = decode::<DrawStep>(texts(&["drawn", "seven"])).unwrap_err();
+        assert!(wrong.contains("placed"), "{wrong}");
+        assert!(decode::<DrawStep>(texts(&["ok", "1"])).is_err());
+        assert!(decode::<DrawStep>(texts(&["unknown"])).is_err());
+        assert!(decode::<DrawStep>(Value::Int(1)).is_err());
+    }
 
     #[test]
     fn records_parse_before_and_after_the_draw() {
-        let before = record("17:abcd").unwrap();
+        let before = pre_entry("17:abcd").unwrap();
         assert_eq!((before.pre_entry, before.entry), (17, None));
         assert_eq!(before.nonce, "abcd");
-        assert_eq!(record("17:abcd:99").unwrap().entry, Some(99));
-        assert!(record("x:abcd").is_none());
-        assert!(record("17").is_none());
+        assert_eq!(pre_entry("17:abcd:99").unwrap().entry, Some(99));
+        assert!(pre_entry("x:abcd").is_none());
+        assert!(pre_entry("17").is_none());
     }
 }

@@ -24,6 +24,7 @@
 // Redis or a cluster), the scripts, the key names, and reply decoding.
 mod batch;
 mod conn;
+mod decode;
 mod keys;
 mod reply;
 mod scripts;
