@@ -62,9 +62,12 @@ def settings_for(kind, seed, args):
     }
 
 
-def replay_command(kind, seed, seconds, plant=None):
+def replay_command(kind, seed, seconds, args):
     cmd = f"python3 tests/faults/campaign.py --kind {kind} --seed {seed} --seconds {int(seconds)}"
-    return cmd + (f" --plant {plant}" if plant else "")
+    for flag in ("plant", "faults", "wait_replicas", "buyers"):
+        if getattr(args, flag, None) is not None:
+            cmd += f" --{flag.replace('_', '-')} {getattr(args, flag)}"
+    return cmd
 
 
 def run_one(kind, seed, seconds, binary, out_dir, args, plant=None):
@@ -95,7 +98,7 @@ def run_one(kind, seed, seconds, binary, out_dir, args, plant=None):
         cluster = Cluster(topo, instances)
         h.record({"op": "meta", **s, "seconds": seconds, "binary": binary, "plant": plant,
                   "faketime": bool(faketime),
-                  "replay": replay_command(kind, seed, seconds, plant)})
+                  "replay": replay_command(kind, seed, seconds, args)})
         setup_s = time.monotonic() - started
         deadline = time.monotonic() + seconds
         buyers = args.buyers or (20 if kind == "memory" else 30)
@@ -103,13 +106,16 @@ def run_one(kind, seed, seconds, binary, out_dir, args, plant=None):
         storm = (4.0, 10.0) if seconds < 120 else (5.0, 25.0)
         n = Nemesis(cluster, h, seed, deadline, CONVERGENCE_BOUND_S, storm, faketime,
                     w.probe_streams)
+        if args.faults:
+            n.kinds = [k for k in args.faults.split(",") if k in n.kinds] or n.kinds
         w.start()
-        nt = threading.Thread(target=n.run, daemon=True)
-        nt.start()
+        # The nemesis runs on this thread, the one that started the
+        # processes: PR_SET_PDEATHSIG fires when the *thread* that forked a
+        # child ends, so a process restarted from a short-lived thread
+        # would die with it.
+        n.run()
         while time.monotonic() < deadline:
             time.sleep(0.5)
-        n.stop.set()
-        nt.join(60)
         w.join_stop(5)
         n.heal_and_probe()
         w.final_sweep()
@@ -143,7 +149,10 @@ def build_planted(plant, out_dir):
     subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", wt, "HEAD"], check=True,
                    stdout=subprocess.DEVNULL)
     subprocess.run(["git", "-C", wt, "apply", patch], check=True)
-    target = os.environ.get("FAULTS_PLANT_TARGET", os.path.join(out_dir, f"target-{plant}"))
+    # One target dir for every planted build (inside target/, ignored by
+    # git), seeded once from the warm debug build: only waitroom itself
+    # is compiled again.
+    target = os.environ.get("FAULTS_PLANT_TARGET", os.path.join(REPO, "target", "faults-plants"))
     warm = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
     if not os.path.exists(target) and os.path.isdir(os.path.join(warm, "debug")):
         os.makedirs(target)
@@ -170,6 +179,7 @@ def main():
     ap.add_argument("--buyers", type=int)
     ap.add_argument("--instances", type=int, default=3)
     ap.add_argument("--wait-replicas", type=int)
+    ap.add_argument("--faults", help="only these fault kinds (comma-separated)")
     ap.add_argument("--keep", action="store_true", help="keep the work dirs (logs)")
     ap.add_argument("--check", help="only check this history file")
     ap.add_argument("--json", help="write the results here")

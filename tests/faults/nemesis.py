@@ -11,14 +11,27 @@ import time
 from procs import Proc, redis_cmd
 
 PROCESS_FAULTS = ["inst_kill", "inst_pause"]
-REDIS_FAULTS = ["master_kill", "replica_kill", "redis_pause", "pubsub_kill",
+REDIS_FAULTS = ["master_kill", "master_kill_lagging", "replica_kill", "redis_pause", "pubsub_kill",
                 "proxy_latency", "proxy_loss", "proxy_partition", "clock_skew"]
 SENTINEL_FAULTS = ["sentinel_kill"]
 # Faults on Redis's own processes: one at a time (two replicas killed at
 # once with --redis-wait-replicas 1 is an outage by design, not a test).
-NODE_FAULTS = {"master_kill", "replica_kill", "redis_pause", "sentinel_kill"}
+NODE_FAULTS = {"master_kill", "master_kill_lagging", "replica_kill", "redis_pause", "sentinel_kill"}
 INSTANCE_PROCESS = {"inst_kill", "inst_pause"}
 INSTANCE_LINK = {"proxy_latency", "proxy_loss", "proxy_partition", "clock_skew"}
+
+
+def replicas_of(topo, master_port):
+    out = []
+    for n in topo.nodes:
+        if n.port == master_port or not n.alive() or n.stopped:
+            continue
+        try:
+            if f"master_port:{master_port}" in n.info("replication"):
+                out.append(n)
+        except Exception:
+            pass
+    return out
 
 
 class Nemesis:
@@ -90,7 +103,7 @@ class Nemesis:
         pmode = self.rng.choice(["blackhole", "reset"])
         skew = self.rng.choice([-1, 1]) * self.rng.randint(2, 30)
         pick = self.rng.random()
-        if kind in ("master_kill", "redis_pause"):
+        if kind in ("master_kill", "master_kill_lagging", "redis_pause"):
             port = topo.master_port()
             if port is None:
                 return
@@ -122,6 +135,25 @@ class Nemesis:
             node = topo.node(int(target.split(":")[1]))
             node.kill()
             undo = node.start
+        elif kind == "master_kill_lagging":
+            # The master dies with writes its replicas never got: they are
+            # frozen and their links cut first, for a lag of 0.3-1 s. What
+            # was acknowledged meanwhile survives only if WAIT held it back.
+            master = topo.node(int(target.split(":")[1]))
+            replicas = replicas_of(topo, master.port)
+            lag = 0.3 + pick * 0.7
+            for r in replicas:
+                r.stop()
+            try:
+                redis_cmd(master.port, "CLIENT", "KILL", "TYPE", "replica")
+            except Exception:
+                pass
+            time.sleep(lag)
+            master.kill()
+            for r in replicas:
+                r.cont()
+            params.update(lag_s=round(lag, 2), replicas=[r.port for r in replicas])
+            undo = master.start
         elif kind == "sentinel_kill":
             s = next(s for s in topo.sentinels if s.port == int(target.split(":")[1]))
             s.kill()

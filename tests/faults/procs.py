@@ -31,14 +31,15 @@ def _die_with_parent():
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def free_port():
-    """A free loopback port. Ephemeral ports are five digits, which the
-    proxies' port rewriting relies on (equal lengths keep RESP lengths)."""
+def free_port(highest=65535):
+    """A free loopback port of five digits, which the proxies' port
+    rewriting relies on (equal lengths keep RESP lengths intact). A Cluster
+    node's bus is its port + 10000, so nodes ask for one ≤ 55535."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if 10000 <= port <= 65535 and port != 6379:
+        if 10000 <= port <= highest and port != 6379:
             return port
 
 
@@ -245,7 +246,7 @@ class ClusterTopology:
                  "--cluster-require-full-coverage", "no"]
         self.nodes = []
         for _ in range(masters * (replicas + 1)):
-            port = free_port()
+            port = free_port(55535)
             self.nodes.append(RedisNode(workdir, port, extra + [
                 "--cluster-config-file", f"nodes-{port}.conf"]))
         for n in self.nodes:
@@ -359,8 +360,7 @@ class Instance(Proc):
         env = dict(os.environ, RUST_LOG=os.environ.get("FAULTS_RUST_LOG", "waitroom=warn"))
         if faketime:
             env.update(LD_PRELOAD=faketime, FAKETIME_TIMESTAMP_FILE=self.skew_file,
-                       FAKETIME_DONT_FAKE_MONOTONIC="1", FAKETIME_CACHE_DURATION="1",
-                       FAKETIME_NO_CACHE="0")
+                       FAKETIME_DONT_FAKE_MONOTONIC="1", FAKETIME_CACHE_DURATION="1")
         super().__init__(f"instance-{idx}", argv,
                          os.path.join(workdir, f"instance-{idx}.log"), env)
 

@@ -163,8 +163,9 @@ class Workload:
         self.stop.set()
         for s in list(self.streams.values()):
             s.close()
+        end = time.monotonic() + timeout
         for th in self.threads:
-            th.join(timeout=max(0.1, timeout))
+            th.join(timeout=max(0.1, end - time.monotonic()))
 
     def probe_streams(self, heal_t):
         """After a heal: the store's state of every buyer whose stream is
