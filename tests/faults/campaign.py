@@ -52,7 +52,7 @@ class Cluster:
 def settings_for(kind, seed, args):
     return {
         "kind": kind, "seed": seed, "prefix": f"faults{seed}",
-        "interval_ms": 300, "batch": 2, "token_ttl": 4, "abandon_after": 12,
+        "interval_ms": 300, "batch": 2, "token_ttl": 4, "abandon_after": 12, "claim_lease_s": 5,
         "stock": 30, "ticket_secret": "faults-ticket-secret-0123456789",
         "service_token": "faults-service-token-0123456789",
         "admin_token": "faults-admin-token-0123456789ab",
@@ -187,7 +187,11 @@ def main():
 
     if args.check:
         result = checker.check(args.check)
+        result["history"] = args.check
         checker.print_result(result)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({result["kind"]: result}, f, indent=1, default=str)
         sys.exit(1 if result["violations"] else 0)
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)

@@ -41,6 +41,7 @@ class Place:
         self.events = []          # stream events (t, name, body)
         self.tokens = {}          # token -> first seen t
         self.expires_by = {}      # token -> latest time it can still be valid
+        self.expires_from = {}    # token -> earliest time it can have lapsed
         self.admitted_at = None   # store ms of the admitting pass (ready event)
         self.fast_track = False
         self.leave_sent = None
@@ -142,7 +143,10 @@ class Result:
                             "max": conv[-1] if conv else None,
                             "bound_s": self.meta.get("bound_s"),
                             "unmeasured": self.unconverged},
-            "first_violation_t": min((v["t"][1] or v["t"][0] or 0) for v in self.violations)
+            # Seconds from the workload's start (the meta line, written once
+            # every process was up) to the first violation's evidence.
+            "first_violation_t": round(min((v["t"][1] or v["t"][0] or 0) for v in self.violations)
+                                       - self.meta.get("t", 0), 1)
             if self.violations else None,
         }
 
@@ -224,11 +228,16 @@ def add_obs(p, r, source):
 
 
 def note_token(p, token, t, body):
+    """`tokenExpiresInSeconds` is whole seconds, rounded up: the token
+    lapses between t + ttl - 1 and t + ttl. `expires_by` (the latest it can
+    still be valid, + 1 s of flight) judges a late order; `expires_from`
+    (the earliest it can have lapsed) judges whether an end was a lapse."""
     p.tokens.setdefault(token, t)
     ttl = body.get("tokenExpiresInSeconds")
     if ttl is not None:
         by = t + ttl + 1.0
         p.expires_by[token] = max(p.expires_by.get(token, 0), by)
+        p.expires_from[token] = min(p.expires_from.get(token, float("inf")), t + ttl - 1.0)
 
 
 def ordered_before(a, b):
@@ -407,6 +416,11 @@ def check_exactly_once(places, recs, res):
             if exp is not None and r["t0"] > exp + SLACK_S:
                 res.violate("exactly-once", f"{op} with an expired token of {p.key} succeeded "
                             f"(sent {r['t0'] - exp:.1f} s after it lapsed)", [p.key], exp, r["t"])
+            if op == "claim" and p is not None:
+                # A claim's lease keeps the token alive at least until the
+                # lease ends (claim.lua); a release leaves it READY till then.
+                lease = (recs[0].get("claim_lease_s") or 5) if recs else 5
+                p.expires_by[tok] = max(p.expires_by.get(tok, 0), r["t"] + lease + 1.0)
             if tok in consumed_at:
                 res.violate("exactly-once", f"{op} succeeded with {p.key}'s token after it was "
                             f"consumed at {consumed_at[tok]:.3f}", [p.key], consumed_at[tok], r["t"])
@@ -479,8 +493,8 @@ def check_durability(places, meta, res):
         if p.leave_sent is not None and p.leave_sent <= t_end:
             continue
         if ready:
-            exp = max(p.expires_by.values(), default=ready[1] + meta.get("token_ttl", 0) + 1)
-            if t_end >= exp - SLACK_S or (p.spent_sent is not None and p.spent_sent <= t_end):
+            lapse = min(p.expires_from.values(), default=ready[1] + meta.get("token_ttl", 0) - 1)
+            if ended[0] >= lapse - 0.2 or (p.spent_sent is not None and p.spent_sent <= t_end):
                 continue
         gap = last_gap_before(p, t_end)
         if abandon and gap >= abandon - 3:

@@ -347,7 +347,7 @@ class Instance(Proc):
                 "--admission-batch", str(s["batch"]),
                 "--token-ttl-secs", str(s["token_ttl"]),
                 "--abandon-after-secs", str(s["abandon_after"]),
-                "--claim-lease-secs", "5",
+                "--claim-lease-secs", str(s["claim_lease_s"]),
                 "--ticket-secret", s["ticket_secret"], "--identity", "header",
                 "--service-token", s["service_token"], "--admin-token", s["admin_token"],
                 "--orders-db", s.get("orders_db") or os.path.join(workdir, f"orders-{idx}.db"),
