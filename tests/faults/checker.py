@@ -344,7 +344,7 @@ def check_rate(places, recs, meta, res, epochs):
     # Without WAIT a failover may lose the bucket's last writes: one batch
     # more per master fault is then what the design allows.
     failovers = [r["w"] for r in recs if r["op"] == "fault" and r.get("phase") == "start"
-                 and r["fault"] in ("master_kill", "redis_pause")]
+                 and r["fault"] in ("master_kill", "master_kill_lagging", "redis_pause")]
     wait = meta.get("wait_replicas", 0)
     by_queue = defaultdict(list)
     for p in places.values():
