@@ -106,6 +106,7 @@ def run_one(kind, seed, seconds, binary, out_dir, args, plant=None):
         storm = (4.0, 10.0) if seconds < 120 else (5.0, 25.0)
         n = Nemesis(cluster, h, seed, deadline, CONVERGENCE_BOUND_S, storm, faketime,
                     w.probe_streams)
+        n.restart_after_failover = args.smoke
         if args.faults:
             n.kinds = [k for k in args.faults.split(",") if k in n.kinds] or n.kinds
         w.start()
