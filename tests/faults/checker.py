@@ -82,7 +82,7 @@ def check(path):
     res = Result(meta, recs)
     places, epochs = build_places(recs, res)
     check_durability(places, meta, res)
-    check_fifo(places, res)
+    check_fifo(places, res, recs, meta.get("wait_replicas", 0))
     check_rate(places, recs, meta, res, epochs)
     check_exactly_once(places, recs, res)
     check_convergence(places, recs, meta, res)
@@ -250,7 +250,18 @@ def ordered_before(a, b):
     return a.key[2] < b.key[2]
 
 
-def check_fifo(places, res):
+MASTER_LOSS = ("master_kill", "master_kill_lagging", "redis_pause")
+
+
+def failovers(recs):
+    """(client t, wall ms) of every fault that can cost a master its last
+    writes: without WAIT, a failover may roll the queue's state back a few
+    writes, entry ids included (docs/faults.md)."""
+    return [(r["t"], r["w"]) for r in recs if r["op"] == "fault" and r.get("phase") == "start"
+            and r["fault"] in MASTER_LOSS]
+
+
+def check_fifo(places, res, recs=(), wait=1):
     """No buyer admitted while one ahead of it still waited. Two proofs,
     each a sweep in time order: (1) a place seen READY, then a store read
     sent later that says an earlier place is still WAITING; (2) the
@@ -267,10 +278,19 @@ def check_fifo(places, res):
             for t0, t1, src, st, _ in p.obs:
                 if src in STORE_READS and st[0] == "WAITING":
                     marks.append((t0, 1, p))
+        if wait == 0:
+            # Without WAIT a failover may lose the last writes and hand out
+            # entry ids again: "ahead" is only defined within one stretch.
+            marks += [(t, -1, None) for t, _ in failovers(recs)]
         marks.sort(key=lambda m: (m[0], m[1]))
         latest = None  # the non-lottery place with the highest entry seen READY so far
         any_ready = None
         for t, kind, p in marks:
+            if kind == -1:
+                if latest is not None:
+                    res.exceptions["reset by a failover without WAIT"] += 1
+                latest = any_ready = None
+                continue
             if kind == 0:
                 if p.lottery:
                     continue
@@ -293,8 +313,12 @@ def check_fifo(places, res):
         with_pass = sorted([p for p in ps if p.admitted_at and not p.lost_admission],
                            key=lambda p: p.admitted_at)
         best = None  # earlier pass, non-lottery, highest entry
+        losses_w = sorted(w for _, w in failovers(recs)) if wait == 0 else []
         i = 0
         while i < len(with_pass):
+            if best is not None and any(best.admitted_at <= w <= with_pass[i].admitted_at
+                                        for w in losses_w):
+                best = None  # a failover without WAIT between the two passes
             j = i
             while j < len(with_pass) and with_pass[j].admitted_at == with_pass[i].admitted_at:
                 j += 1
@@ -381,7 +405,12 @@ def check_exactly_once(places, recs, res):
                 res.violate("exactly-once", f"one token shown to two places {owner[tok].key} "
                             f"and {p.key}", [owner[tok].key, p.key], p.tokens[tok], None)
             owner[tok] = p
-        if len(p.tokens) > 1 and not p.lost_admission:
+        straddles = len(p.tokens) > 1 and meta_wait(recs) == 0 and any(
+            min(p.tokens.values()) - 1.0 <= t <= max(p.tokens.values())
+            for t, _ in failovers(recs))
+        if len(p.tokens) > 1 and straddles:
+            res.exceptions["re-admitted after a failover without WAIT"] += 1
+        elif len(p.tokens) > 1 and not p.lost_admission:
             res.violate("exactly-once", f"{p.key} was shown {len(p.tokens)} different tokens",
                         [p.key], min(p.tokens.values()), max(p.tokens.values()))
     bought = defaultdict(list)  # token -> [(t, how)]
@@ -449,6 +478,10 @@ def check_exactly_once(places, recs, res):
             p = owner.get(tok)
             res.violate("exactly-once", f"one token bought {len(buys)} times: {buys}",
                         [p.key] if p else [], buys[0][0], buys[1][0])
+
+
+def meta_wait(recs):
+    return recs[0].get("wait_replicas", 0) if recs else 0
 
 
 def meta_shared(recs):
