@@ -107,6 +107,7 @@ def run_one(kind, seed, seconds, binary, out_dir, args, plant=None):
         n = Nemesis(cluster, h, seed, deadline, CONVERGENCE_BOUND_S, storm, faketime,
                     w.probe_streams)
         n.restart_after_failover = args.smoke
+        n.heal_within = 20 if args.smoke else 90
         if args.faults:
             n.kinds = [k for k in args.faults.split(",") if k in n.kinds] or n.kinds
         w.start()
