@@ -242,10 +242,10 @@ async fn position(
             .await?
         {
             Some(PreTicket::Waiting(status)) => Ok(Json(*status)),
-            Some(PreTicket::Placed(entry)) if snapshot.entry == Some(entry) => {
-                Ok(Json(QueueStatus::new(&snapshot, state.forecast(queue))))
+            Some(PreTicket::Placed(placed)) => {
+                Ok(Json(QueueStatus::new(&placed, state.forecast(queue))))
             }
-            _ => Err(ticket_ended()),
+            None => Err(ticket_ended()),
         };
     }
     Ok(Json(QueueStatus::new(

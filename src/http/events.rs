@@ -85,7 +85,7 @@ pub async fn open_stream(
         .and_then(|raw| std::str::from_utf8(raw).ok())
         .and_then(EventId::parse);
     let before = state.hub().events_seen(&member.queue);
-    let snapshot = member.read_budgeted(state, client.key()).await?;
+    let mut snapshot = member.read_budgeted(state, client.key()).await?;
     let mut view = None;
     if member.check_entry(&snapshot).is_err() {
         // A ticket of a lottery's pre-queue: still there, or placed.
@@ -97,8 +97,8 @@ pub async fn open_stream(
                     status: super::lottery::pre_queue_data(&status),
                 });
             }
-            Some(PreTicket::Placed(entry)) if snapshot.entry == Some(entry) => {}
-            _ => return Err(super::extract::ticket_ended()),
+            Some(PreTicket::Placed(placed)) => snapshot = *placed,
+            None => return Err(super::extract::ticket_ended()),
         }
     }
     let Some(view) = view.or_else(|| view_of(&snapshot, state.forecast(&member.queue))) else {

@@ -1215,3 +1215,64 @@ async fn the_script_checks_the_seed_against_the_commitment_saved_before_the_draw
     let _ = std::fs::remove_dir_all(&dir);
     app.stop().await;
 }
+
+/// Polls that straddle the draw's commit never call a live ticket ended:
+/// a poll reads the line, then the ticket's lottery entry; a draw that
+/// commits in between finds the entry placed while the first read still
+/// showed the buyer out of line, which once answered `401 ticket_ended`
+/// to a buyer the draw had just placed (found by the fault campaign,
+/// docs/faults.md). 200 pre-queue buyers save their poll budget (a burst
+/// of 10) for the draw and spend it around `opensAt`, so some polls are
+/// always between their two reads when the draw commits: every answer is
+/// `PRE_QUEUE`, a place in line, or `429`.
+#[tokio::test]
+async fn polls_across_the_draw_never_end_a_placed_ticket() {
+    crate::needs_redis!();
+    let prefix = unique_prefix("lottery-race");
+    let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
+    let cfg = waitroom::config::Config {
+        key_prefix: prefix.clone(),
+        ..config(&args())
+    };
+    let app = TestApp::spawn_with(cfg, store).await;
+    let opens_at = now_ms() + 4_000;
+    let (code, body) = schedule(&app, json!({"opensAt": opens_at})).await;
+    assert_eq!(code, 200, "{body}");
+    let joined = join_many(&app, "racer", 200).await;
+    let tickets: Vec<String> = joined
+        .iter()
+        .map(|b| b["ticket"].as_str().unwrap().to_owned())
+        .collect();
+    let from = opens_at.saturating_sub(100);
+    tokio::time::sleep(Duration::from_millis(from.saturating_sub(now_ms()))).await;
+    let until = opens_at + 1_500;
+    let polls = tickets.iter().map(|ticket| {
+        let app = &app;
+        async move {
+            let (mut placed, mut ended) = (0, Vec::new());
+            while now_ms() < until {
+                let (code, body) = app.position("default", ticket).await;
+                match (code, body["status"].as_str()) {
+                    (200, Some("PRE_QUEUE")) => {}
+                    (429, _) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    (200, Some("WAITING")) => placed += 1,
+                    _ => ended.push(format!("{code} {body}")),
+                }
+            }
+            (placed, ended)
+        }
+    });
+    let results = join_all(polls).await;
+    let ended: Vec<&String> = results.iter().flat_map(|(_, e)| e).collect();
+    assert!(
+        ended.is_empty(),
+        "{} placed tickets answered as over: {:?}",
+        ended.len(),
+        &ended[..ended.len().min(3)]
+    );
+    assert!(
+        results.iter().all(|(placed, _)| *placed > 0),
+        "every buyer was seen placed after the draw"
+    );
+    app.stop().await;
+}
