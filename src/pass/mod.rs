@@ -26,8 +26,8 @@ pub mod request;
 pub mod returns;
 mod verified;
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use jsonwebtoken::jwk::JwkSet;
 use serde::{Deserialize, Serialize};
@@ -163,6 +163,9 @@ pub struct PassService {
     ring: Arc<KeyRing>,
     ended: EndedSessions,
     verified: verified::Cache,
+    /// Sessions seen active since the background task last took them
+    /// (one store call per queue a second, however many requests).
+    activity: Mutex<HashMap<QueueName, HashSet<SessionId>>>,
 }
 
 impl PassService {
@@ -172,6 +175,7 @@ impl PassService {
             ring,
             ended: EndedSessions::default(),
             verified: verified::Cache::default(),
+            activity: Mutex::default(),
         }
     }
 
@@ -250,6 +254,27 @@ impl PassService {
             exp: wire.exp,
             jti: SessionId::parse(&wire.jti).map_err(|_| malformed)?,
         })
+    }
+
+    /// Notes that the session of `claims` was active (a checked request):
+    /// reported to the store in the next batch.
+    pub fn note_activity(&self, claims: &PassClaims) {
+        let mut activity = self.activity.lock().expect("activity lock");
+        match activity.get_mut(&claims.room) {
+            Some(ids) => {
+                if !ids.contains(&claims.jti) {
+                    ids.insert(claims.jti.clone());
+                }
+            }
+            None => {
+                activity.insert(claims.room.clone(), HashSet::from([claims.jti.clone()]));
+            }
+        }
+    }
+
+    /// The sessions noted active since the last call, by room.
+    pub fn take_activity(&self) -> HashMap<QueueName, HashSet<SessionId>> {
+        std::mem::take(&mut *self.activity.lock().expect("activity lock"))
     }
 
     /// The JWKS document at `now`: every public key a pass may be signed

@@ -71,6 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "app",
         &[
             "queue",
+            "clock",
             "store",
             "identity",
             "brand",

@@ -38,6 +38,7 @@ mod events;
 mod limits;
 mod line;
 mod lottery;
+mod sessions;
 mod settings;
 mod stock;
 
