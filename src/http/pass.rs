@@ -251,11 +251,14 @@ pub(super) struct CheckQuery {
 pub(super) async fn check(
     State(state): State<AppState>,
     Query(query): Query<CheckQuery>,
-    headers: HeaderMap,
+    // The whole request, moved rather than its headers cloned: this runs
+    // before every request to the protected site.
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let headers = request.headers();
     let room = check_room(&state, query.queue.as_deref())?;
     let passes = state.passes();
-    let verdict = match pass_from_headers(&headers, &state.settings().pass_cookie.name) {
+    let verdict = match pass_from_headers(headers, &state.settings().pass_cookie.name) {
         Presented::Nothing => Err(PassRejection::Missing),
         Presented::Oversized => Err(PassRejection::Oversized),
         Presented::Token(token) => passes.verify_for(token, &room, now_ms() / 1000),
