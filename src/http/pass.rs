@@ -282,7 +282,7 @@ pub(super) async fn check(
         Err(why) => Ok(refused(
             &state,
             &room,
-            &headers,
+            headers,
             why,
             query.redirect.as_deref() == Some("1"),
         )),
