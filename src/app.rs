@@ -108,6 +108,7 @@ impl App {
         let gate = open_gate(&config, &store, &queues, &catalog, &shutdown)
             .with_identity(identity.clone());
         let settings = http_settings(&config, max_streams)?;
+        let passes = Arc::new(open_passes(&config)?);
         let server = server_settings(&config, max_connections);
         let state = AppState::new(Services {
             catalog,
@@ -126,6 +127,7 @@ impl App {
             door_switch: door_switch.clone(),
             page_dir,
             lotteries: Arc::default(),
+            passes,
             settings,
         });
         Ok(Self {
@@ -210,6 +212,13 @@ impl App {
         tasks.spawn(tasks::gate::run(
             state.gate().clone(),
             catalog.watch(),
+            shutdown.clone(),
+        ));
+        tasks.spawn(tasks::sessions::run(
+            store.clone(),
+            state.passes().clone(),
+            catalog.watch(),
+            self.config.session_limits().idle_ms,
             shutdown.clone(),
         ));
         tasks.spawn(self.limits.clone().housekeeping(shutdown.clone()));
@@ -374,7 +383,31 @@ fn http_settings(config: &Config, max_streams: usize) -> Result<HttpSettings, St
             .clone()
             .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned()),
         max_streams,
+        pass_cookie: config.pass_cookie_settings(),
+        session_limits: Some(config.session_limits()),
+        protected_origins: config.protected_origins(),
+        pass_page_url: config.pass_page_url.clone(),
     })
+}
+
+/// The admission passes' service: the key ring from `--pass-key` (and the
+/// previous keys), or a key generated now, warned about: no other
+/// instance knows it, and a restart forgets it.
+fn open_passes(config: &Config) -> Result<crate::pass::PassService, StartError> {
+    let now = crate::clock::now_ms() / 1000;
+    let (ring, generated) = config.pass_key_ring(now)?;
+    if generated {
+        if config.redis_url.is_some() {
+            tracing::warn!(
+                "no --pass-key: passes are signed with a key generated at start, which no other instance accepts and a restart forgets; give every instance the same --pass-key"
+            );
+        } else {
+            tracing::warn!(
+                "no --pass-key: passes are signed with a key generated at start; a restart forgets it (every pass issued before is refused)"
+            );
+        }
+    }
+    Ok(crate::pass::PassService::new(Arc::new(ring)))
 }
 
 /// What the transport reads of `config`.

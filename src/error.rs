@@ -64,6 +64,8 @@ pub enum ErrorCode {
     InvalidProduct,
     /// `invalid_queue_name`
     InvalidQueueName,
+    /// `invalid_return`
+    InvalidReturn,
     /// `invalid_settings`
     InvalidSettings,
     /// `invalid_slowdown`
@@ -94,6 +96,8 @@ pub enum ErrorCode {
     NoLottery,
     /// `no_stock`
     NoStock,
+    /// `not_admitted`
+    NotAdmitted,
     /// `not_drawn`
     NotDrawn,
     /// `not_found`
@@ -134,6 +138,8 @@ pub enum ErrorCode {
     UnknownProduct,
     /// `unknown_queue`
     UnknownQueue,
+    /// `unknown_session`
+    UnknownSession,
     /// `visitor_rate_limited`
     VisitorRateLimited,
 }
@@ -162,6 +168,7 @@ impl ErrorCode {
         Self::InvalidOpensAt,
         Self::InvalidProduct,
         Self::InvalidQueueName,
+        Self::InvalidReturn,
         Self::InvalidSettings,
         Self::InvalidSlowdown,
         Self::InvalidStock,
@@ -177,6 +184,7 @@ impl ErrorCode {
         Self::MissingUserId,
         Self::NoLottery,
         Self::NoStock,
+        Self::NotAdmitted,
         Self::NotDrawn,
         Self::NotFound,
         Self::OrdersDisabled,
@@ -197,6 +205,7 @@ impl ErrorCode {
         Self::UnknownOrder,
         Self::UnknownProduct,
         Self::UnknownQueue,
+        Self::UnknownSession,
         Self::VisitorRateLimited,
     ];
 
@@ -224,6 +233,7 @@ impl ErrorCode {
             Self::InvalidOpensAt => "invalid_opens_at",
             Self::InvalidProduct => "invalid_product",
             Self::InvalidQueueName => "invalid_queue_name",
+            Self::InvalidReturn => "invalid_return",
             Self::InvalidSettings => "invalid_settings",
             Self::InvalidSlowdown => "invalid_slowdown",
             Self::InvalidStock => "invalid_stock",
@@ -239,6 +249,7 @@ impl ErrorCode {
             Self::MissingUserId => "missing_user_id",
             Self::NoLottery => "no_lottery",
             Self::NoStock => "no_stock",
+            Self::NotAdmitted => "not_admitted",
             Self::NotDrawn => "not_drawn",
             Self::NotFound => "not_found",
             Self::OrdersDisabled => "orders_disabled",
@@ -259,6 +270,7 @@ impl ErrorCode {
             Self::UnknownOrder => "unknown_order",
             Self::UnknownProduct => "unknown_product",
             Self::UnknownQueue => "unknown_queue",
+            Self::UnknownSession => "unknown_session",
             Self::VisitorRateLimited => "visitor_rate_limited",
         }
     }

@@ -61,6 +61,10 @@ const storage = {
 };
 
 const queue = new URLSearchParams(location.search).get('queue') ?? 'default';
+// Sent here by a protected site's gateway (`?return=`): once admitted, the
+// page takes the pass for that site and goes back to the page first asked
+// for (the server checks the return URL; a foreign one is refused).
+const protectedReturn = new URLSearchParams(location.search).get('return');
 document.documentElement.dataset.queue = queue;
 
 // The page never names the buyer: the server knows them by a cookie it
@@ -523,6 +527,10 @@ function showReady(r) {
     warned: isNew ? seconds <= 75 : app.ready.warned,
   };
   const firstTime = setView('ready', { focus: true });
+  if (firstTime && protectedReturn) {
+    location.assign(new URL(`api/queues/${encodeURIComponent(queue)}/pass?return=${encodeURIComponent(protectedReturn)}`, document.baseURI).href);
+    return;
+  }
   if (firstTime) {
     hideOrderError();
     setTitle(t('title.ready'));

@@ -14,6 +14,7 @@ mod file;
 mod init;
 pub mod keys;
 mod load;
+mod pass;
 mod queues;
 mod validate;
 mod values;
@@ -457,6 +458,60 @@ pub struct Config {
     /// webhooks.
     #[arg(long, env = "WAITROOM_AUDIT_MAX_LEN", default_value_t = crate::queue::audit::DEFAULT_AUDIT_MAX_LEN)]
     pub audit_max_len: u64,
+
+    /// The admission pass's signing key: a PEM file holding an Ed25519
+    /// private key (`openssl genpkey -algorithm ed25519`). Give every
+    /// instance the same one. Unset: a key generated at start, good for
+    /// this process only (warned at start; every pass is refused after a
+    /// restart and by any other instance).
+    #[arg(long, env = "WAITROOM_PASS_KEY")]
+    pub pass_key: Option<PathBuf>,
+
+    /// Earlier pass keys (PEM files, private or public, comma-separated),
+    /// still accepted for the passes they signed before this start, until
+    /// those have expired (--session-max-secs); listed in
+    /// `/.well-known/jwks.json` as long.
+    #[arg(long, env = "WAITROOM_PASS_PREVIOUS_KEYS", value_delimiter = ',')]
+    pub pass_previous_keys: Vec<PathBuf>,
+
+    /// The pass cookie's name.
+    #[arg(long, env = "WAITROOM_PASS_COOKIE", default_value = crate::pass::request::DEFAULT_PASS_COOKIE)]
+    pub pass_cookie: String,
+
+    /// The pass cookie's `Domain` (the protected site's domain, when
+    /// waitroom runs on a sibling host). Unset: the host that set it.
+    #[arg(long, env = "WAITROOM_PASS_COOKIE_DOMAIN")]
+    pub pass_cookie_domain: Option<String>,
+
+    /// The pass cookie's `Path`.
+    #[arg(long, env = "WAITROOM_PASS_COOKIE_PATH", default_value = "/")]
+    pub pass_cookie_path: String,
+
+    /// Seconds a protected site's session lasts without activity: then it
+    /// ends, its pass is refused and its slot (under the queue's
+    /// `maxActive`) goes to the next in line. 1-86400.
+    #[arg(long, env = "WAITROOM_SESSION_IDLE_SECS", default_value_t = 300)]
+    pub session_idle_secs: u64,
+
+    /// The longest a session lasts, however active: the pass's `exp`.
+    /// At least --session-idle-secs, at most 86400.
+    #[arg(long, env = "WAITROOM_SESSION_MAX_SECS", default_value_t = 3600)]
+    pub session_max_secs: u64,
+
+    /// Origins of the protected sites (`https://shop.example`,
+    /// comma-separated): a return URL after the waiting room may point
+    /// there (any other site is refused: no open redirect), and the
+    /// gateway check sends a visitor back to the URL they asked for only
+    /// on one of them.
+    #[arg(long, env = "WAITROOM_PROTECTED_ORIGINS", value_delimiter = ',')]
+    pub protected_origins: Vec<String>,
+
+    /// Where the gateway check sends a visitor without a pass: the
+    /// waiting page's URL (`https://shop.example/waitroom/`), to which
+    /// `?queue=…&return=…` is added. Unset: `--base-path` + `/` on the
+    /// gateway's own host.
+    #[arg(long, env = "WAITROOM_PASS_PAGE_URL")]
+    pub pass_page_url: Option<String>,
 
     /// Webhooks: the file's `[[webhooks]]` tables (no flag), each checked
     /// and its `ca` file read when the file is loaded.

@@ -26,6 +26,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         features::check(self).map_err(ConfigError)?;
         self.queue_names()?;
+        self.validate_pass()?;
         self.check_admission()?;
         self.check_store()?;
         self.check_webhooks()?;

@@ -26,6 +26,7 @@ mod openapi;
 mod orders;
 pub mod origin;
 mod page;
+mod pass;
 mod queue_admin;
 pub mod security;
 #[cfg(feature = "demo-orders")]
@@ -66,6 +67,7 @@ fn public_routes() -> OpenApiRouter<AppState> {
         .merge(challenge::router())
         .merge(brand::router())
         .merge(events::router())
+        .merge(pass::router())
         .merge(health::probes());
     #[cfg(feature = "demo-orders")]
     let router = router.merge(orders::router());
@@ -89,7 +91,8 @@ fn operator_only() -> OpenApiRouter<AppState> {
         .merge(lottery::admin_router())
         .merge(admin::router())
         .merge(queue_admin::router())
-        .merge(audit::router());
+        .merge(audit::router())
+        .merge(pass::admin_router());
     #[cfg(feature = "demo-orders")]
     let router = router.merge(slowdown::router());
     router.merge(console::router())
@@ -104,6 +107,20 @@ fn operator_only() -> OpenApiRouter<AppState> {
 pub fn router(state: AppState) -> Router {
     let (documented, _) = public_routes().split_for_parts();
     let service: Router = documented
+        // The gateway check answers whatever method the gateway forwards
+        // (nginx's auth_request keeps the visitor's); GET and HEAD are
+        // the documented route.
+        .route(
+            pass::CHECK_PATH,
+            axum::routing::on(
+                axum::routing::MethodFilter::POST
+                    .or(axum::routing::MethodFilter::PUT)
+                    .or(axum::routing::MethodFilter::PATCH)
+                    .or(axum::routing::MethodFilter::DELETE)
+                    .or(axum::routing::MethodFilter::OPTIONS),
+                pass::check,
+            ),
+        )
         .merge(page::router())
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

@@ -49,6 +49,7 @@ use crate::error::{ErrorBody, ErrorCode};
         (name = "queue", description = "Join, look up one's place, follow it live, leave."),
         (name = "orders", description = "The demo order service, behind the gate."),
         (name = "tokens", description = "The token API for order services in other languages."),
+        (name = "pass", description = "The admission pass of a protected site: the keys (JWKS), taking a pass once admitted, the gateway check (nginx `auth_request`, Caddy `forward_auth`)."),
         (name = "admin", description = "Operators: counts, live queue settings, holding admission, products, the console's feed."),
         (name = "operations", description = "Probes, metrics and this document."),
     )
@@ -421,6 +422,10 @@ mod tests {
             ("/readyz", &["get"]),
             ("/metrics", &["get"]),
             ("/api/openapi.json", &["get"]),
+            ("/.well-known/jwks.json", &["get"]),
+            ("/api/queues/{queue}/pass", &["get"]),
+            ("/api/gate/check", &["get"]),
+            ("/api/admin/sessions/{id}", &["delete"]),
         ] {
             for method in methods {
                 assert!(paths[path].get(*method).is_some(), "{method} {path}");

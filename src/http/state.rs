@@ -56,6 +56,15 @@ pub struct HttpSettings {
     pub admin_token: String,
     /// Most streams this instance holds open.
     pub max_streams: usize,
+    /// The pass cookie's name, `Domain` and `Path` (`--pass-cookie*`).
+    pub pass_cookie: crate::pass::PassCookie,
+    /// How long sessions last (`--session-idle-secs`, `--session-max-secs`).
+    pub session_limits: Option<crate::store::SessionLimits>,
+    /// `--protected-origins`: where return URLs may point.
+    pub protected_origins: crate::pass::ReturnOrigins,
+    /// `--pass-page-url`: the waiting page the gateway check sends
+    /// visitors to (unset: the base path on the gateway's host).
+    pub pass_page_url: Option<String>,
 }
 
 /// Everything [`AppState`] holds, as the composition root hands it over.
@@ -81,6 +90,9 @@ pub struct Services {
     pub page_dir: Option<PageDir>,
     /// Queues whose lottery draw is still ahead (the lottery draw task).
     pub lotteries: Arc<crate::lottery::Pending>,
+    /// Admission passes: issued here, checked by the gateway check (and the
+    /// built-in proxy).
+    pub passes: Arc<crate::pass::PassService>,
     pub settings: HttpSettings,
 }
 
@@ -211,6 +223,11 @@ impl AppState {
     /// `--page-dir`, when set.
     pub fn page_dir(&self) -> Option<&PageDir> {
         self.inner.page_dir.as_ref()
+    }
+
+    /// Admission passes: issue, verify, the local set of ended sessions.
+    pub fn passes(&self) -> &Arc<crate::pass::PassService> {
+        &self.inner.passes
     }
 
     /// The per-instance event hub.

@@ -9,7 +9,8 @@
 //! types it speaks in: [`LineStore`] (joins, standing, admission passes),
 //! [`ClaimStore`] (orders taking tokens), [`LimitStore`], [`ChallengeStore`],
 //! [`SettingsStore`], [`StockStore`], [`AdaptiveStore`], [`AuditStore`],
-//! [`LotteryStore`] and [`EventStore`]. Each consumer names the one or two
+//! [`LotteryStore`], [`EventStore`] and [`SessionStore`] (a protected
+//! site's sessions). Each consumer names the one or two
 //! it uses (the webhook deliverer holds an `Arc<dyn AuditStore>` and so
 //! cannot admit anyone), and each adapter implements each capability in a
 //! file of the same name. [`Store`] is their sum, for the composition root
@@ -26,6 +27,7 @@ pub mod line;
 pub mod lottery;
 pub mod memory;
 pub mod redis;
+pub mod sessions;
 pub mod settings;
 pub mod stock;
 
@@ -43,6 +45,9 @@ pub use line::{Abandoned, Admitted, EnterOutcome, LineStore, Pass, QueueStats};
 pub use lottery::{
     DRAW_ABANDON_MS, DRAW_CHUNK, DrawOutcome, DrawStep, LotteryRefusal, LotteryState, LotteryStore,
     PreEntry, PreJoin, draw_in_steps, new_draw_id,
+};
+pub use sessions::{
+    ENDED_PAGE, EndedPage, EndedSession, SessionLimits, SessionStart, SessionStore,
 };
 pub use settings::SettingsStore;
 pub use stock::{StockState, StockStore};
@@ -76,6 +81,7 @@ pub trait Store:
     + LotteryStore
     + EventStore
     + GateStore
+    + SessionStore
 {
 }
 
@@ -90,6 +96,7 @@ impl<T> Store for T where
         + AuditStore
         + LotteryStore
         + EventStore
+        + SessionStore
         + ?Sized
 {
 }

@@ -10,6 +10,9 @@
 //! - [`streams`]: reports this instance's open streams for the console;
 //! - [`gate`]: keeps the order gate's queues and leases in step with the
 //!   catalog;
+//! - [`sessions`]: a protected site's sessions: activity reported in
+//!   batches, idle ones ended, the ended log read into the local set of
+//!   refused passes;
 //! - [`webhooks`]: delivers the audit logs to operators' endpoints
 //!   (`crate::webhook::run`);
 //! - [`orders`]: the demo order service's stock report at start and its
@@ -26,5 +29,6 @@ pub mod gate;
 pub mod lottery;
 #[cfg(feature = "demo-orders")]
 pub mod orders;
+pub mod sessions;
 pub mod streams;
 pub mod webhooks;

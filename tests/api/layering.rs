@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("store", &["queue", "clock"]),
     ("identity", &["queue"]),
     ("brand", &["queue"]),
+    ("pass", &["queue"]),
     ("error", &["store"]),
     ("catalog", &["queue", "store"]),
     ("push", &["queue", "store"]),
@@ -31,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "tasks",
         &[
             "queue", "store", "clock", "catalog", "push", "lottery", "webhook", "gate", "orders",
+            "pass",
         ],
     ),
     (
@@ -49,17 +51,27 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lottery",
             "gate",
             "orders",
+            "pass",
         ],
     ),
     ("server", &["http", "error", "push"]),
     (
         "config",
-        &["queue", "store", "identity", "challenge", "webhook", "http"],
+        &[
+            "queue",
+            "store",
+            "identity",
+            "challenge",
+            "webhook",
+            "http",
+            "pass",
+        ],
     ),
     (
         "app",
         &[
             "queue",
+            "clock",
             "store",
             "identity",
             "brand",
@@ -72,6 +84,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "http",
             "server",
             "config",
+            "pass",
         ],
     ),
 ];

@@ -35,6 +35,7 @@ mod orders;
 #[cfg(feature = "demo-orders")]
 mod orders_pg;
 mod page;
+mod pass;
 mod queue;
 mod queue_settings;
 mod reach;

@@ -241,5 +241,6 @@ mod events;
 mod limits;
 mod line;
 mod lottery;
+mod sessions;
 mod settings;
 mod stock;

@@ -39,6 +39,9 @@ pub(super) struct QueueData {
     pub audit: super::audit::Log,
     /// A scheduled opening and its pre-queue (`lottery.rs`).
     pub lottery: Option<super::lottery::Lottery>,
+    /// A protected site's live sessions and ended log (`sessions.rs`):
+    /// each live one holds a slot under `maxActive`, as a token does.
+    pub sessions: super::sessions::Sessions,
 }
 
 /// A line built beside the queue's (a lottery draw's stage), with records
@@ -103,9 +106,9 @@ impl QueueData {
         self.line.len()
     }
 
-    /// Buyers holding an unexpired token.
+    /// Buyers holding an unexpired token or a live session.
     pub fn active(&self) -> usize {
-        self.expiry.len()
+        self.expiry.len() + self.sessions.len()
     }
 
     pub fn next_entry(&mut self) -> u64 {
@@ -113,8 +116,10 @@ impl QueueData {
         self.last_seq
     }
 
-    /// Ends every token whose expiry has come.
+    /// Ends every token whose expiry has come, and every session past its
+    /// deadline (its slot is free).
     pub fn expire_tokens(&mut self, now: u64) {
+        self.sessions.end_idle(now);
         while let Some(&(at, id)) = self.expiry.first() {
             if at > now {
                 break;

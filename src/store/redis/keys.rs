@@ -60,6 +60,18 @@ impl QueueKeys {
         format!("{}audit", self.base)
     }
 
+    /// The queue's sessions: live ones by deadline, their records, each
+    /// user's live one, and the ended log (`lua/session_*.lua`).
+    pub(super) fn sessions(&self) -> [String; 4] {
+        [
+            "sessions",
+            "sessions:info",
+            "sessions:users",
+            "sessions:ended",
+        ]
+        .map(|k| format!("{}{k}", self.base))
+    }
+
     /// The queue's stock (`lua/stock.lua`).
     pub(super) fn stock(&self) -> String {
         format!("{}stock", self.base)

@@ -39,6 +39,7 @@ mod events;
 mod limits;
 mod line;
 mod lottery;
+mod sessions;
 mod settings;
 mod stock;
 

@@ -78,6 +78,10 @@ pub(super) struct Scripts {
     pub lottery_begin: Script,
     pub lottery_stage: Script,
     pub lottery_commit: Script,
+    /// A protected site's sessions (`sessions.rs`).
+    pub session_start: Script,
+    pub session_touch: Script,
+    pub session_end: Script,
 }
 
 impl Scripts {
@@ -116,6 +120,9 @@ impl Scripts {
             lottery_begin: with_common(include_str!("lua/lottery_begin.lua")),
             lottery_stage: with_common(include_str!("lua/lottery_stage.lua")),
             lottery_commit: with_common(include_str!("lua/lottery_commit.lua")),
+            session_start: with_common(include_str!("lua/session_start.lua")),
+            session_touch: with_common(include_str!("lua/session_touch.lua")),
+            session_end: with_common(include_str!("lua/session_end.lua")),
         }
     }
 }

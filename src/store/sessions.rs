@@ -1,0 +1,106 @@
+//! Sessions on a protected site: what an admission pass stands for.
+//!
+//! An admitted buyer's entry token is exchanged for a session in one step
+//! ([`SessionStore::start_session`]): the slot they hold under the queue's
+//! `maxActive` passes from the token to the session, so admission never
+//! sees it free in between and lets in no more than the free slots. A
+//! session lives while it is used: activity (reported in batches, never
+//! per request) moves its deadline to `idle` from now, up to the pass's
+//! expiry; past its deadline it is *ended* and its slot is free for the
+//! next in line. An operator may end one at once. Every ended session goes
+//! into the queue's ended log, which every instance reads in the
+//! background into its local set ([`crate::pass::EndedSessions`]), so a
+//! pass whose session ended is refused everywhere, with no store call on a
+//! checked request.
+
+use async_trait::async_trait;
+
+use super::StoreResult;
+use crate::queue::{QueueName, SessionId, UserId};
+
+/// How long sessions last, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// A session with no activity for this long ends.
+    pub idle_ms: u64,
+    /// No session lasts longer than this from its start (the pass's
+    /// expiry), however active.
+    pub max_ms: u64,
+}
+
+/// What [`SessionStore::start_session`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionStart {
+    /// A new session: the buyer's entry token is spent.
+    Started { id: SessionId, exp_ms: u64 },
+    /// The buyer's session already runs: the same one again (a second
+    /// tab, a lost cookie), with its own expiry.
+    Live { id: SessionId, exp_ms: u64 },
+    /// The buyer holds no live entry token of this entry (not admitted
+    /// yet, the token expired or was used, another entry).
+    NotAdmitted,
+}
+
+/// A session in a queue's ended log: refused until its pass expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedSession {
+    pub id: SessionId,
+    /// When its pass expires, ms since the epoch.
+    pub exp_ms: u64,
+}
+
+/// A page of a queue's ended log and where the next read starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedPage {
+    pub ended: Vec<EndedSession>,
+    /// Pass it to the next read (opaque: a stream id in Redis).
+    pub cursor: String,
+}
+
+/// Ended sessions read at most per call.
+pub const ENDED_PAGE: usize = 1000;
+
+/// Sessions: start, activity, idle end, an operator's end, the count of
+/// live ones and the ended log.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Starts a session `id` for `user`, admitted to `queue` with entry
+    /// `entry` (their ticket's), spending their entry token; or returns
+    /// their live session.
+    async fn start_session(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        entry: u64,
+        id: &SessionId,
+        limits: SessionLimits,
+    ) -> StoreResult<SessionStart>;
+
+    /// Reports activity of `ids` now: each live one's deadline moves to
+    /// `idle_ms` from now (never past its expiry). The number extended.
+    async fn touch_sessions(
+        &self,
+        queue: &QueueName,
+        ids: &[SessionId],
+        idle_ms: u64,
+    ) -> StoreResult<usize>;
+
+    /// Ends the sessions past their deadline (a bounded number per call),
+    /// freeing their slots and logging them; the number ended.
+    async fn sweep_sessions(&self, queue: &QueueName) -> StoreResult<usize>;
+
+    /// Ends session `id` now (an operator); false if it was not live.
+    async fn end_session(&self, queue: &QueueName, id: &SessionId) -> StoreResult<bool>;
+
+    /// Sessions live in `queue` (deadline not past).
+    async fn live_sessions(&self, queue: &QueueName) -> StoreResult<u64>;
+
+    /// The ended log after `cursor` (`None`: from its start), at most
+    /// [`ENDED_PAGE`] entries. Entries are kept at least as long as the
+    /// longest session.
+    async fn ended_sessions(
+        &self,
+        queue: &QueueName,
+        cursor: Option<&str>,
+    ) -> StoreResult<EndedPage>;
+}
