@@ -5,7 +5,7 @@
 //! `waitroom init` and `docs/configuration.md` all come from the same
 //! place. A section is named after the module it configures (`owner`);
 //! its keys are the flag's name less the section's prefix. The two
-//! structured sections, `[queues.<name>]` and `[[webhooks]]`, have no flag
+//! structured sections, `[queues.<name>]`, `[[webhooks]]` and `[[rooms]]`, have no flag
 //! and are read with serde (see `file.rs`).
 
 /// A section of the file, and the module whose settings it holds.
@@ -63,6 +63,11 @@ pub const SECTIONS: &[Section] = &[
         name: "proxy",
         owner: "crate::http::client",
         about: "What stands in front: trusted proxies, cookies, allowed origins.",
+    },
+    Section {
+        name: "front",
+        owner: "crate::front",
+        about: "The built-in reverse proxy: the site waitroom stands in front of (`[[rooms]]` for several).",
     },
     Section {
         name: "limits",
@@ -155,6 +160,10 @@ pub const KEYS: &[Key] = keys![
     "proxy.client_address_header" => client_address_header,
     "proxy.cookie_secure" => cookie_secure,
     "proxy.allowed_origins" => allowed_origins,
+    "front.origin" => origin,
+    "front.preserve_host" => origin_preserve_host,
+    "front.timeout_secs" => origin_timeout_secs,
+    "front.connect_timeout_ms" => origin_connect_timeout_ms,
     "limits.joins_per_address_per_minute" => joins_per_address_per_minute,
     "limits.places_per_address" => places_per_address,
     "limits.visitors_per_address_per_minute" => visitors_per_address_per_minute,

@@ -440,6 +440,36 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_HOLD_SECS", default_value_t = 60)]
     pub join_challenge_hold_secs: u64,
 
+    /// The site to put waitroom in front of (`http://127.0.0.1:3000`):
+    /// the public listener then proxies every path but waitroom's own
+    /// (below `--base-path`, `/_waitroom` unless set) to it, for visitors
+    /// holding a pass of the first queue of `--queues`, and shows everyone
+    /// else the waiting page at the URL they asked for. Several sites or
+    /// rooms: `[[rooms]]` in the configuration file.
+    #[arg(long, env = "WAITROOM_ORIGIN")]
+    pub origin: Option<String>,
+
+    /// Send `--origin` the visitor's own `Host` rather than the origin's
+    /// `host:port` (for a site that answers by name).
+    #[arg(long, env = "WAITROOM_ORIGIN_PRESERVE_HOST", default_value_t = false)]
+    pub origin_preserve_host: bool,
+
+    /// Seconds the built-in proxy waits for an origin's response head
+    /// (`504 origin_timeout` after); the body then streams as long as it
+    /// takes.
+    #[arg(long, env = "WAITROOM_ORIGIN_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub origin_timeout_secs: u64,
+
+    /// Milliseconds the built-in proxy waits for a connection to an
+    /// origin (`502 origin_unreachable` after).
+    #[arg(long, env = "WAITROOM_ORIGIN_CONNECT_TIMEOUT_MS", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub origin_connect_timeout_ms: u64,
+
+    /// Rooms of the built-in proxy: the file's `[[rooms]]` tables (no
+    /// flag), each checked when the file is loaded.
+    #[arg(skip)]
+    pub rooms: Vec<crate::front::RoomSpec>,
+
     /// A directory whose files override the embedded page's (same paths:
     /// `styles.css`, `i18n/ko.json`, a logo), read as they are asked for,
     /// and whose `queues/<queue>.json` brand a queue's page (name, logo,
@@ -558,6 +588,7 @@ impl Config {
         if !(1_000..=3_600_000).contains(&self.webhook_claim_ms) {
             return bad("--webhook-claim-ms must be 1000-3600000");
         }
+        self.check_front()?;
         if !self.webhooks.is_empty() && self.audit_max_len == 0 {
             return bad("[[webhooks]] need the audit log: --audit-max-len must not be 0");
         }
@@ -666,6 +697,62 @@ impl Config {
             );
         }
         self.seed_settings()?;
+        Ok(())
+    }
+
+    /// The built-in proxy's rooms: `--origin` (one room over the whole
+    /// site, on the first queue) and the file's `[[rooms]]`; empty when
+    /// there is no proxy.
+    pub fn front_rooms(&self) -> Result<Vec<crate::front::RoomSpec>, ConfigError> {
+        let mut rooms = self.rooms.clone();
+        if let Some(origin) = &self.origin {
+            let parsed = crate::front::Origin::parse(origin)
+                .map_err(|e| ConfigError(format!("--origin: {e}")))?;
+            let queue = self.queue_names()?.remove(0);
+            rooms.push(crate::front::RoomSpec::whole_site(
+                queue,
+                parsed,
+                self.origin_preserve_host,
+            ));
+        }
+        Ok(rooms)
+    }
+
+    /// The path waitroom's own routes live under: `--base-path`, or with
+    /// the built-in proxy on and no base path, `/_waitroom` (the rest of
+    /// the site is the origin's).
+    pub fn effective_base_path(&self) -> String {
+        if self.base_path.is_empty() && (self.origin.is_some() || !self.rooms.is_empty()) {
+            crate::front::DEFAULT_PREFIX.to_owned()
+        } else {
+            self.base_path.clone()
+        }
+    }
+
+    /// Every room names an opened queue, and no two rooms answer the same
+    /// host and prefix.
+    fn check_front(&self) -> Result<(), ConfigError> {
+        let rooms = self.front_rooms()?;
+        let queues = self.queue_names()?;
+        for (i, room) in self.rooms.iter().enumerate() {
+            if !queues.contains(&room.queue) {
+                return Err(ConfigError(format!(
+                    "rooms[{i}].queue: `{}` is not opened (add it to --queues / `admission.queues`)",
+                    room.queue
+                )));
+            }
+        }
+        for (i, room) in rooms.iter().enumerate() {
+            if rooms[..i]
+                .iter()
+                .any(|r| r.host == room.host && r.path_prefix.trim_end_matches('/') == room.path_prefix.trim_end_matches('/'))
+            {
+                let what = if i >= self.rooms.len() { "--origin".to_owned() } else { format!("rooms[{i}]") };
+                return Err(ConfigError(format!(
+                    "{what}: another room already answers the same match_host and path_prefix"
+                )));
+            }
+        }
         Ok(())
     }
 

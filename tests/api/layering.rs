@@ -52,9 +52,12 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("server", &["http", "error", "push"]),
+    ("front", &["queue", "clock", "error", "http"]),
     (
         "config",
-        &["queue", "store", "identity", "challenge", "webhook", "http"],
+        &[
+            "queue", "store", "identity", "challenge", "webhook", "http", "front",
+        ],
     ),
     (
         "app",
@@ -71,6 +74,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tasks",
             "http",
             "server",
+            "front",
             "config",
         ],
     ),
