@@ -355,10 +355,7 @@ pub enum ApiError {
     /// `502 origin_unreachable`, `504 origin_timeout`: the protected site
     /// behind the built-in proxy failed.
     #[error("{message}")]
-    Origin {
-        timeout: bool,
-        message: String,
-    },
+    Origin { timeout: bool, message: String },
     /// `503`: this instance holds as many connections as it may; retry
     /// (the load balancer can pick another instance).
     #[error("server busy")]
@@ -471,12 +468,22 @@ impl ApiError {
                 ErrorCode::PassRequired,
                 "this site admits visitors from its waiting room; wait in line for a pass".into(),
             ),
-            Self::Origin { timeout: true, message } => {
-                (StatusCode::GATEWAY_TIMEOUT, ErrorCode::OriginTimeout, message.clone())
-            }
-            Self::Origin { timeout: false, message } => {
-                (StatusCode::BAD_GATEWAY, ErrorCode::OriginUnreachable, message.clone())
-            }
+            Self::Origin {
+                timeout: true,
+                message,
+            } => (
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorCode::OriginTimeout,
+                message.clone(),
+            ),
+            Self::Origin {
+                timeout: false,
+                message,
+            } => (
+                StatusCode::BAD_GATEWAY,
+                ErrorCode::OriginUnreachable,
+                message.clone(),
+            ),
             Self::ServerBusy => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::ServerBusy,

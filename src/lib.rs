@@ -14,7 +14,9 @@
 //!   `clock` is the one wall clock; `telemetry` sets up logs and metrics;
 //! - [`store`] keeps the state, Redis or memory (uses `queue`, `clock`);
 //! - [`identity`] says who a request is for; [`brand`] reads operators'
-//!   page branding (`--page-dir`) (both use `queue`);
+//!   page branding (`--page-dir`); [`pass`] signs and verifies the
+//!   admission passes a protected site's gateway checks (the Ed25519 key
+//!   ring, JWKS, return URLs) (all three use `queue`);
 //! - [`error`] is the one error shape, `ApiError` and its `ErrorCode`s
 //!   (uses `store`);
 //! - [`catalog`] is the instance's copy of the live queues; [`push`] fans
@@ -28,7 +30,7 @@
 //!   (uses `queue`, `store`, `gate`);
 //! - [`tasks`] is everything that runs in the background (uses the domain
 //!   modules above: `queue`, `store`, `clock`, `catalog`, `push`,
-//!   `lottery`, `webhook`, `gate`, `orders`);
+//!   `lottery`, `webhook`, `gate`, `orders`, `pass`);
 //! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
 //!   routes, extractors (the order gate's `EntryPass` too), request limits
 //!   (uses the modules above but `tasks` and `webhook`);
@@ -37,11 +39,11 @@
 //! - [`front`] is the built-in reverse proxy (`--origin`, `[[rooms]]`):
 //!   waitroom's own paths under one reserved prefix, every other path
 //!   forwarded to the room's origin with a valid pass, the waiting page
-//!   without one (uses `queue`, `clock`, `error`, `http`);
+//!   without one (uses `queue`, `clock`, `error`, `http`, `pass`);
 //! - [`config`] is the configuration file, environment and command line,
 //!   in that order of precedence, and the cargo features a build has
 //!   (`config::features`: a flag needing a missing one is refused) (uses `queue`,
-//!   `store`, `identity`, `challenge`, `webhook`, `http`, `front`: the types it
+//!   `store`, `identity`, `challenge`, `webhook`, `http`, `pass`, `front`: the types it
 //!   configures live with their behaviour);
 //! - `app`, the composition root, builds the services and the HTTP state
 //!   from the configuration and starts the tasks; only this file uses it
@@ -64,6 +66,7 @@ pub mod identity;
 pub mod lottery;
 #[cfg(feature = "demo-orders")]
 pub mod orders;
+pub mod pass;
 pub mod push;
 pub mod queue;
 pub mod server;

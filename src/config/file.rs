@@ -15,8 +15,8 @@ use toml::de::{DeTable, DeValue};
 use super::QueueOverrides;
 use super::keys::{self, Key};
 use super::load::LoadError;
-use crate::queue::QueueName;
 use crate::front::{RoomSpec, RoomTable};
+use crate::queue::QueueName;
 use crate::webhook::{WebhookSpec, WebhookTable};
 
 /// A file read and checked for shape (values are checked by clap and by

@@ -153,7 +153,10 @@ impl Sources {
                     .and_then(|i| self.room_lines.get(i)),
                 &self.file,
             ) {
-                named.push(format!("rooms[{index}] (source: file:{}:{line})", path.display()));
+                named.push(format!(
+                    "rooms[{index}] (source: file:{}:{line})",
+                    path.display()
+                ));
             }
         }
         if named.is_empty() {

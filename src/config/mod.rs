@@ -743,11 +743,15 @@ impl Config {
             }
         }
         for (i, room) in rooms.iter().enumerate() {
-            if rooms[..i]
-                .iter()
-                .any(|r| r.host == room.host && r.path_prefix.trim_end_matches('/') == room.path_prefix.trim_end_matches('/'))
-            {
-                let what = if i >= self.rooms.len() { "--origin".to_owned() } else { format!("rooms[{i}]") };
+            if rooms[..i].iter().any(|r| {
+                r.host == room.host
+                    && r.path_prefix.trim_end_matches('/') == room.path_prefix.trim_end_matches('/')
+            }) {
+                let what = if i >= self.rooms.len() {
+                    "--origin".to_owned()
+                } else {
+                    format!("rooms[{i}]")
+                };
                 return Err(ConfigError(format!(
                     "{what}: another room already answers the same match_host and path_prefix"
                 )));

@@ -118,7 +118,9 @@ impl Upstream {
         match self.forwarded {
             ForwardedHeader::XForwardedFor => {
                 let chain = chain_with(
-                    from_proxy.then(|| joined(headers, "x-forwarded-for")).flatten(),
+                    from_proxy
+                        .then(|| joined(headers, "x-forwarded-for"))
+                        .flatten(),
                     &who.peer.to_string(),
                 );
                 set(headers, "x-forwarded-for", &chain);
@@ -257,7 +259,10 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_and_those_connection_names_go() {
         let mut h = HeaderMap::new();
-        h.insert("connection", HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("te", HeaderValue::from_static("trailers"));
@@ -271,7 +276,10 @@ mod tests {
     #[test]
     fn chains_extend_only_what_exists() {
         assert_eq!(chain_with(None, "1.2.3.4"), "1.2.3.4");
-        assert_eq!(chain_with(Some("5.6.7.8".into()), "1.2.3.4"), "5.6.7.8, 1.2.3.4");
+        assert_eq!(
+            chain_with(Some("5.6.7.8".into()), "1.2.3.4"),
+            "5.6.7.8, 1.2.3.4"
+        );
         assert_eq!(forwarded_node("::1".parse().unwrap()), "\"[::1]\"");
     }
 }

@@ -24,6 +24,7 @@
 //! need the store) stop.
 
 mod forward;
+mod passes;
 mod path;
 mod rooms;
 mod upgrade;
@@ -34,19 +35,20 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::HeaderMap;
-use axum::http::request::Parts;
 use axum::http::header;
+use axum::http::request::Parts;
 use axum::http::uri::PathAndQuery;
 use axum::response::{IntoResponse, Response};
 use tower::ServiceExt;
 
 pub use forward::Timeouts;
+pub use passes::{PASS_LIFE_SECS, PassGate};
 pub use path::{PathRefused, is_below, normalize};
 pub use rooms::{HostMatch, Origin, RoomSpec, RoomTable, Rooms};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::http::AppState;
-use crate::queue::QueueName;
+use crate::queue::{QueueName, UserId};
 use forward::{Asker, Upstream};
 
 /// The reserved prefix when `--base-path` is not set.
@@ -59,10 +61,9 @@ pub trait Passes: Send + Sync + 'static {
     /// for `queue` now; a valid one also counts as the session's activity
     /// (reported in batches, never a store call per request).
     fn admits(&self, headers: &HeaderMap, queue: &QueueName) -> bool;
-    /// The path (below `prefix`) where a visitor admitted to `queue` gets
-    /// the pass and is sent back to `return_to` (a path and query of the
-    /// protected site).
-    fn issue_path(&self, prefix: &str, queue: &QueueName, return_to: &str) -> String;
+    /// A pass for `user`, whom `queue` has admitted: the `Set-Cookie`
+    /// value that carries it (`Secure` when `secure`).
+    fn issue(&self, user: &UserId, queue: &QueueName, secure: bool) -> String;
 }
 
 /// The proxy: its rooms, the pooled client to their origins, the reserved
@@ -107,7 +108,12 @@ pub fn router(state: AppState, front: Arc<Front>, inner: Router) -> Router {
     }))
 }
 
-async fn handle(state: AppState, front: Arc<Front>, inner: Router, mut request: Request) -> Response {
+async fn handle(
+    state: AppState,
+    front: Arc<Front>,
+    inner: Router,
+    mut request: Request,
+) -> Response {
     let path = match normalize(request.uri().path()) {
         Ok(path) => path,
         Err(refused) => {
@@ -129,7 +135,10 @@ async fn handle(state: AppState, front: Arc<Front>, inner: Router, mut request: 
         if let Ok(uri) = path_and_query.as_str().parse() {
             *request.uri_mut() = uri;
         }
-        return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+        return inner
+            .oneshot(request)
+            .await
+            .unwrap_or_else(|never| match never {});
     }
     let host = request
         .headers()
@@ -144,7 +153,15 @@ async fn handle(state: AppState, front: Arc<Front>, inner: Router, mut request: 
     if !front.passes.admits(request.headers(), &room.queue) {
         metrics::counter!("waitroom_front_requests_total", "outcome" => "waiting").increment(1);
         let (parts, _) = request.into_parts();
-        return without_pass(&state, &front, &inner, room, &parts, path_and_query.as_str()).await;
+        return without_pass(
+            &state,
+            &front,
+            &inner,
+            room,
+            &parts,
+            path_and_query.as_str(),
+        )
+        .await;
     }
     metrics::counter!("waitroom_front_requests_total", "outcome" => "forwarded").increment(1);
     let who = asker(&state, &request);
@@ -179,12 +196,12 @@ async fn without_pass(
         request.method,
         axum::http::Method::GET | axum::http::Method::HEAD
     );
-    if !page_method || upgrade::is_upgrade(&request.headers) || waiting::wants_json(&request.headers) {
+    if !page_method
+        || upgrade::is_upgrade(&request.headers)
+        || waiting::wants_json(&request.headers)
+    {
         return waiting::pass_required();
     }
-    let pass_path = front
-        .passes
-        .issue_path(&front.prefix, &room.queue, return_to);
     waiting::answer(
         state,
         inner,
@@ -192,7 +209,7 @@ async fn without_pass(
         room,
         request,
         return_to,
-        pass_path,
+        front.passes.as_ref(),
     )
     .await
 }
@@ -209,19 +226,5 @@ fn asker(state: &AppState, request: &Request) -> Asker {
         peer,
         peer_trusted: proxies.trusts(peer),
         client: proxies.client(peer, request.headers()),
-    }
-}
-
-/// Until the pass is wired in: nobody holds a pass, so nobody reaches the
-/// origin (closed, never open).
-pub struct NoPasses;
-
-impl Passes for NoPasses {
-    fn admits(&self, _: &HeaderMap, _: &QueueName) -> bool {
-        false
-    }
-
-    fn issue_path(&self, prefix: &str, _: &QueueName, _: &str) -> String {
-        format!("{prefix}/")
     }
 }

@@ -117,7 +117,9 @@ impl HostMatch {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
         {
-            return Err(format!("`{text}` is not a host name (`shop.example`, `*.example`)"));
+            return Err(format!(
+                "`{text}` is not a host name (`shop.example`, `*.example`)"
+            ));
         }
         Ok(if lower.starts_with("*.") {
             Self::Suffix(format!(".{bare}"))
@@ -232,8 +234,14 @@ mod tests {
             room(Some("eu.shop.example"), Some("/drop/tickets"), "tickets"),
         ]);
         let q = |host, path| rooms.find(host, path).map(|r| r.queue.to_string());
-        assert_eq!(q("eu.shop.example", "/drop/tickets/1").as_deref(), Some("tickets"));
-        assert_eq!(q("eu.shop.example", "/drop/shoes").as_deref(), Some("drops"));
+        assert_eq!(
+            q("eu.shop.example", "/drop/tickets/1").as_deref(),
+            Some("tickets")
+        );
+        assert_eq!(
+            q("eu.shop.example", "/drop/shoes").as_deref(),
+            Some("drops")
+        );
         assert_eq!(q("us.shop.example", "/drop").as_deref(), Some("drops"));
         assert_eq!(q("shop.example", "/drop").as_deref(), Some("site"));
         assert_eq!(q("us.shop.example", "/dropped").as_deref(), Some("site"));
@@ -250,12 +258,48 @@ mod tests {
             origin: "http://127.0.0.1:3000".into(),
             preserve_host: false,
         };
-        assert!(bad(RoomTable { origin: "https://x".into(), ..base() }).starts_with("origin:"));
-        assert!(bad(RoomTable { origin: "http://x/a".into(), ..base() }).starts_with("origin:"));
-        assert!(bad(RoomTable { queue: "no spaces".into(), ..base() }).starts_with("queue:"));
-        assert!(bad(RoomTable { path_prefix: Some("x".into()), ..base() }).starts_with("path_prefix:"));
-        assert!(bad(RoomTable { path_prefix: Some("/a/../b".into()), ..base() }).starts_with("path_prefix:"));
-        assert!(bad(RoomTable { match_host: Some("a b".into()), ..base() }).starts_with("match_host:"));
+        assert!(
+            bad(RoomTable {
+                origin: "https://x".into(),
+                ..base()
+            })
+            .starts_with("origin:")
+        );
+        assert!(
+            bad(RoomTable {
+                origin: "http://x/a".into(),
+                ..base()
+            })
+            .starts_with("origin:")
+        );
+        assert!(
+            bad(RoomTable {
+                queue: "no spaces".into(),
+                ..base()
+            })
+            .starts_with("queue:")
+        );
+        assert!(
+            bad(RoomTable {
+                path_prefix: Some("x".into()),
+                ..base()
+            })
+            .starts_with("path_prefix:")
+        );
+        assert!(
+            bad(RoomTable {
+                path_prefix: Some("/a/../b".into()),
+                ..base()
+            })
+            .starts_with("path_prefix:")
+        );
+        assert!(
+            bad(RoomTable {
+                match_host: Some("a b".into()),
+                ..base()
+            })
+            .starts_with("match_host:")
+        );
     }
 
     #[test]

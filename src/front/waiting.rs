@@ -10,8 +10,10 @@
 //!    waitroom's own join route (the same identity, limits and ticket as
 //!    the page's own join; joining again is idempotent), so the place and
 //!    status are known before any script runs.
-//! 2. Admitted (`READY`): `303` to the pass endpoint with this URL as the
-//!    return URL; it sets the pass and sends the visitor back here.
+//! 2. Admitted (`READY`): the pass is issued (`crate::pass`) as a cookie
+//!    with a `303` back to this same URL, which now passes. The URL is the
+//!    request's own resolved path and query, never one the visitor names,
+//!    so no redirect can lead off the site.
 //! 3. Otherwise the page (`static/index.html`, from `--page-dir` when one
 //!    is set) with `<base href="<prefix>/">`, so its scripts call the API
 //!    under the reserved prefix, the room's queue named for them, and for
@@ -24,8 +26,8 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::request::Parts;
 use axum::http::header::{self, HeaderMap, HeaderValue};
+use axum::http::request::Parts;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
@@ -80,15 +82,27 @@ pub async fn answer(
     room: &RoomSpec,
     request: &Parts,
     return_to: &str,
-    pass_path: String,
+    passes: &dyn super::Passes,
 ) -> Response {
     let joined = match join(inner, prefix, room, request).await {
         Ok(joined) => joined,
         Err(refused) => return refused,
     };
-    if joined.status == "READY" {
-        let mut response = see_other(&pass_path);
+    // The visitor as this request names them (a visitor minted by this
+    // very join is named from the next request on: the page then asks
+    // again within seconds).
+    let user = state.identity().presented(&request.headers).ok().flatten();
+    if joined.status == "READY"
+        && let Some(user) = user
+    {
+        let client = crate::http::client::client_of(request, state);
+        let secure = state.cookie_secure(&client);
+        let mut response = see_other(return_to);
         append_cookies(&mut response, &joined.cookies);
+        if let Ok(pass) = HeaderValue::from_str(&passes.issue(&user, &room.queue, secure)) {
+            response.headers_mut().append(header::SET_COOKIE, pass);
+        }
+        metrics::counter!("waitroom_front_passes_issued_total").increment(1);
         return response;
     }
     let mut response = match page(state, prefix, room, &joined, return_to).await {
@@ -104,8 +118,23 @@ pub async fn answer(
         None => ApiError::Internal("the page's index.html is missing".into()).into_response(),
     };
     crate::http::security::apply(response.headers_mut(), false);
+    allow_own_base(response.headers_mut());
     append_cookies(&mut response, &joined.cookies);
     response
+}
+
+/// The page's policy with `base-uri 'self'`: the `<base href>` that points
+/// its scripts at the prefix is the page's own (the policy's `'none'`
+/// would drop it).
+fn allow_own_base(headers: &mut HeaderMap) {
+    let relaxed = headers
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.replace("base-uri 'none'", "base-uri 'self'"))
+        .and_then(|v| HeaderValue::from_str(&v).ok());
+    if let Some(policy) = relaxed {
+        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
 }
 
 /// An origin failure as a browser should see it: the same status, a
@@ -113,9 +142,15 @@ pub async fn answer(
 pub fn error_page(error: ApiError) -> Response {
     let status = error.into_response().status();
     let (title, text) = if status == StatusCode::GATEWAY_TIMEOUT {
-        ("The site is slow to answer", "The site did not answer in time.")
+        (
+            "The site is slow to answer",
+            "The site did not answer in time.",
+        )
     } else {
-        ("The site cannot be reached", "The site could not be reached just now.")
+        (
+            "The site cannot be reached",
+            "The site could not be reached just now.",
+        )
     };
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -248,7 +283,11 @@ async fn page(
 ) -> Option<String> {
     let html = crate::http::page_index(state).await?;
     let html = String::from_utf8_lossy(&html).into_owned();
-    let refresh = refresh_secs(joined.position);
+    let refresh = if joined.status == "READY" {
+        1
+    } else {
+        refresh_secs(joined.position)
+    };
     let head = format!(
         "\n  <base href=\"{base}/\">\n  <meta name=\"waitroom-queue\" content=\"{queue}\">\n  \
          <meta name=\"waitroom-front\" content=\"{url}\">\n  \
@@ -278,8 +317,12 @@ fn status_html(joined: &Joined, refresh: u64, return_to: &str) -> String {
                 "You are <strong id=\"front-position\">number {position}</strong>{total} in line.{wait}"
             )
         }
-        ("SOLD_OUT", _) => "Everything is sold out for now; you keep your place in case of a restock.".to_owned(),
-        ("PRE_QUEUE", _) => "You are in the draw for the opening; your place is given when it opens.".to_owned(),
+        ("SOLD_OUT", _) => {
+            "Everything is sold out for now; you keep your place in case of a restock.".to_owned()
+        }
+        ("PRE_QUEUE", _) => {
+            "You are in the draw for the opening; your place is given when it opens.".to_owned()
+        }
         _ => "You are in line.".to_owned(),
     };
     format!(
@@ -343,7 +386,10 @@ mod tests {
             HeaderValue::from_static("text/html,application/xhtml+xml,application/json;q=0.9"),
         );
         assert!(!wants_json(&h));
-        h.insert("x-requested-with", HeaderValue::from_static("XMLHttpRequest"));
+        h.insert(
+            "x-requested-with",
+            HeaderValue::from_static("XMLHttpRequest"),
+        );
         assert!(wants_json(&h));
     }
 
@@ -358,7 +404,10 @@ mod tests {
 
     #[test]
     fn urls_are_escaped_into_the_page() {
-        assert_eq!(escape("/p?a=1&b=\"<x>\""), "/p?a=1&amp;b=&quot;&lt;x&gt;&quot;");
+        assert_eq!(
+            escape("/p?a=1&b=\"<x>\""),
+            "/p?a=1&amp;b=&quot;&lt;x&gt;&quot;"
+        );
         let html = insert_after_tag("<html><head lang=x><title>", "<head", "!").unwrap();
         assert_eq!(html, "<html><head lang=x>!<title>");
     }

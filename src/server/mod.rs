@@ -242,13 +242,17 @@ pub async fn serve(
             // (upgraded connections, the proxy's WebSockets, are their own
             // tasks by then and end with the process's drain window).
             let mut connection = Box::pin(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = stopping.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
+            let stopping = tokio::select! {
+                _ = connection.as_mut() => false,
+                _ = stopping.cancelled() => true,
+            };
+            if stopping {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.as_mut().await;
             }
+            // Dropped here: a connection hyper did not upgrade still holds
+            // its IO, whose drop hands a stream's socket over (below).
+            drop(connection);
             // Built in a closure, so the request and the socket are not
             // locals of this task: a local keeps its room in the task for
             // as long as the stream runs, even once moved out.

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("store", &["queue", "clock"]),
     ("identity", &["queue"]),
     ("brand", &["queue"]),
+    ("pass", &["queue"]),
     ("error", &["store"]),
     ("catalog", &["queue", "store"]),
     ("push", &["queue", "store"]),
@@ -31,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "tasks",
         &[
             "queue", "store", "clock", "catalog", "push", "lottery", "webhook", "gate", "orders",
+            "pass",
         ],
     ),
     (
@@ -49,14 +51,22 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lottery",
             "gate",
             "orders",
+            "pass",
         ],
     ),
     ("server", &["http", "error", "push"]),
-    ("front", &["queue", "clock", "error", "http"]),
+    ("front", &["queue", "clock", "error", "http", "pass"]),
     (
         "config",
         &[
-            "queue", "store", "identity", "challenge", "webhook", "http", "front",
+            "queue",
+            "store",
+            "identity",
+            "challenge",
+            "webhook",
+            "http",
+            "pass",
+            "front",
         ],
     ),
     (
@@ -76,6 +86,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "server",
             "front",
             "config",
+            "pass",
         ],
     ),
 ];
