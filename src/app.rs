@@ -26,7 +26,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, Topology};
 use crate::store::{SharedStore, StoreError};
 use crate::tasks::gate::{gate_adaptive, gate_queues};
-use crate::{gate, push, server, tasks};
+use crate::{front, gate, push, server, tasks};
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -52,6 +52,8 @@ pub struct App {
     server: server::Settings,
     limits: Arc<RequestLimits>,
     door_switch: Arc<auto::Switch>,
+    /// The built-in reverse proxy, with `--origin` or `[[rooms]]`.
+    front: Option<Arc<front::Front>>,
 }
 
 impl App {
@@ -130,12 +132,14 @@ impl App {
             passes,
             settings,
         });
+        let front = open_front(&config, &state)?;
         Ok(Self {
             state,
             config: Arc::new(config),
             server,
             limits,
             door_switch,
+            front,
         })
     }
 
@@ -147,6 +151,16 @@ impl App {
     /// The validated configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the public listener serves: waitroom's own router, behind the
+    /// built-in proxy when one is configured.
+    pub fn public_router(&self) -> axum::Router {
+        let own = crate::http::router(self.state.clone());
+        match &self.front {
+            Some(front) => front::router(self.state.clone(), front.clone(), own),
+            None => own,
+        }
     }
 
     /// What the transport reads of the configuration.
@@ -362,10 +376,46 @@ fn open_gate(
     gate
 }
 
+/// The built-in reverse proxy, when `--origin` or `[[rooms]]` ask for one.
+fn open_front(config: &Config, state: &AppState) -> Result<Option<Arc<front::Front>>, StartError> {
+    let rooms = config.front_rooms()?;
+    if rooms.is_empty() {
+        return Ok(None);
+    }
+    let timeouts = front::Timeouts {
+        connect: Duration::from_millis(config.origin_connect_timeout_ms),
+        response: Duration::from_secs(config.origin_timeout_secs),
+    };
+    for room in &rooms {
+        tracing::info!(room = %room.name, queue = %room.queue, origin = %room.origin.authority, prefix = %room.path_prefix, "in front of a site");
+    }
+    Ok(Some(Arc::new(front::Front::new(
+        front::Rooms::new(rooms),
+        timeouts,
+        config.client_address_header,
+        state.settings().base_path.clone(),
+        front_passes(state),
+    ))))
+}
+
+/// What the proxy checks and issues passes with: the pass service on a
+/// key generated at start (one instance; configured keys shared by every
+/// instance are the pass module's to add).
+fn front_passes(_state: &AppState) -> Arc<dyn front::Passes> {
+    tracing::warn!(
+        "the built-in proxy signs passes with a key generated at start: one instance only, and passes end with a restart"
+    );
+    let ring = Arc::new(crate::pass::KeyRing::generated(front::PASS_LIFE_SECS));
+    Arc::new(front::PassGate::new(
+        Arc::new(crate::pass::PassService::new(ring)),
+        crate::pass::request::DEFAULT_PASS_COOKIE.to_owned(),
+    ))
+}
+
 /// What the handlers read of `config`.
 fn http_settings(config: &Config, max_streams: usize) -> Result<HttpSettings, StartError> {
     Ok(HttpSettings {
-        base_path: config.base_path.clone(),
+        base_path: config.effective_base_path(),
         ticket_in_query: config.ticket_in_query,
         ticket_ttl_secs: config.ticket_ttl_secs,
         allowed_origins: config.allowed_origins.clone(),

@@ -60,6 +60,8 @@ pub enum ErrorCode {
     InvalidIdentity,
     /// `invalid_opens_at`
     InvalidOpensAt,
+    /// `invalid_path`: a path with two meanings (encoded separator, climbing above the root)
+    InvalidPath,
     /// `invalid_product`
     InvalidProduct,
     /// `invalid_queue_name`
@@ -102,10 +104,16 @@ pub enum ErrorCode {
     NotDrawn,
     /// `not_found`
     NotFound,
+    /// `origin_timeout`: the protected site did not answer in time
+    OriginTimeout,
+    /// `origin_unreachable`: the protected site could not be reached or broke off
+    OriginUnreachable,
     /// `orders_disabled`
     OrdersDisabled,
     /// `out_of_stock`
     OutOfStock,
+    /// `pass_required`: the protected site needs a pass; wait in line for one
+    PassRequired,
     /// `payload_too_large`
     PayloadTooLarge,
     /// `pre_queue_not_empty`
@@ -166,6 +174,7 @@ impl ErrorCode {
         Self::InvalidBody,
         Self::InvalidIdentity,
         Self::InvalidOpensAt,
+        Self::InvalidPath,
         Self::InvalidProduct,
         Self::InvalidQueueName,
         Self::InvalidReturn,
@@ -188,7 +197,10 @@ impl ErrorCode {
         Self::NotDrawn,
         Self::NotFound,
         Self::OrdersDisabled,
+        Self::OriginTimeout,
+        Self::OriginUnreachable,
         Self::OutOfStock,
+        Self::PassRequired,
         Self::PayloadTooLarge,
         Self::PreQueueNotEmpty,
         Self::QuantityOverLimit,
@@ -231,6 +243,7 @@ impl ErrorCode {
             Self::InvalidBody => "invalid_body",
             Self::InvalidIdentity => "invalid_identity",
             Self::InvalidOpensAt => "invalid_opens_at",
+            Self::InvalidPath => "invalid_path",
             Self::InvalidProduct => "invalid_product",
             Self::InvalidQueueName => "invalid_queue_name",
             Self::InvalidReturn => "invalid_return",
@@ -253,6 +266,9 @@ impl ErrorCode {
             Self::NotDrawn => "not_drawn",
             Self::NotFound => "not_found",
             Self::OrdersDisabled => "orders_disabled",
+            Self::OriginTimeout => "origin_timeout",
+            Self::OriginUnreachable => "origin_unreachable",
+            Self::PassRequired => "pass_required",
             Self::OutOfStock => "out_of_stock",
             Self::PayloadTooLarge => "payload_too_large",
             Self::PreQueueNotEmpty => "pre_queue_not_empty",
@@ -343,6 +359,15 @@ pub enum ApiError {
         message: String,
         challenge_url: String,
     },
+    /// `503 pass_required`: a protected site's path asked without a valid
+    /// pass (JSON and XHR callers; browsers get the waiting page); retry
+    /// after `retry_after_secs`, or open the waiting page.
+    #[error("a pass is required")]
+    PassRequired { retry_after_secs: u64 },
+    /// `502 origin_unreachable`, `504 origin_timeout`: the protected site
+    /// behind the built-in proxy failed.
+    #[error("{message}")]
+    Origin { timeout: bool, message: String },
     /// `503`: this instance holds as many connections as it may; retry
     /// (the load balancer can pick another instance).
     #[error("server busy")]
@@ -450,6 +475,27 @@ impl ApiError {
             Self::ChallengeRefused { code, message, .. } => {
                 (StatusCode::FORBIDDEN, *code, message.clone())
             }
+            Self::PassRequired { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::PassRequired,
+                "this site admits visitors from its waiting room; wait in line for a pass".into(),
+            ),
+            Self::Origin {
+                timeout: true,
+                message,
+            } => (
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorCode::OriginTimeout,
+                message.clone(),
+            ),
+            Self::Origin {
+                timeout: false,
+                message,
+            } => (
+                StatusCode::BAD_GATEWAY,
+                ErrorCode::OriginUnreachable,
+                message.clone(),
+            ),
             Self::ServerBusy => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::ServerBusy,
@@ -508,6 +554,7 @@ impl IntoResponse for ApiError {
         let retry_after = match &self {
             Self::Unavailable(_) | Self::DatabaseUnavailable(_) => Some(2),
             Self::ServerBusy => Some(1),
+            Self::PassRequired { retry_after_secs } => Some(*retry_after_secs),
             Self::TooManyRequests {
                 retry_after_secs, ..
             }

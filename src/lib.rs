@@ -36,10 +36,14 @@
 //!   (uses the modules above but `tasks` and `webhook`);
 //! - [`server`] owns the connections: the two listeners, the lean stream
 //!   writer, caps, shutdown (uses `http`, `error`, `push`);
+//! - [`front`] is the built-in reverse proxy (`--origin`, `[[rooms]]`):
+//!   waitroom's own paths under one reserved prefix, every other path
+//!   forwarded to the room's origin with a valid pass, the waiting page
+//!   without one (uses `queue`, `clock`, `error`, `http`, `pass`);
 //! - [`config`] is the configuration file, environment and command line,
 //!   in that order of precedence, and the cargo features a build has
 //!   (`config::features`: a flag needing a missing one is refused) (uses `queue`,
-//!   `store`, `identity`, `challenge`, `webhook`, `http`, `pass`: the types it
+//!   `store`, `identity`, `challenge`, `webhook`, `http`, `pass`, `front`: the types it
 //!   configures live with their behaviour);
 //! - `app`, the composition root, builds the services and the HTTP state
 //!   from the configuration and starts the tasks; only this file uses it
@@ -55,6 +59,7 @@ pub mod challenge;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod front;
 pub mod gate;
 pub mod http;
 pub mod identity;
@@ -219,7 +224,7 @@ pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
         http::admin_router(state.clone()),
         server::Listener::Operator,
     ));
-    let router = http::router(state.clone());
+    let router = app.public_router();
     let served = server::serve(state, settings, listener, router, server::Listener::Public).await;
     shutdown.cancel();
     let stop_by = stop_by

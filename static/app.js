@@ -60,7 +60,11 @@ const storage = {
   },
 };
 
-const queue = new URLSearchParams(location.search).get('queue') ?? 'default';
+// In front of a site (the built-in proxy), the server names the room's
+// queue and the URL the visitor asked for, which this page stands in for.
+const front = document.querySelector('meta[name="waitroom-front"]')?.content ?? null;
+const queue = document.querySelector('meta[name="waitroom-queue"]')?.content
+  ?? new URLSearchParams(location.search).get('queue') ?? 'default';
 // Sent here by a protected site's gateway (`?return=`): once admitted, the
 // page takes the pass for that site and goes back to the page first asked
 // for (the server checks the return URL; a foreign one is refused).
@@ -518,6 +522,12 @@ async function leaveQueue() {
 // --- ready -----------------------------------------------------------------
 
 function showReady(r) {
+  if (front) {
+    // Admitted in front of a site: asking again for the URL the visitor
+    // wanted makes the server hand out the pass and send them on to it.
+    location.replace(front);
+    return;
+  }
   const seconds = Number.isFinite(r.tokenExpiresInSeconds) ? Math.max(0, r.tokenExpiresInSeconds) : 300;
   const isNew = !app.ready || app.ready.entryToken !== r.entryToken;
   app.ready = {

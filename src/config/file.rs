@@ -1,6 +1,6 @@
 //! Reading a configuration file: every key of a section becomes the flag
 //! it stands for (`keys.rs`), ready to be parsed by clap like any flag;
-//! `[queues.<name>]` and `[[webhooks]]` are read with serde. An unknown
+//! `[queues.<name>]`, `[[webhooks]]` and `[[rooms]]` are read with serde. An unknown
 //! section or key, or a value of the wrong shape, is refused with the
 //! key, the file and the line.
 
@@ -15,6 +15,7 @@ use toml::de::{DeTable, DeValue};
 use super::QueueOverrides;
 use super::keys::{self, Key};
 use super::load::LoadError;
+use crate::front::{RoomSpec, RoomTable};
 use crate::queue::QueueName;
 use crate::webhook::{WebhookSpec, WebhookTable};
 
@@ -26,6 +27,7 @@ pub struct ConfigFile {
     pub values: Vec<FileValue>,
     pub queues: Vec<(QueueName, QueueOverrides, usize)>,
     pub webhooks: Vec<(WebhookSpec, usize)>,
+    pub rooms: Vec<(RoomSpec, usize)>,
 }
 
 /// One key the file sets, as arguments for clap.
@@ -47,6 +49,8 @@ struct Structured {
     queues: BTreeMap<Spanned<String>, Spanned<QueueOverrides>>,
     #[serde(default)]
     webhooks: Vec<Spanned<WebhookTable>>,
+    #[serde(default)]
+    rooms: Vec<Spanned<RoomTable>>,
 }
 
 /// Reads `path` against the flags of `cmd`.
@@ -90,11 +94,20 @@ pub fn parse(path: &Path, text: &str, cmd: &clap::Command) -> Result<ConfigFile,
         })?;
         webhooks.push((spec, line));
     }
+    let mut rooms = Vec::new();
+    for (i, table) in structured.rooms.into_iter().enumerate() {
+        let line = line_of(text, table.span().start);
+        let spec = table.into_inner().into_spec().map_err(|e| {
+            LoadError::invalid(format!("rooms[{i}].{e} (source: file:{shown}:{line})"))
+        })?;
+        rooms.push((spec, line));
+    }
     Ok(ConfigFile {
         path: path.to_owned(),
         values,
         queues,
         webhooks,
+        rooms,
     })
 }
 
@@ -108,7 +121,7 @@ fn walk(
 ) -> Result<(), LoadError> {
     for (key, value) in table.iter() {
         let name: &str = key.get_ref();
-        if prefix.is_empty() && (name == "queues" || name == "webhooks") {
+        if prefix.is_empty() && (name == "queues" || name == "webhooks" || name == "rooms") {
             continue;
         }
         let full = if prefix.is_empty() {

@@ -5,7 +5,7 @@
 //! `waitroom init` and `docs/configuration.md` all come from the same
 //! place. A section is named after the module it configures (`owner`);
 //! its keys are the flag's name less the section's prefix. The two
-//! structured sections, `[queues.<name>]` and `[[webhooks]]`, have no flag
+//! structured sections, `[queues.<name>]`, `[[webhooks]]` and `[[rooms]]`, have no flag
 //! and are read with serde (see `file.rs`).
 
 /// A section of the file, and the module whose settings it holds.
@@ -68,6 +68,11 @@ pub const SECTIONS: &[Section] = &[
         name: "pass",
         owner: "crate::pass",
         about: "The admission pass of a protected site: its key, cookie, sessions and return URLs.",
+    },
+    Section {
+        name: "front",
+        owner: "crate::front",
+        about: "The built-in reverse proxy: the site waitroom stands in front of (`[[rooms]]` for several).",
     },
     Section {
         name: "limits",
@@ -169,6 +174,10 @@ pub const KEYS: &[Key] = keys![
     "pass.session_max_secs" => session_max_secs,
     "pass.protected_origins" => protected_origins,
     "pass.page_url" => pass_page_url,
+    "front.origin" => origin,
+    "front.preserve_host" => origin_preserve_host,
+    "front.timeout_secs" => origin_timeout_secs,
+    "front.connect_timeout_ms" => origin_connect_timeout_ms,
     "limits.joins_per_address_per_minute" => joins_per_address_per_minute,
     "limits.places_per_address" => places_per_address,
     "limits.visitors_per_address_per_minute" => visitors_per_address_per_minute,

@@ -93,6 +93,8 @@ pub struct Sources {
     /// `[queues.<name>]` and `[[webhooks]]`: name → line in the file.
     pub queue_lines: BTreeMap<String, usize>,
     pub webhook_lines: Vec<usize>,
+    /// `[[rooms]]`: the line of each table, in order.
+    pub room_lines: Vec<usize>,
 }
 
 impl Sources {
@@ -134,6 +136,25 @@ impl Sources {
             if let (Some(line), Some(path)) = (self.queue_lines.get(&name), &self.file) {
                 named.push(format!(
                     "queues.{name} (source: file:{}:{line})",
+                    path.display()
+                ));
+            }
+        }
+        // `rooms[i]`: the table's line in the file.
+        if let Some(at) = message.find("rooms[") {
+            let index: String = message[at + "rooms[".len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let (Some(line), Some(path)) = (
+                index
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| self.room_lines.get(i)),
+                &self.file,
+            ) {
+                named.push(format!(
+                    "rooms[{index}] (source: file:{}:{line})",
                     path.display()
                 ));
             }
@@ -197,6 +218,10 @@ where
         for (spec, line) in f.webhooks {
             sources.webhook_lines.push(line);
             config.webhooks.push(spec);
+        }
+        for (spec, line) in f.rooms {
+            sources.room_lines.push(line);
+            config.rooms.push(spec);
         }
     }
     config

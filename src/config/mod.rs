@@ -13,6 +13,7 @@ pub mod features;
 mod file;
 mod init;
 pub mod keys;
+mod front;
 mod load;
 mod pass;
 mod queues;
@@ -440,6 +441,36 @@ pub struct Config {
     /// the threshold.
     #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_HOLD_SECS", default_value_t = 60)]
     pub join_challenge_hold_secs: u64,
+
+    /// The site to put waitroom in front of (`http://127.0.0.1:3000`):
+    /// the public listener then proxies every path but waitroom's own
+    /// (below `--base-path`, `/_waitroom` unless set) to it, for visitors
+    /// holding a pass of the first queue of `--queues`, and shows everyone
+    /// else the waiting page at the URL they asked for. Several sites or
+    /// rooms: `[[rooms]]` in the configuration file.
+    #[arg(long, env = "WAITROOM_ORIGIN")]
+    pub origin: Option<String>,
+
+    /// Send `--origin` the visitor's own `Host` rather than the origin's
+    /// `host:port` (for a site that answers by name).
+    #[arg(long, env = "WAITROOM_ORIGIN_PRESERVE_HOST", default_value_t = false)]
+    pub origin_preserve_host: bool,
+
+    /// Seconds the built-in proxy waits for an origin's response head
+    /// (`504 origin_timeout` after); the body then streams as long as it
+    /// takes.
+    #[arg(long, env = "WAITROOM_ORIGIN_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub origin_timeout_secs: u64,
+
+    /// Milliseconds the built-in proxy waits for a connection to an
+    /// origin (`502 origin_unreachable` after).
+    #[arg(long, env = "WAITROOM_ORIGIN_CONNECT_TIMEOUT_MS", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub origin_connect_timeout_ms: u64,
+
+    /// Rooms of the built-in proxy: the file's `[[rooms]]` tables (no
+    /// flag), each checked when the file is loaded.
+    #[arg(skip)]
+    pub rooms: Vec<crate::front::RoomSpec>,
 
     /// A directory whose files override the embedded page's (same paths:
     /// `styles.css`, `i18n/ko.json`, a logo), read as they are asked for,

@@ -27,6 +27,7 @@ impl Config {
         features::check(self).map_err(ConfigError)?;
         self.queue_names()?;
         self.validate_pass()?;
+        self.check_front()?;
         self.check_admission()?;
         self.check_store()?;
         self.check_webhooks()?;

@@ -217,3 +217,9 @@ async fn not_found() -> ApiError {
 async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
+
+/// The page's `index.html` (the page directory's, else the embedded one):
+/// what the built-in proxy dresses as the waiting page (`crate::front`).
+pub async fn page_index(state: &AppState) -> Option<std::borrow::Cow<'static, [u8]>> {
+    page::file(state, "index.html").await
+}

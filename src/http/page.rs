@@ -80,7 +80,7 @@ async fn asset(
 }
 
 /// The file at `path`: the page directory's, else the embedded one.
-async fn file(state: &AppState, path: &str) -> Option<Cow<'static, [u8]>> {
+pub(super) async fn file(state: &AppState, path: &str) -> Option<Cow<'static, [u8]>> {
     if let Some(found) = state.page_dir().and_then(|dir| dir.file(path))
         && let Ok(bytes) = tokio::fs::read(&found).await
     {

@@ -75,7 +75,6 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use axum::response::IntoResponse;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -179,7 +178,6 @@ pub async fn serve(
         .layer(RequestBodyDeadlineLayer::new(settings.body_timeout))
         .service(router.clone());
     let shutdown = state.shutdown().clone();
-    let graceful = GracefulShutdown::new();
     let connections = TaskTracker::new();
     let admission = Admission::new(kind.limits(&state, &settings));
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
@@ -226,7 +224,7 @@ pub async fn serve(
         };
         let router = router.clone();
         let app = app.clone();
-        let watcher = graceful.watcher();
+        let stopping = shutdown.clone();
         let route = route.clone();
         connections.spawn(async move {
             let _held = held;
@@ -237,9 +235,24 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(backstop)
                 .max_header_size(handover::MAX_HEAD)
-                .serve_connection(TokioIo::new(io), service);
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades();
             // Boxed, so a lean stream's task does not keep hyper's size.
-            let _ = Box::pin(watcher.watch(connection)).await;
+            // On shutdown, hyper finishes the request in flight and closes
+            // (upgraded connections, the proxy's WebSockets, are their own
+            // tasks by then and end with the process's drain window).
+            let mut connection = Box::pin(connection);
+            let stopping = tokio::select! {
+                _ = connection.as_mut() => false,
+                _ = stopping.cancelled() => true,
+            };
+            if stopping {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.as_mut().await;
+            }
+            // Dropped here: a connection hyper did not upgrade still holds
+            // its IO, whose drop hands a stream's socket over (below).
+            drop(connection);
             // Built in a closure, so the request and the socket are not
             // locals of this task: a local keeps its room in the task for
             // as long as the stream runs, even once moved out.
@@ -258,7 +271,6 @@ pub async fn serve(
     connections.close();
     let drain = settings.drain + Duration::from_secs(5);
     let finished = async {
-        graceful.shutdown().await;
         connections.wait().await;
     };
     if tokio::time::timeout(drain, finished).await.is_err() {

@@ -55,6 +55,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("server", &["http", "error", "push"]),
+    ("front", &["queue", "clock", "error", "http", "pass"]),
     (
         "config",
         &[
@@ -65,6 +66,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "webhook",
             "http",
             "pass",
+            "front",
         ],
     ),
     (
@@ -83,6 +85,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tasks",
             "http",
             "server",
+            "front",
             "config",
             "pass",
         ],

@@ -18,6 +18,7 @@ mod console;
 mod eta_range;
 mod failures;
 mod features;
+mod front;
 mod gone;
 mod group_commit;
 mod held;

@@ -1,0 +1,113 @@
+// The built-in reverse proxy (`--origin`) in real Chromium, in front of
+// the shop of origin.mjs, which logs every request it receives:
+// a visitor asks for /product/42?size=9, waits on the waiting page, is
+// admitted, lands back on exactly /product/42?size=9 and browses; a second
+// visitor waits behind and gets in; a third, with JavaScript off, waits on
+// the server-rendered page and its meta refresh and gets in too. The
+// shop's log proves that no request without a pass reached it.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+import { setup, watchConsole, assertNoConsoleErrors, screenshot } from '../browser/lib/harness.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ADMIN = 'front-test-admin-token-0123456789';
+
+async function startShop(t) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'waitroom-shop-'));
+  const log = path.join(dir, 'requests.jsonl');
+  const child = spawn(process.execPath, [path.join(HERE, 'origin.mjs'), '--port', '0', '--log', log], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  const first = await new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout }).once('line', resolve);
+    child.once('exit', () => reject(new Error('the shop exited')));
+  });
+  const { listening } = JSON.parse(first);
+  return {
+    origin: `http://127.0.0.1:${listening}`,
+    requests() {
+      let text = '';
+      try { text = readFileSync(log, 'utf8'); } catch { return []; }
+      return text.split('\n').filter(Boolean).map((line) => JSON.parse(line));
+    },
+  };
+}
+
+async function admin(server, action) {
+  const res = await fetch(`${server.admin}/api/admin/queues/default/${action}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN}` },
+  });
+  assert.ok(res.ok, `${action}: ${res.status}`);
+}
+
+test('a visitor waits at the URL they asked, is let in and lands back on it; the shop sees only pass holders', async (t) => {
+  const shop = await startShop(t);
+  const { server, browser } = await setup(t, {
+    serverArgs: ['--origin', shop.origin, '--admin-token', ADMIN, '--identity', 'visitor'],
+  });
+  await admin(server, 'pause');
+
+  const first = await browser.newContext();
+  const ann = await first.newPage();
+  // The shop has no favicon: Chromium's ask for one is the shop's 404.
+  const annConsole = watchConsole(ann, { allow: (e) => e.url.endsWith('/favicon.ico') });
+  await ann.goto(`${server.base}/product/42?size=9`);
+  // The waiting page, in place of the product, at the same URL.
+  await ann.waitForSelector('body[data-state="waiting"]', { timeout: 20_000 });
+  assert.equal(new URL(ann.url()).pathname + new URL(ann.url()).search, '/product/42?size=9');
+  await screenshot(ann, 'front-waiting');
+
+  // A second visitor, behind.
+  const second = await browser.newContext();
+  const bob = await second.newPage();
+  await bob.goto(`${server.base}/product/7`);
+  await bob.waitForSelector('body[data-state="waiting"]', { timeout: 20_000 });
+
+  // A third, without JavaScript: the place is in the HTML.
+  const third = await browser.newContext({ javaScriptEnabled: false });
+  const cy = await third.newPage();
+  await cy.goto(`${server.base}/product/9?colour=red`);
+  const status = await cy.textContent('#front-status');
+  assert.match(status, /number 3/, status);
+  const refresh = await cy.getAttribute('meta[http-equiv="refresh"]', 'content');
+  assert.ok(Number(refresh) >= 2 && Number(refresh) <= 5, `refresh ${refresh}`);
+  assert.equal(shop.requests().length, 0, 'nobody reached the shop while the queue was held');
+
+  await admin(server, 'resume');
+  // Let in (one a pass: --admission-batch 1 every 700 ms), back on the URL asked.
+  await ann.waitForSelector('#product[data-id="42"]', { timeout: 30_000 });
+  assert.equal(new URL(ann.url()).pathname + new URL(ann.url()).search, '/product/42?size=9');
+  assert.equal(await ann.textContent('#query'), 'size=9');
+  await screenshot(ann, 'front-admitted');
+  // Browses several pages of the shop.
+  for (const next of ['43', '44', '45']) {
+    await ann.click(`a.product-link[href="/product/${next}"]`);
+    await ann.waitForSelector(`#product[data-id="${next}"]`, { timeout: 10_000 });
+  }
+  await bob.waitForSelector('#product[data-id="7"]', { timeout: 30_000 });
+  // Without scripts, the meta refresh brings the visitor in.
+  await cy.waitForSelector('#product[data-id="9"]', { timeout: 45_000 });
+  assert.equal(new URL(cy.url()).search, '?colour=red');
+  assertNoConsoleErrors(annConsole);
+
+  const seen = shop.requests();
+  assert.ok(seen.length >= 6, JSON.stringify(seen));
+  for (const request of seen) {
+    assert.ok(request.cookies.includes('waitroom_pass'), `reached the shop without a pass: ${JSON.stringify(request)}`);
+    assert.ok(!request.path.startsWith('/_waitroom'), `a reserved path was forwarded: ${request.path}`);
+  }
+  assert.deepEqual(
+    seen.filter((r) => r.path.startsWith('/product/42')).map((r) => r.path).slice(0, 1),
+    ['/product/42?size=9'],
+  );
+});
