@@ -398,17 +398,13 @@ fn open_front(config: &Config, state: &AppState) -> Result<Option<Arc<front::Fro
     ))))
 }
 
-/// What the proxy checks and issues passes with: the pass service on a
-/// key generated at start (one instance; configured keys shared by every
-/// instance are the pass module's to add).
-fn front_passes(_state: &AppState) -> Arc<dyn front::Passes> {
-    tracing::warn!(
-        "the built-in proxy signs passes with a key generated at start: one instance only, and passes end with a restart"
-    );
-    let ring = Arc::new(crate::pass::KeyRing::generated(front::PASS_LIFE_SECS));
+/// What the proxy checks passes with: the instance's pass service (the
+/// configured key ring, the ended sessions, the activity batch), so a
+/// pass from the proxy and one from the gateway check are the same.
+fn front_passes(state: &AppState) -> Arc<dyn front::Passes> {
     Arc::new(front::PassGate::new(
-        Arc::new(crate::pass::PassService::new(ring)),
-        crate::pass::request::DEFAULT_PASS_COOKIE.to_owned(),
+        state.passes().clone(),
+        state.settings().pass_cookie.name.clone(),
     ))
 }
 

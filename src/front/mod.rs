@@ -42,13 +42,13 @@ use axum::response::{IntoResponse, Response};
 use tower::ServiceExt;
 
 pub use forward::Timeouts;
-pub use passes::{PASS_LIFE_SECS, PassGate};
+pub use passes::PassGate;
 pub use path::{PathRefused, is_below, normalize};
 pub use rooms::{HostMatch, Origin, RoomSpec, RoomTable, Rooms};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::http::AppState;
-use crate::queue::{QueueName, UserId};
+use crate::queue::QueueName;
 use forward::{Asker, Upstream};
 
 /// The reserved prefix when `--base-path` is not set.
@@ -61,9 +61,6 @@ pub trait Passes: Send + Sync + 'static {
     /// for `queue` now; a valid one also counts as the session's activity
     /// (reported in batches, never a store call per request).
     fn admits(&self, headers: &HeaderMap, queue: &QueueName) -> bool;
-    /// A pass for `user`, whom `queue` has admitted: the `Set-Cookie`
-    /// value that carries it (`Secure` when `secure`).
-    fn issue(&self, user: &UserId, queue: &QueueName, secure: bool) -> String;
 }
 
 /// The proxy: its rooms, the pooled client to their origins, the reserved
@@ -209,7 +206,6 @@ async fn without_pass(
         room,
         request,
         return_to,
-        front.passes.as_ref(),
     )
     .await
 }

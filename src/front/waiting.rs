@@ -10,10 +10,12 @@
 //!    waitroom's own join route (the same identity, limits and ticket as
 //!    the page's own join; joining again is idempotent), so the place and
 //!    status are known before any script runs.
-//! 2. Admitted (`READY`): the pass is issued (`crate::pass`) as a cookie
-//!    with a `303` back to this same URL, which now passes. The URL is the
-//!    request's own resolved path and query, never one the visitor names,
-//!    so no redirect can lead off the site.
+//! 2. Admitted (`READY`): a `303` to the pass endpoint (`crate::pass`,
+//!    below the prefix), which starts the session, sets the pass cookie
+//!    and sends the visitor back to this same URL, which now passes. The
+//!    URL is the request's own resolved path and query, never one the
+//!    visitor names, and the endpoint checks it again, so no redirect can
+//!    lead off the site.
 //! 3. Otherwise the page (`static/index.html`, from `--page-dir` when one
 //!    is set) with `<base href="<prefix>/">`, so its scripts call the API
 //!    under the reserved prefix, the room's queue named for them, and for
@@ -82,26 +84,19 @@ pub async fn answer(
     room: &RoomSpec,
     request: &Parts,
     return_to: &str,
-    passes: &dyn super::Passes,
 ) -> Response {
     let joined = match join(inner, prefix, room, request).await {
         Ok(joined) => joined,
         Err(refused) => return refused,
     };
-    // The visitor as this request names them (a visitor minted by this
-    // very join is named from the next request on: the page then asks
-    // again within seconds).
-    let user = state.identity().presented(&request.headers).ok().flatten();
-    if joined.status == "READY"
-        && let Some(user) = user
-    {
-        let client = crate::http::client::client_of(request, state);
-        let secure = state.cookie_secure(&client);
-        let mut response = see_other(return_to);
+    if joined.status == "READY" {
+        // The pass endpoint starts the session (the entry token spent, its
+        // slot under `maxActive` the session's), sets the pass cookie and
+        // sends the visitor on to `return_to`: the join's cookies ride on
+        // this answer, so even a visitor this very join minted arrives
+        // there named.
+        let mut response = see_other(&pass_path(prefix, room, return_to));
         append_cookies(&mut response, &joined.cookies);
-        if let Ok(pass) = HeaderValue::from_str(&passes.issue(&user, &room.queue, secure)) {
-            response.headers_mut().append(header::SET_COOKIE, pass);
-        }
         metrics::counter!("waitroom_front_passes_issued_total").increment(1);
         return response;
     }
@@ -171,6 +166,13 @@ pub fn error_page(error: ApiError) -> Response {
         .insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
     crate::http::security::apply(response.headers_mut(), false);
     response
+}
+
+/// The pass endpoint under `prefix` for `room`'s queue, sending the
+/// visitor back to `return_to` (the request's own resolved path and query).
+fn pass_path(prefix: &str, room: &RoomSpec, return_to: &str) -> String {
+    let back: String = form_urlencoded::byte_serialize(return_to.as_bytes()).collect();
+    format!("{prefix}/api/queues/{}/pass?return={back}", room.queue)
 }
 
 fn see_other(location: &str) -> Response {
