@@ -109,6 +109,11 @@ impl App {
             .with_identity(identity.clone());
         let settings = http_settings(&config, max_streams)?;
         let server = server_settings(&config, max_connections);
+        // Receipts and heads are signed with a key derived from the ticket
+        // secret: the same on every instance that shares it.
+        let fairness = config
+            .fairness_log
+            .then(|| Arc::new(crate::fairness::Fairness::new(&secret)));
         let state = AppState::new(Services {
             catalog,
             instance: instance_id(),
@@ -126,6 +131,7 @@ impl App {
             door_switch: door_switch.clone(),
             page_dir,
             lotteries: Arc::default(),
+            fairness,
             settings,
         });
         Ok(Self {
@@ -154,7 +160,8 @@ impl App {
 
     /// Starts the background tasks on `tasks`: the catalog's re-reads, the
     /// admission passes and the adaptive controller, the lottery draw, the
-    /// push loop and the streams report, webhook delivery, the gate
+    /// push loop and the streams report, webhook delivery, the public
+    /// admission log (`--fairness-log`), the gate
     /// following the catalog, the request limiter's clean-up, the join
     /// challenge's `auto` switch and, with the demo order service, its
     /// stock report and token-delete reconciler.
@@ -174,6 +181,14 @@ impl App {
             catalog.watch(),
             shutdown.clone(),
         ));
+        if let Some(fairness) = state.fairness() {
+            tasks.spawn(tasks::fairness::run(
+                store.clone(),
+                fairness.clone(),
+                catalog.watch(),
+                shutdown.clone(),
+            ));
+        }
         tasks.spawn(tasks::lottery::run(
             store.clone(),
             catalog.watch(),

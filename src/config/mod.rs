@@ -458,6 +458,13 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_AUDIT_MAX_LEN", default_value_t = crate::queue::audit::DEFAULT_AUDIT_MAX_LEN)]
     pub audit_max_len: u64,
 
+    /// The public admission log (docs/fairness.md): signed arrival
+    /// receipts on joins, the log of admissions, fast tracks, abandonments
+    /// and leaves built from the audit log, its signed heads and proofs on
+    /// the public listener. Needs the audit log (--audit-max-len not 0).
+    #[arg(long, env = "WAITROOM_FAIRNESS_LOG", default_value_t = false)]
+    pub fairness_log: bool,
+
     /// Webhooks: the file's `[[webhooks]]` tables (no flag), each checked
     /// and its `ca` file read when the file is loaded.
     #[arg(skip)]
@@ -557,6 +564,9 @@ impl Config {
         }
         if !(1_000..=3_600_000).contains(&self.webhook_claim_ms) {
             return bad("--webhook-claim-ms must be 1000-3600000");
+        }
+        if self.fairness_log && self.audit_max_len == 0 {
+            return bad("--fairness-log needs the audit log: --audit-max-len must not be 0");
         }
         if !self.webhooks.is_empty() && self.audit_max_len == 0 {
             return bad("[[webhooks]] need the audit log: --audit-max-len must not be 0");

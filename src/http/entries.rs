@@ -43,6 +43,13 @@ struct Entered {
     /// The queue ticket for this place (also set as the `waitroom_ticket`
     /// cookie): send it as `X-Queue-Ticket`, `?ticket=` or the cookie.
     ticket: String,
+    /// With `--fairness-log`: this arrival's receipt, a compact JWS
+    /// (`EdDSA`, key at `/.well-known/waitroom-keys.json`) whose payload is
+    /// `{queue, seq, fp, at}`: the entry sequence (arrival order), the
+    /// buyer's fingerprint in the public log, the store's time of the
+    /// join. Keep it: `tools/verify-queue` checks the log against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<String>,
 }
 
 /// Optional join metadata; none is defined yet, but a body, if sent, must
@@ -111,10 +118,12 @@ async fn enter(
         if let Some(pre) =
             super::lottery::pre_join(&state, &queue, &user, address, scheduled).await?
         {
+            // No receipt in a pre-queue: the arrival order is the draw's.
             let answer = Answer {
                 entry: pre.entry.pre_entry,
                 status: pre.status,
                 created: pre.created,
+                entered_at: None,
             };
             return Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie));
         }
@@ -163,6 +172,7 @@ async fn enter(
         entry,
         status: QueueStatus::new(&outcome.snapshot, state.forecast(&queue)),
         created: outcome.created,
+        entered_at: outcome.snapshot.entered_at_ms,
     };
     Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie))
 }
@@ -173,6 +183,8 @@ struct Answer {
     entry: u64,
     status: QueueStatus,
     created: bool,
+    /// When the store placed the entry (store clock), for the receipt.
+    entered_at: Option<u64>,
 }
 
 impl Answer {
@@ -190,9 +202,17 @@ impl Answer {
         let ticket = state
             .signer()
             .sign(queue, user, self.entry, now_ms() + ttl_secs * 1000);
+        // Signed here from what the join step answered: no store call.
+        let receipt = match (state.fairness(), self.entered_at) {
+            (Some(fairness), Some(at)) => {
+                Some(fairness.receipt(queue, user.as_str(), self.entry, at))
+            }
+            _ => None,
+        };
         let body = Entered {
             status: self.status,
             ticket: ticket.clone(),
+            receipt,
         };
         let code = if self.created {
             StatusCode::CREATED

@@ -81,6 +81,8 @@ pub struct Services {
     pub page_dir: Option<PageDir>,
     /// Queues whose lottery draw is still ahead (the lottery draw task).
     pub lotteries: Arc<crate::lottery::Pending>,
+    /// `--fairness-log`: receipts and the public admission log (`None`: off).
+    pub fairness: Option<Arc<crate::fairness::Fairness>>,
     pub settings: HttpSettings,
 }
 
@@ -136,6 +138,11 @@ impl AppState {
     /// This instance's name among its peers (host, process, a random tag).
     pub fn instance(&self) -> &str {
         &self.inner.instance
+    }
+
+    /// Receipts and the public admission log, when `--fairness-log` is on.
+    pub fn fairness(&self) -> Option<&Arc<crate::fairness::Fairness>> {
+        self.inner.fairness.as_ref()
     }
 
     /// The ticket signer.

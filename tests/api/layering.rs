@@ -25,12 +25,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("challenge", &["queue", "store", "clock"]),
     ("lottery", &["queue", "store", "clock"]),
     ("webhook", &["queue", "store", "clock"]),
+    ("fairness", &["queue", "store", "clock"]),
     ("gate", &["queue", "store", "identity"]),
     ("orders", &["queue", "store", "gate"]),
     (
         "tasks",
         &[
-            "queue", "store", "clock", "catalog", "push", "lottery", "webhook", "gate", "orders",
+            "queue", "store", "clock", "catalog", "push", "lottery", "webhook", "fairness", "gate",
+            "orders",
         ],
     ),
     (
@@ -47,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "push",
             "challenge",
             "lottery",
+            "fairness",
             "gate",
             "orders",
         ],
@@ -66,6 +69,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog",
             "push",
             "challenge",
+            "fairness",
             "gate",
             "orders",
             "tasks",
