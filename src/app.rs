@@ -111,9 +111,10 @@ impl App {
         let server = server_settings(&config, max_connections);
         // Receipts and heads are signed with a key derived from the ticket
         // secret: the same on every instance that shares it.
-        let fairness = config
-            .fairness_log
-            .then(|| Arc::new(crate::fairness::Fairness::new(&secret)));
+        let fairness = config.fairness_log.then(|| {
+            let ring = Arc::new(crate::fairness::shared_ring(&secret));
+            Arc::new(crate::fairness::Fairness::new(ring, &secret))
+        });
         let state = AppState::new(Services {
             catalog,
             instance: instance_id(),

@@ -14,7 +14,9 @@
 //!   `clock` is the one wall clock; `telemetry` sets up logs and metrics;
 //! - [`store`] keeps the state, Redis or memory (uses `queue`, `clock`);
 //! - [`identity`] says who a request is for; [`brand`] reads operators'
-//!   page branding (`--page-dir`) (both use `queue`);
+//!   page branding (`--page-dir`); [`pass`] signs and verifies the
+//!   admission passes a protected site's gateway checks (the Ed25519 key
+//!   ring, JWKS, return URLs) (all three use `queue`);
 //! - [`error`] is the one error shape, `ApiError` and its `ErrorCode`s
 //!   (uses `store`);
 //! - [`catalog`] is the instance's copy of the live queues; [`push`] fans
@@ -22,13 +24,14 @@
 //!   `store`);
 //! - [`challenge`] (join challenges), [`lottery`] (the draw of a scheduled
 //!   opening), [`webhook`] (audit-log delivery) and [`fairness`] (signed
-//!   receipts, the public admission log) use `queue`, `store`, `clock`;
+//!   receipts, the public admission log; it signs with `pass`'s key ring)
+//!   use `queue`, `store`, `clock`;
 //! - [`gate`] guards entry tokens for order services, framework-free (uses
 //!   `queue`, `store`, `identity`); [`orders`] is the demo order service
 //!   (uses `queue`, `store`, `gate`);
 //! - [`tasks`] is everything that runs in the background (uses the domain
 //!   modules above: `queue`, `store`, `clock`, `catalog`, `push`,
-//!   `lottery`, `webhook`, `fairness`, `gate`, `orders`);
+//!   `lottery`, `webhook`, `fairness`, `gate`, `orders`, `pass`);
 //! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
 //!   routes, extractors (the order gate's `EntryPass` too), request limits
 //!   (uses the modules above but `tasks` and `webhook`);
@@ -37,7 +40,7 @@
 //! - [`config`] is the configuration file, environment and command line,
 //!   in that order of precedence, and the cargo features a build has
 //!   (`config::features`: a flag needing a missing one is refused) (uses `queue`,
-//!   `store`, `identity`, `challenge`, `webhook`, `http`: the types it
+//!   `store`, `identity`, `challenge`, `webhook`, `http`, `pass`: the types it
 //!   configures live with their behaviour);
 //! - `app`, the composition root, builds the services and the HTTP state
 //!   from the configuration and starts the tasks; only this file uses it
@@ -60,6 +63,7 @@ pub mod identity;
 pub mod lottery;
 #[cfg(feature = "demo-orders")]
 pub mod orders;
+pub mod pass;
 pub mod push;
 pub mod queue;
 pub mod server;

@@ -117,6 +117,7 @@ pub async fn publish_head<S: FairnessLogStore + ?Sized>(
         size,
         root: hex::encode(root),
         at: now_ms(),
+        iat: now_ms() / 1000,
     });
     store.log_put_head(queue, size, &head).await?;
     Ok(head)

@@ -19,12 +19,16 @@
 pub mod keys;
 pub mod log;
 
+use std::sync::Arc;
+
 use hmac::{Hmac, KeyInit, Mac};
+use jsonwebtoken::jwk::JwkSet;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use crate::pass::{Issued, KeyRing, TokenError};
 use crate::queue::QueueName;
-pub use keys::{Jwk, LogKey};
+pub use keys::shared_ring;
 
 /// Domain of the fingerprint key's derivation.
 const FINGERPRINT_DOMAIN: &[u8] = b"waitroom-fairness-fingerprint-v1";
@@ -38,7 +42,7 @@ pub const HEAD_TYP: &str = "waitroom-log-head+jws";
 /// Receipts, fingerprints and heads of one instance (the same on every
 /// instance sharing the ticket secret).
 pub struct Fairness {
-    key: LogKey,
+    ring: Arc<KeyRing>,
     fingerprint_key: [u8; 32],
 }
 
@@ -53,6 +57,15 @@ pub struct Receipt {
     pub fp: String,
     /// When the store placed the buyer, store clock, ms since the epoch.
     pub at: u64,
+    /// When signed, seconds since the epoch (the key ring's rotation
+    /// checks it).
+    pub iat: u64,
+}
+
+impl Issued for Receipt {
+    fn issued_at(&self) -> u64 {
+        self.iat
+    }
 }
 
 /// What a signed head says.
@@ -65,23 +78,33 @@ pub struct Head {
     pub root: String,
     /// When it was signed, ms since the epoch.
     pub at: u64,
+    /// The same in seconds (the key ring's rotation checks it).
+    pub iat: u64,
+}
+
+impl Issued for Head {
+    fn issued_at(&self) -> u64 {
+        self.iat
+    }
 }
 
 impl Fairness {
-    /// The keys derived from `secret` (the ticket secret).
-    pub fn new(secret: &[u8]) -> Self {
+    /// Signs with `ring`; fingerprints with a key derived from `secret`
+    /// (the ticket secret, shared by every instance).
+    pub fn new(ring: Arc<KeyRing>, secret: &[u8]) -> Self {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
             .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
         mac.update(FINGERPRINT_DOMAIN);
         Self {
-            key: LogKey::derive(secret),
+            ring,
             fingerprint_key: mac.finalize().into_bytes().into(),
         }
     }
 
-    /// The published keys.
-    pub fn jwks(&self) -> Vec<Jwk> {
-        vec![self.key.jwk()]
+    /// The published keys at `now` (seconds): the current one and the
+    /// previous ones still known.
+    pub fn jwks(&self, now: u64) -> JwkSet {
+        self.ring.jwks(now)
     }
 
     /// `user`'s fingerprint in `queue`: 32 hex digits.
@@ -101,12 +124,18 @@ impl Fairness {
             seq,
             fp: self.fingerprint(queue.as_str(), user),
             at,
+            iat: crate::clock::now_ms() / 1000,
         };
-        self.key.sign(RECEIPT_TYP, &receipt)
+        self.ring.sign(RECEIPT_TYP, &receipt)
     }
 
     /// `head` signed.
     pub fn sign_head(&self, head: &Head) -> String {
-        self.key.sign(HEAD_TYP, head)
+        self.ring.sign(HEAD_TYP, head)
+    }
+
+    /// Checks a receipt's signature and decodes it (`now` in seconds).
+    pub fn verify_receipt(&self, receipt: &str, now: u64) -> Result<Receipt, TokenError> {
+        self.ring.verify(receipt, RECEIPT_TYP, now)
     }
 }

@@ -78,7 +78,7 @@ fn numbers<const N: usize>(
 struct Keys {
     /// Ed25519 public keys (RFC 8037 JWK: `kty` OKP, `crv` Ed25519, `x`, `kid`).
     #[schema(value_type = Vec<Object>)]
-    keys: Vec<crate::fairness::Jwk>,
+    keys: Vec<jsonwebtoken::jwk::Jwk>,
 }
 
 /// The keys receipts and log heads are signed with.
@@ -92,8 +92,9 @@ struct Keys {
     )
 )]
 async fn keys(State(state): State<AppState>) -> Result<Json<Keys>, ApiError> {
+    let now = crate::clock::now_ms() / 1000;
     Ok(Json(Keys {
-        keys: fairness(&state)?.jwks(),
+        keys: fairness(&state)?.jwks(now).keys,
     }))
 }
 
