@@ -52,9 +52,28 @@ struct Entered {
     receipt: Option<String>,
 }
 
-/// Optional join metadata; none is defined yet, but a body, if sent, must
-/// be a JSON object so garbage is refused rather than ignored.
+/// Optional join metadata, a JSON object if sent (garbage is refused
+/// rather than ignored). One field is read: `lotteryNonce`.
 type JoinBody = serde_json::Map<String, serde_json::Value>;
+
+/// The entry code the buyer's browser chose for a lottery's pre-queue
+/// (`lotteryNonce`: 32 lower-case hex digits, 16 random bytes), so the
+/// server does not choose the codes that the draw sorts: `None` when not
+/// sent (the server draws one), `400 invalid_body` when not one.
+fn lottery_nonce(body: Option<&JoinBody>) -> Result<Option<String>, ApiError> {
+    let Some(value) = body.and_then(|b| b.get("lotteryNonce")) else {
+        return Ok(None);
+    };
+    match value.as_str() {
+        Some(n) if n.len() == 32 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            Ok(Some(n.to_owned()))
+        }
+        _ => Err(ApiError::bad_request(
+            crate::error::ErrorCode::InvalidBody,
+            "`lotteryNonce` must be 32 lower-case hex digits (16 random bytes)",
+        )),
+    }
+}
 
 /// Joins the queue, or for a buyer already in it, keeps the place and
 /// answers a fresh ticket for it. A first join is never refused for the
@@ -71,7 +90,7 @@ type JoinBody = serde_json::Map<String, serde_json::Value>;
         ("X-Altcha" = Option<String>, Header,
             description = "While `--join-challenge` asks for one: the solved challenge of `GET /api/queues/{queue}/challenge`, base64 of the ALTCHA JSON payload. Single use."),
     ),
-    request_body(content = Option<Object>, description = "Optional; a JSON object if sent (no fields defined yet)."),
+    request_body(content = Option<Object>, description = "Optional; a JSON object if sent. `lotteryNonce` (32 lower-case hex digits): while a lottery's pre-queue is open, the entry code the buyer's browser chose (its fingerprint is drawn), so the server does not choose it; absent, the server draws one."),
     responses(
         (status = 201, description = "Joined: a new place.", body = Entered),
         (status = 200, description = "Already in line or READY: the same place, a fresh ticket.", body = Entered),
@@ -94,8 +113,9 @@ async fn enter(
     joiner: Joiner,
     headers: HeaderMap,
     uri: Uri,
-    OptionalJson(_body): OptionalJson<JoinBody>,
+    OptionalJson(body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
+    let lottery_nonce = lottery_nonce(body.as_ref())?;
     // Proof of work first: a join that must carry a solved challenge and
     // does not costs nothing more than this check.
     super::challenge::check_join(&state, &queue, &headers).await?;
@@ -115,8 +135,15 @@ async fn enter(
     // after another instance scheduled one lands in the pre-queue too.
     let mut scheduled = false;
     let outcome = loop {
-        if let Some(pre) =
-            super::lottery::pre_join(&state, &queue, &user, address, scheduled).await?
+        if let Some(pre) = super::lottery::pre_join(
+            &state,
+            &queue,
+            &user,
+            address,
+            scheduled,
+            lottery_nonce.as_deref(),
+        )
+        .await?
         {
             // No receipt in a pre-queue: the arrival order is the draw's.
             let answer = Answer {

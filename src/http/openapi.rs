@@ -50,6 +50,7 @@ use crate::error::{ErrorBody, ErrorCode};
         (name = "orders", description = "The demo order service, behind the gate."),
         (name = "tokens", description = "The token API for order services in other languages."),
         (name = "admin", description = "Operators: counts, live queue settings, holding admission, products, the console's feed."),
+        (name = "fairness", description = "The public admission log: signed heads, leaves, inclusion and consistency proofs, the signing keys (`--fairness-log`)."),
         (name = "operations", description = "Probes, metrics and this document."),
     )
 )]

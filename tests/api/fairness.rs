@@ -514,3 +514,71 @@ async fn the_log_fails_closed_while_redis_is_down() {
     }
     app.stop().await;
 }
+
+/// A lottery's entry code comes from the buyer's browser (`lotteryNonce`),
+/// so the server does not choose the fingerprints the draw sorts; a code
+/// that is not 16 random bytes in hex is `400 invalid_body` and joins
+/// nobody.
+#[tokio::test]
+async fn the_lottery_draws_the_code_the_browser_chose() {
+    let app = TestApp::memory(&args()).await;
+    let opens_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 60_000;
+    let r = app
+        .client
+        .put(app.admin_url("/api/admin/queues/default/lottery"))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "opensAt": opens_at }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let join = |user: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let r = app
+                .client
+                .post(app.url("/api/queues/default/entries"))
+                .header("x-user-id", user)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    for bad in [
+        json!({"lotteryNonce": "ABCDEF0123456789abcdef0123456789"}),
+        json!({"lotteryNonce": "abc"}),
+        json!({"lotteryNonce": 7}),
+    ] {
+        let (code, body) = join("picky", bad.clone()).await;
+        assert_eq!(
+            (code, body["error"].as_str()),
+            (400, Some("invalid_body")),
+            "{bad}"
+        );
+    }
+    let nonce = "0123456789abcdef0123456789abcdef";
+    let (code, body) = join("picky", json!({ "lotteryNonce": nonce })).await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (201, Some("PRE_QUEUE")),
+        "{body}"
+    );
+    assert_eq!(body["lottery"]["nonce"], nonce);
+    use sha2::Digest;
+    let expected = hex::encode(sha2::Sha256::digest(format!(
+        "waitroom-lottery-v1\ndefault\n{nonce}"
+    )));
+    assert_eq!(body["lottery"]["fingerprint"], expected.as_str());
+    // Without one, the server draws a code, as before.
+    let (code, body) = join("plain", json!({})).await;
+    assert_eq!(code, 201);
+    assert_eq!(body["lottery"]["nonce"].as_str().unwrap().len(), 32);
+    assert_ne!(body["lottery"]["nonce"], nonce);
+    app.stop().await;
+}
