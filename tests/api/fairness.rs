@@ -582,3 +582,142 @@ async fn the_lottery_draws_the_code_the_browser_chose() {
     assert_ne!(body["lottery"]["nonce"], nonce);
     app.stop().await;
 }
+
+/// Redis's own time for all commands since the last `CONFIG RESETSTAT`
+/// (µs, `INFO commandstats`).
+async fn redis_usec(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| l.split("usec=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// What the log costs Redis per join and per admission: the same build
+/// with `--fairness-log` on and off, A B B A, each run on a private
+/// `redis-server` of its own (so `INFO commandstats` counts nothing else):
+/// 2,000 joins over HTTP (admission held), the log's ticks, then every
+/// buyer admitted, the log's ticks again. Also the bytes a leaf takes.
+/// `loadtest/fairness-cost.sh` runs it; ignored in the normal run.
+#[tokio::test]
+#[ignore = "a measurement: loadtest/fairness-cost.sh"]
+async fn cost_of_the_log_per_join_and_admission() {
+    crate::needs_redis!();
+    const N: usize = 2_000;
+    let mut rows: Vec<(bool, f64, f64, f64)> = Vec::new();
+    let mut leaf_bytes = 0.0;
+    for on in [true, false, false, true] {
+        let redis = RedisProcess::start(false);
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let prefix = unique_prefix("fair-cost");
+        let store = Arc::new(RedisStore::connect(&redis.url(), &prefix).await.unwrap());
+        let mut flags = args();
+        if !on {
+            flags.retain(|f| *f != "--fairness-log");
+        }
+        let flags: Vec<&str> = flags
+            .into_iter()
+            .map(|f| if f == "1" { "500" } else { f })
+            .collect();
+        let app = TestApp::spawn_with(
+            Config {
+                key_prefix: prefix.clone(),
+                ..config(&flags)
+            },
+            store,
+        )
+        .await;
+        admin_post(&app, "/api/admin/queues/default/pause").await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        for chunk in 0..N / 50 {
+            let joins = (0..50).map(|i| {
+                let app = &app;
+                async move {
+                    let user = format!("c{chunk}-{i}");
+                    let (code, _) = app.enter("default", &user).await;
+                    assert_eq!(code, 201);
+                }
+            });
+            futures::future::join_all(joins).await;
+        }
+        let join_ms = started.elapsed().as_secs_f64() * 1000.0 / N as f64;
+        // The log's ticks take the joins in (nothing to log: no admission yet).
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let per_join = redis_usec(&mut conn).await as f64 / N as f64;
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        admin_post(&app, "/api/admin/queues/default/resume").await;
+        eventually(WAIT, "every buyer admitted", || async {
+            let waiting: u64 = redis::cmd("ZCARD")
+                .arg(format!("{prefix}:{{default}}:waiting"))
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            (waiting == 0).then_some(())
+        })
+        .await;
+        if on {
+            head_of(&app, N as u64).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+        }
+        let per_admission = redis_usec(&mut conn).await as f64 / N as f64;
+        if on {
+            let mut bytes = 0u64;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}:{{default}}:fair*"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            for key in keys {
+                let b: Option<u64> = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(&key)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                bytes += b.unwrap_or(0);
+            }
+            leaf_bytes = bytes as f64 / N as f64;
+        }
+        rows.push((on, join_ms, per_join, per_admission));
+        app.stop().await;
+        drop(redis);
+    }
+    let mean = |on: bool, f: fn(&(bool, f64, f64, f64)) -> f64| {
+        let v: Vec<f64> = rows.iter().filter(|r| r.0 == on).map(f).collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    let (join_on, join_off) = (mean(true, |r| r.1), mean(false, |r| r.1));
+    let (rj_on, rj_off) = (mean(true, |r| r.2), mean(false, |r| r.2));
+    let (ra_on, ra_off) = (mean(true, |r| r.3), mean(false, |r| r.3));
+    println!(
+        "join wall time (HTTP, 50 at a time): on {join_on:.3} ms, off {join_off:.3} ms, ratio {:.2}",
+        join_on / join_off
+    );
+    println!(
+        "Redis time per join: on {rj_on:.1} us, off {rj_off:.1} us, ratio {:.2}",
+        rj_on / rj_off
+    );
+    println!(
+        "Redis time per admission: on {ra_on:.1} us, off {ra_off:.1} us, ratio {:.2}",
+        ra_on / ra_off
+    );
+    println!("Redis bytes per leaf (leaves + nodes + head): {leaf_bytes:.0}");
+    println!("runs (on, join ms, Redis us/join, Redis us/admission): {rows:?}");
+}
