@@ -112,6 +112,13 @@ impl App {
         let settings = http_settings(&config, max_streams)?;
         let passes = Arc::new(open_passes(&config)?);
         let server = server_settings(&config, max_connections);
+        // Receipts and heads are signed with a key derived from the ticket
+        // secret: the same on every instance that shares it, and after a
+        // restart (`fairness::keys` says why not the pass's ring).
+        let fairness = config.fairness_log.then(|| {
+            let ring = Arc::new(crate::fairness::shared_ring(&secret));
+            Arc::new(crate::fairness::Fairness::new(ring, &secret))
+        });
         let state = AppState::new(Services {
             catalog,
             instance: instance_id(),
@@ -130,6 +137,7 @@ impl App {
             page_dir,
             lotteries: Arc::default(),
             passes,
+            fairness,
             settings,
         });
         let front = open_front(&config, &state)?;
@@ -170,7 +178,8 @@ impl App {
 
     /// Starts the background tasks on `tasks`: the catalog's re-reads, the
     /// admission passes and the adaptive controller, the lottery draw, the
-    /// push loop and the streams report, webhook delivery, the gate
+    /// push loop and the streams report, webhook delivery, the public
+    /// admission log (`--fairness-log`), the gate
     /// following the catalog, the request limiter's clean-up, the join
     /// challenge's `auto` switch and, with the demo order service, its
     /// stock report and token-delete reconciler.
@@ -190,6 +199,14 @@ impl App {
             catalog.watch(),
             shutdown.clone(),
         ));
+        if let Some(fairness) = state.fairness() {
+            tasks.spawn(tasks::fairness::run(
+                store.clone(),
+                fairness.clone(),
+                catalog.watch(),
+                shutdown.clone(),
+            ));
+        }
         tasks.spawn(tasks::lottery::run(
             store.clone(),
             catalog.watch(),

@@ -46,6 +46,8 @@ pub enum ErrorCode {
     DatabaseUnavailable,
     /// `duplicate_header`
     DuplicateHeader,
+    /// `fairness_log_off`
+    FairnessLogOff,
     /// `foreign_ticket`
     ForeignTicket,
     /// `identity_expired`
@@ -58,6 +60,8 @@ pub enum ErrorCode {
     InvalidBody,
     /// `invalid_identity`
     InvalidIdentity,
+    /// `invalid_log_query`
+    InvalidLogQuery,
     /// `invalid_opens_at`
     InvalidOpensAt,
     /// `invalid_path`: a path with two meanings (encoded separator, climbing above the root)
@@ -167,12 +171,14 @@ impl ErrorCode {
         Self::CrossOrigin,
         Self::DatabaseUnavailable,
         Self::DuplicateHeader,
+        Self::FairnessLogOff,
         Self::ForeignTicket,
         Self::IdentityExpired,
         Self::InternalError,
         Self::InvalidAuditQuery,
         Self::InvalidBody,
         Self::InvalidIdentity,
+        Self::InvalidLogQuery,
         Self::InvalidOpensAt,
         Self::InvalidPath,
         Self::InvalidProduct,
@@ -236,12 +242,14 @@ impl ErrorCode {
             Self::CrossOrigin => "cross_origin",
             Self::DatabaseUnavailable => "database_unavailable",
             Self::DuplicateHeader => "duplicate_header",
+            Self::FairnessLogOff => "fairness_log_off",
             Self::ForeignTicket => "foreign_ticket",
             Self::IdentityExpired => "identity_expired",
             Self::InternalError => "internal_error",
             Self::InvalidAuditQuery => "invalid_audit_query",
             Self::InvalidBody => "invalid_body",
             Self::InvalidIdentity => "invalid_identity",
+            Self::InvalidLogQuery => "invalid_log_query",
             Self::InvalidOpensAt => "invalid_opens_at",
             Self::InvalidPath => "invalid_path",
             Self::InvalidProduct => "invalid_product",

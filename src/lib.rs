@@ -23,14 +23,15 @@
 //!   queue events out to this instance's streams (both use `queue`,
 //!   `store`);
 //! - [`challenge`] (join challenges), [`lottery`] (the draw of a scheduled
-//!   opening) and [`webhook`] (audit-log delivery) use `queue`, `store`,
-//!   `clock`;
+//!   opening), [`webhook`] (audit-log delivery) and [`fairness`] (signed
+//!   receipts, the public admission log; it signs with `pass`'s key ring)
+//!   use `queue`, `store`, `clock`;
 //! - [`gate`] guards entry tokens for order services, framework-free (uses
 //!   `queue`, `store`, `identity`); [`orders`] is the demo order service
 //!   (uses `queue`, `store`, `gate`);
 //! - [`tasks`] is everything that runs in the background (uses the domain
 //!   modules above: `queue`, `store`, `clock`, `catalog`, `push`,
-//!   `lottery`, `webhook`, `gate`, `orders`, `pass`);
+//!   `lottery`, `webhook`, `fairness`, `gate`, `orders`, `pass`);
 //! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
 //!   routes, extractors (the order gate's `EntryPass` too), request limits
 //!   (uses the modules above but `tasks` and `webhook`);
@@ -59,6 +60,7 @@ pub mod challenge;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod fairness;
 pub mod front;
 pub mod gate;
 pub mod http;

@@ -77,9 +77,12 @@ export const api = {
    * joins is the server's business: its visitor cookie (set by the first
    * join) or the site's login, sent by the browser.
    */
-  async enter(queue, altcha = null) {
+  async enter(queue, altcha = null, lotteryNonce = null) {
     const headers = altcha ? { 'X-Altcha': altcha } : {};
-    const res = await request('POST', `${queuePath(queue)}/entries`, { headers });
+    // The entry code a lottery draws, chosen here rather than by the server.
+    if (lotteryNonce) headers['Content-Type'] = 'application/json';
+    const body = lotteryNonce ? JSON.stringify({ lotteryNonce }) : undefined;
+    const res = await request('POST', `${queuePath(queue)}/entries`, { headers, body });
     return res.data;
   },
 

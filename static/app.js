@@ -89,7 +89,44 @@ const keys = {
   // Kept after the draw, leaving and joining again: it is what the buyer
   // checks the published seed against.
   lottery: `waitroom.lottery.${queue}`,
+  // This browser's entry code for a lottery (sent with every join).
+  nonce: `waitroom.nonce.${queue}`,
+  // The signed arrival receipt of the current entry (`--fairness-log`).
+  arrival: `waitroom.arrival.${queue}`,
 };
+
+/**
+ * This browser's entry code for a lottery's draw: 16 random bytes, made
+ * here and kept, so the server never chooses the code (and with it the
+ * fingerprint the draw sorts). The server uses it only for a pre-queue.
+ */
+function browserNonce() {
+  let nonce = storage.get('localStorage', keys.nonce);
+  if (!/^[0-9a-f]{32}$/.test(nonce ?? '')) {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    nonce = Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+    storage.set('localStorage', keys.nonce, nonce);
+  }
+  return nonce;
+}
+
+/**
+ * Keeps the join's signed arrival receipt on this device (the latest
+ * entry's) and offers it to download, for `scripts/verify-queue`.
+ */
+function keepArrivalReceipt(status) {
+  const box = el('arrival-receipt');
+  if (typeof status?.receipt !== 'string') {
+    box.hidden = true;
+    return;
+  }
+  const kept = { queue, receipt: status.receipt, savedAt: new Date().toISOString() };
+  storage.setJSON('localStorage', keys.arrival, kept);
+  const link = el('arrival-receipt-download');
+  link.href = `data:application/json;charset=utf-8,${encodeURIComponent(JSON.stringify(kept))}`;
+  link.download = `waitroom-receipt-${queue}.json`;
+  box.hidden = false;
+}
 
 const bus = new TabBus(`waitroom-${queue}`);
 
@@ -164,7 +201,8 @@ async function join({ quiet = false } = {}) {
   }
   let status;
   try {
-    status = await enterThroughDoor(queue, (altcha) => api.enter(queue, altcha), { quiet });
+    const nonce = browserNonce();
+    status = await enterThroughDoor(queue, (altcha) => api.enter(queue, altcha, nonce), { quiet });
   } catch (err) {
     app.joining = false;
     joinFailed(err, { quiet });
@@ -181,6 +219,7 @@ async function join({ quiet = false } = {}) {
     return;
   }
   rememberStart(status);
+  keepArrivalReceipt(status);
   startFeed(status);
   applyUpdate(status);
   bus.post('joined', { tabGroup });
@@ -337,6 +376,9 @@ function keepReceipt(lottery) {
       queue,
       commitment: lottery.commitment,
       nonce: lottery.nonce,
+      // Whether the code is the one this browser chose (the server could
+      // otherwise have picked one that sorts first).
+      ownCode: lottery.nonce === storage.get('localStorage', keys.nonce),
       fingerprint: lottery.fingerprint,
       opensAt: lottery.opensAt,
       savedAt: new Date().toISOString(),
@@ -354,7 +396,7 @@ function receiptText(receipt) {
     'waitroom lottery receipt',
     `queue: ${receipt.queue}`,
     `commitment (saved ${receipt.savedAt}, before the draw): ${receipt.commitment}`,
-    `entry code: ${receipt.nonce}`,
+    `entry code: ${receipt.nonce}${receipt.ownCode ? ' (chosen by this browser)' : ' (NOT the code this browser chose)'}`,
     `fingerprint: ${receipt.fingerprint}`,
     '',
     'After the draw, check the published seed against the saved commitment:',

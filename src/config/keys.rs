@@ -196,6 +196,7 @@ pub const KEYS: &[Key] = keys![
     "lottery.draw_chunk" => lottery_draw_chunk,
     "audit.max_len" => audit_max_len,
     "audit.webhook_claim_ms" => webhook_claim_ms,
+    "audit.fairness_log" => fairness_log,
     "page.dir" => page_dir,
 ];
 

@@ -544,6 +544,13 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_PASS_PAGE_URL")]
     pub pass_page_url: Option<String>,
 
+    /// The public admission log (docs/fairness.md): signed arrival
+    /// receipts on joins, the log of admissions, fast tracks, abandonments
+    /// and leaves built from the audit log, its signed heads and proofs on
+    /// the public listener. Needs the audit log (--audit-max-len not 0).
+    #[arg(long, env = "WAITROOM_FAIRNESS_LOG", default_value_t = false)]
+    pub fairness_log: bool,
+
     /// Webhooks: the file's `[[webhooks]]` tables (no flag), each checked
     /// and its `ca` file read when the file is loaded.
     #[arg(skip)]

@@ -98,6 +98,9 @@ impl Config {
         if !(1_000..=3_600_000).contains(&self.webhook_claim_ms) {
             return bad("--webhook-claim-ms must be 1000-3600000");
         }
+        if self.fairness_log && self.audit_max_len == 0 {
+            return bad("--fairness-log needs the audit log: --audit-max-len must not be 0");
+        }
         if !self.webhooks.is_empty() && self.audit_max_len == 0 {
             return bad("[[webhooks]] need the audit log: --audit-max-len must not be 0");
         }

@@ -43,11 +43,37 @@ struct Entered {
     /// The queue ticket for this place (also set as the `waitroom_ticket`
     /// cookie): send it as `X-Queue-Ticket`, `?ticket=` or the cookie.
     ticket: String,
+    /// With `--fairness-log`: this arrival's receipt, a compact JWS
+    /// (`EdDSA`, key at `/.well-known/waitroom-keys.json`) whose payload is
+    /// `{queue, seq, fp, at}`: the entry sequence (arrival order), the
+    /// buyer's fingerprint in the public log, the store's time of the
+    /// join. Keep it: `tools/verify-queue` checks the log against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<String>,
 }
 
-/// Optional join metadata; none is defined yet, but a body, if sent, must
-/// be a JSON object so garbage is refused rather than ignored.
+/// Optional join metadata, a JSON object if sent (garbage is refused
+/// rather than ignored). One field is read: `lotteryNonce`.
 type JoinBody = serde_json::Map<String, serde_json::Value>;
+
+/// The entry code the buyer's browser chose for a lottery's pre-queue
+/// (`lotteryNonce`: 32 lower-case hex digits, 16 random bytes), so the
+/// server does not choose the codes that the draw sorts: `None` when not
+/// sent (the server draws one), `400 invalid_body` when not one.
+fn lottery_nonce(body: Option<&JoinBody>) -> Result<Option<String>, ApiError> {
+    let Some(value) = body.and_then(|b| b.get("lotteryNonce")) else {
+        return Ok(None);
+    };
+    match value.as_str() {
+        Some(n) if n.len() == 32 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            Ok(Some(n.to_owned()))
+        }
+        _ => Err(ApiError::bad_request(
+            crate::error::ErrorCode::InvalidBody,
+            "`lotteryNonce` must be 32 lower-case hex digits (16 random bytes)",
+        )),
+    }
+}
 
 /// Joins the queue, or for a buyer already in it, keeps the place and
 /// answers a fresh ticket for it. A first join is never refused for the
@@ -64,7 +90,7 @@ type JoinBody = serde_json::Map<String, serde_json::Value>;
         ("X-Altcha" = Option<String>, Header,
             description = "While `--join-challenge` asks for one: the solved challenge of `GET /api/queues/{queue}/challenge`, base64 of the ALTCHA JSON payload. Single use."),
     ),
-    request_body(content = Option<Object>, description = "Optional; a JSON object if sent (no fields defined yet)."),
+    request_body(content = Option<Object>, description = "Optional; a JSON object if sent. `lotteryNonce` (32 lower-case hex digits): while a lottery's pre-queue is open, the entry code the buyer's browser chose (its fingerprint is drawn), so the server does not choose it; absent, the server draws one."),
     responses(
         (status = 201, description = "Joined: a new place.", body = Entered),
         (status = 200, description = "Already in line or READY: the same place, a fresh ticket.", body = Entered),
@@ -87,8 +113,9 @@ async fn enter(
     joiner: Joiner,
     headers: HeaderMap,
     uri: Uri,
-    OptionalJson(_body): OptionalJson<JoinBody>,
+    OptionalJson(body): OptionalJson<JoinBody>,
 ) -> Result<Response, ApiError> {
+    let lottery_nonce = lottery_nonce(body.as_ref())?;
     // Proof of work first: a join that must carry a solved challenge and
     // does not costs nothing more than this check.
     super::challenge::check_join(&state, &queue, &headers).await?;
@@ -108,13 +135,22 @@ async fn enter(
     // after another instance scheduled one lands in the pre-queue too.
     let mut scheduled = false;
     let outcome = loop {
-        if let Some(pre) =
-            super::lottery::pre_join(&state, &queue, &user, address, scheduled).await?
+        if let Some(pre) = super::lottery::pre_join(
+            &state,
+            &queue,
+            &user,
+            address,
+            scheduled,
+            lottery_nonce.as_deref(),
+        )
+        .await?
         {
+            // No receipt in a pre-queue: the arrival order is the draw's.
             let answer = Answer {
                 entry: pre.entry.pre_entry,
                 status: pre.status,
                 created: pre.created,
+                entered_at: None,
             };
             return Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie));
         }
@@ -163,6 +199,7 @@ async fn enter(
         entry,
         status: QueueStatus::new(&outcome.snapshot, state.forecast(&queue)),
         created: outcome.created,
+        entered_at: outcome.snapshot.entered_at_ms,
     };
     Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie))
 }
@@ -173,6 +210,8 @@ struct Answer {
     entry: u64,
     status: QueueStatus,
     created: bool,
+    /// When the store placed the entry (store clock), for the receipt.
+    entered_at: Option<u64>,
 }
 
 impl Answer {
@@ -190,9 +229,17 @@ impl Answer {
         let ticket = state
             .signer()
             .sign(queue, user, self.entry, now_ms() + ttl_secs * 1000);
+        // Signed here from what the join step answered: no store call.
+        let receipt = match (state.fairness(), self.entered_at) {
+            (Some(fairness), Some(at)) => {
+                Some(fairness.receipt(queue, user.as_str(), self.entry, at))
+            }
+            _ => None,
+        };
         let body = Entered {
             status: self.status,
             ticket: ticket.clone(),
+            receipt,
         };
         let code = if self.created {
             StatusCode::CREATED

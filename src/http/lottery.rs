@@ -269,14 +269,18 @@ pub(super) async fn pre_join(
     user: &UserId,
     address: super::client::ClientKey,
     scheduled: bool,
+    browser_nonce: Option<&str>,
 ) -> Result<Option<PreQueued>, ApiError> {
     if !scheduled && !state.lotteries().has(queue) {
         return Ok(None);
     }
     let limits = state.limits().join_limits(address);
+    // The browser's code when it sent one: the server then has no say in
+    // the fingerprint the draw sorts (a repeat join keeps the first code).
+    let nonce = browser_nonce.map_or_else(new_nonce, str::to_owned);
     let joined = state
         .store()
-        .pre_join_limited(queue, user, &new_nonce(), limits.address.as_ref())
+        .pre_join_limited(queue, user, &nonce, limits.address.as_ref())
         .await?;
     let PreJoin::Pre { entry, created } = (match joined {
         Ok(joined) => joined,

@@ -13,6 +13,7 @@ mod challenge;
 mod console;
 mod entries;
 mod events;
+mod fairness;
 pub mod gate;
 mod handoff;
 mod headers;
@@ -64,6 +65,7 @@ fn public_routes() -> OpenApiRouter<AppState> {
     let router = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(entries::router())
         .merge(lottery::router())
+        .merge(fairness::router())
         .merge(challenge::router())
         .merge(brand::router())
         .merge(events::router())

@@ -51,6 +51,7 @@ use crate::error::{ErrorBody, ErrorCode};
         (name = "tokens", description = "The token API for order services in other languages."),
         (name = "pass", description = "The admission pass of a protected site: the keys (JWKS), taking a pass once admitted, the gateway check (nginx `auth_request`, Caddy `forward_auth`)."),
         (name = "admin", description = "Operators: counts, live queue settings, holding admission, products, the console's feed."),
+        (name = "fairness", description = "The public admission log: signed heads, leaves, inclusion and consistency proofs, the signing keys (`--fairness-log`)."),
         (name = "operations", description = "Probes, metrics and this document."),
     )
 )]

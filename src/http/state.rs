@@ -93,6 +93,8 @@ pub struct Services {
     /// Admission passes: issued here, checked by the gateway check (and the
     /// built-in proxy).
     pub passes: Arc<crate::pass::PassService>,
+    /// `--fairness-log`: receipts and the public admission log (`None`: off).
+    pub fairness: Option<Arc<crate::fairness::Fairness>>,
     pub settings: HttpSettings,
 }
 
@@ -148,6 +150,11 @@ impl AppState {
     /// This instance's name among its peers (host, process, a random tag).
     pub fn instance(&self) -> &str {
         &self.inner.instance
+    }
+
+    /// Receipts and the public admission log, when `--fairness-log` is on.
+    pub fn fairness(&self) -> Option<&Arc<crate::fairness::Fairness>> {
+        self.inner.fairness.as_ref()
     }
 
     /// The ticket signer.

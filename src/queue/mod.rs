@@ -9,6 +9,7 @@ pub mod audit;
 mod eta;
 #[cfg(test)]
 mod eta_sim;
+pub mod fairness;
 pub mod lottery;
 mod names;
 mod session;

@@ -9,8 +9,9 @@
 //! types it speaks in: [`LineStore`] (joins, standing, admission passes),
 //! [`ClaimStore`] (orders taking tokens), [`LimitStore`], [`ChallengeStore`],
 //! [`SettingsStore`], [`StockStore`], [`AdaptiveStore`], [`AuditStore`],
-//! [`LotteryStore`], [`EventStore`] and [`SessionStore`] (a protected
-//! site's sessions). Each consumer names the one or two
+//! [`LotteryStore`], [`EventStore`], [`SessionStore`] (a protected site's
+//! sessions) and [`FairnessLogStore`] (the public admission log). Each
+//! consumer names the one or two
 //! it uses (the webhook deliverer holds an `Arc<dyn AuditStore>` and so
 //! cannot admit anyone), and each adapter implements each capability in a
 //! file of the same name. [`Store`] is their sum, for the composition root
@@ -22,6 +23,7 @@ pub mod audit;
 pub mod challenge;
 pub mod claims;
 pub mod events;
+pub mod fairness;
 pub mod limits;
 pub mod line;
 pub mod lottery;
@@ -38,6 +40,7 @@ pub use audit::AuditStore;
 pub use challenge::ChallengeStore;
 pub use claims::{ClaimOutcome, ClaimStore};
 pub use events::{EventStore, QueueEvent, StoreEvent};
+pub use fairness::{FairnessLogStore, LogAppend, LogState};
 pub use limits::{
     AddressLimits, BuyerBudget, JoinLimits, LimitKind, LimitStore, Limited, PLACES_RETRY_MS, Rate,
 };
@@ -80,6 +83,7 @@ pub trait Store:
     + AuditStore
     + LotteryStore
     + EventStore
+    + FairnessLogStore
     + GateStore
     + SessionStore
 {
@@ -97,6 +101,7 @@ impl<T> Store for T where
         + LotteryStore
         + EventStore
         + SessionStore
+        + FairnessLogStore
         + ?Sized
 {
 }

@@ -7,6 +7,8 @@
 //!   the queue's turn among instances; [`adaptive`]: the adaptive
 //!   controller, one decision per window;
 //! - [`lottery`]: draws a scheduled opening when it comes;
+//! - [`fairness`]: the public admission log: takes in the audit log,
+//!   signs heads;
 //! - [`streams`]: reports this instance's open streams for the console;
 //! - [`gate`]: keeps the order gate's queues and leases in step with the
 //!   catalog;
@@ -25,6 +27,7 @@
 pub mod adaptive;
 pub mod admission;
 pub mod catalog;
+pub mod fairness;
 pub mod gate;
 pub mod lottery;
 #[cfg(feature = "demo-orders")]

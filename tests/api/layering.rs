@@ -26,13 +26,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("challenge", &["queue", "store", "clock"]),
     ("lottery", &["queue", "store", "clock"]),
     ("webhook", &["queue", "store", "clock"]),
+    ("fairness", &["queue", "store", "clock", "pass"]),
     ("gate", &["queue", "store", "identity"]),
     ("orders", &["queue", "store", "gate"]),
     (
         "tasks",
         &[
-            "queue", "store", "clock", "catalog", "push", "lottery", "webhook", "gate", "orders",
-            "pass",
+            "queue", "store", "clock", "catalog", "push", "lottery", "webhook", "fairness", "gate",
+            "orders", "pass",
         ],
     ),
     (
@@ -49,6 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "push",
             "challenge",
             "lottery",
+            "fairness",
             "gate",
             "orders",
             "pass",
@@ -80,6 +82,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog",
             "push",
             "challenge",
+            "fairness",
             "gate",
             "orders",
             "tasks",

@@ -17,6 +17,7 @@ mod config_file;
 mod console;
 mod eta_range;
 mod failures;
+mod fairness;
 mod features;
 mod front;
 mod gone;

@@ -28,6 +28,7 @@ mod audit;
 mod challenge;
 mod claims;
 mod events;
+mod fairness;
 mod limits;
 mod line;
 mod lottery;
@@ -57,6 +58,8 @@ pub struct MemoryStore {
     audit_max_len: u64,
     /// Adaptive admission's samples and decisions (`adaptive.rs`).
     adaptive: adaptive::Adaptive,
+    /// The public admission logs (`fairness.rs`).
+    fairness: fairness::Logs,
 }
 
 impl Default for MemoryStore {
@@ -77,6 +80,7 @@ impl MemoryStore {
             settings: settings::Settings::default(),
             audit_max_len: crate::queue::audit::DEFAULT_AUDIT_MAX_LEN,
             adaptive: adaptive::Adaptive::default(),
+            fairness: fairness::Logs::default(),
         }
     }
 

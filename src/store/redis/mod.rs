@@ -36,6 +36,7 @@ mod audit;
 mod challenge;
 mod claims;
 mod events;
+mod fairness;
 mod limits;
 mod line;
 mod lottery;
