@@ -118,8 +118,10 @@ fn set_cookies(answer: &reqwest::Response) -> Vec<String> {
         .collect()
 }
 
-/// Asks for `path` as a browser of `user` until admitted: the `303` back
-/// to `path` with the pass; returns the pass cookie (`waitroom_pass=…`).
+/// Asks for `path` as a browser of `user` until admitted: the `303` to
+/// the pass endpoint under the reserved prefix, whose `303` goes back to
+/// exactly `path` with the pass; returns the pass cookie
+/// (`waitroom_pass=…`).
 pub async fn admitted(app: &TestApp, path: &str, user: &str) -> String {
     let client = no_redirects();
     let mut jar: Vec<String> = Vec::new();
@@ -133,15 +135,31 @@ pub async fn admitted(app: &TestApp, path: &str, user: &str) -> String {
             .await
             .unwrap();
         let set = set_cookies(&answer);
+        jar.extend(set);
         if answer.status() == 303 {
+            let to_pass = answer.headers()["location"].to_str().unwrap().to_owned();
+            let encoded: String = form_urlencoded::byte_serialize(path.as_bytes()).collect();
+            assert_eq!(
+                to_pass,
+                format!("/_waitroom/api/queues/default/pass?return={encoded}"),
+                "on to the pass endpoint, carrying the exact URL"
+            );
+            let answer = client
+                .get(app.url(&to_pass))
+                .header("accept", "text/html")
+                .header("x-user-id", user)
+                .header("cookie", jar.join("; "))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 303, "{answer:?}");
             assert_eq!(answer.headers()["location"], path, "back to the exact URL");
-            return set
+            return set_cookies(&answer)
                 .into_iter()
                 .find(|c| c.starts_with("waitroom_pass="))
-                .expect("the pass comes with the 303");
+                .expect("the pass comes with the pass endpoint's 303");
         }
         assert_eq!(answer.status(), 200);
-        jar.extend(set);
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     panic!("{user} was never admitted");
