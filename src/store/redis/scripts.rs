@@ -331,4 +331,22 @@ mod tests {
         }
         assert!(s.find("local function gcra(") < s.find("local function join("));
     }
+
+    #[test]
+    fn the_group_join_answers_new_buyers_before_the_join_helpers() {
+        let s = assemble(
+            "",
+            &[COMMON, GCRA, JOIN],
+            include_str!("lua/enter_many.lua"),
+        );
+        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle}:\n{s}"));
+        let head_ends = at("redis.call('ZADD', K.waiting, unpack(line))");
+        assert!(at("local function mark_entry(") < head_ends);
+        for helper in ["join", "group", "new_place", "flush", "group_known", "gcra"] {
+            assert!(
+                at(&format!("local function {helper}(")) > head_ends,
+                "{helper}"
+            );
+        }
+    }
 }

@@ -43,6 +43,11 @@
 -- twice against its limits, as two calls would.
 -- Atomic for the reasons join.lua gives, and so one group is one step: no
 -- other call runs between its joins, so they keep the order they were sent.
+-- Cost: a lean head (up to --@helpers, see scripts.rs) answers a group of
+-- new buyers behind a line with 8 commands (the fence's SET, TIME,
+-- EXISTS, ZMSCORE, MGET, ZCARD, the counter's SET or MSET, one ZADD; a
+-- mark's HGET and HSET when the span or millisecond is new), without
+-- making the join helpers' closures; any other group goes on below.
 local fence = KEYS[#KEYS - 4]
 local last = redis.call('SET', fence, ARGV[14], 'PX', 60000, 'GET')
 if last and tonumber(last) > tonumber(ARGV[14]) then
@@ -50,11 +55,11 @@ if last and tonumber(last) > tonumber(ARGV[14]) then
   return 'overtaken'
 end
 
-local c = join_config(ARGV, 3)
 local n = (#ARGV - 14) / 2
-local m = (c.join_period > 0 or c.max_places > 0) and 4 or 2
+-- Address limits: join_config's address join period and places
+-- (ARGV[11], ARGV[13]) above zero.
+local m = (tonumber(ARGV[11]) > 0 or tonumber(ARGV[13]) > 0) and 4 or 2
 local now = now_ms()
-local g = group(now, KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS])
 
 -- The repeat check for the whole group in two reads (join.lua's probed):
 -- in a burst of new buyers none holds a token, and one ZMSCORE answers
@@ -69,15 +74,87 @@ end
 -- token keys are asked again alone.
 tokkeys[n + 1], tokkeys[n + 2] = KEYS[#KEYS - 1], KEYS[#KEYS - 3]
 local found = redis.call('EXISTS', unpack(tokkeys))
-if found == 0 then
-  group_neither(g)
-else
+local neither = found == 0
+if not neither then
   tokkeys[n + 1], tokkeys[n + 2] = nil, nil
   found = redis.call('EXISTS', unpack(tokkeys))
 end
 local scores
 if found == 0 then
   scores = redis.call('ZMSCORE', K.waiting, unpack(users))
+end
+
+-- The common case, answered here before the helpers below are made (a
+-- closure each, per call): no lottery, no stock, no address limits, a
+-- line that is not empty (no fast track), and every join a new buyer's,
+-- each user once. Each then takes a new place (new_place, join.lua):
+-- the same reads (one MGET of the queue's STRINGs, one ZCARD), marks,
+-- writes (the counter, with the last mark when it moved, then one ZADD)
+-- and reply as the loop below. The MGET and ZCARD are what the loop's
+-- group_totals would read first, so a call that goes on below keeps them
+-- (v, total) and reads neither again.
+local v, total
+if neither and m == 2 then
+  v = redis.call('MGET', K.pass, K.seq, K.paused, last_mark_key())
+  total = redis.call('ZCARD', K.waiting)
+  local fresh, once = total > 0, {}
+  for i = 1, n do
+    if not fresh then
+      break
+    end
+    fresh = not scores[i] and not once[users[i]]
+    once[users[i]] = true
+  end
+  if fresh then
+    local pass, flags = tonumber(v[1] or '0'), v[3] and 2 or 0
+    local seq, mark, mark_moved = tonumber(v[2] or ARGV[7]), v[4], false
+    local line, marked, entered = {}, nil, nil
+    local out, o, run = {now, pass, flags}, 3, nil
+    for i = 1, n do
+      seq = seq + 1
+      -- As new_place: once a span is marked, the call's later entries in
+      -- it share that mark (all have the call's time).
+      local span = math.floor(seq / MARK_SPAN)
+      if span ~= marked then
+        local moved
+        entered, moved = mark_entry(seq, now, mark)
+        if moved then
+          mark, mark_moved = moved, true
+        end
+        marked = span
+      end
+      line[2 * i - 1], line[2 * i] = string.format('%d', seq), users[i]
+      local rank = total + i - 1
+      if entered ~= now then
+        run = nil
+        o = o + 1
+        out[o] = {'waiting', 1, rank, seq, '', -1, entered, rank + 1, pass, flags}
+      elseif run then
+        out[run + 2] = out[run + 2] + 1
+      else
+        run = o + 1
+        out[o + 1], out[o + 2], out[o + 3] = rank, seq, 1
+        o = o + 3
+      end
+    end
+    if mark_moved then
+      redis.call('MSET', K.seq, string.format('%d', seq), last_mark_key(), mark)
+    else
+      redis.call('SET', K.seq, string.format('%d', seq))
+    end
+    redis.call('ZADD', K.waiting, unpack(line))
+    return out
+  end
+end
+--@helpers
+local c = join_config(ARGV, 3)
+local g = group(now, KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS])
+if neither then
+  group_neither(g)
+end
+if v then
+  group_known(g, v)
+  g.total = total
 end
 
 -- A join the repeat check found to be a new buyer's, and the first of

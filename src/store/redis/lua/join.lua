@@ -92,6 +92,17 @@ local function group_pre_queue(g)
   return g.pre_queue
 end
 
+-- What the MGET of group_read (its first four keys) says, kept in g.
+local function group_known(g, v)
+  g.pass, g.held = tonumber(v[1] or '0'), v[3] and 2 or 0
+  if not g.last then
+    g.seq_read = v[2]
+  end
+  if g.mark == nil then
+    g.mark = v[4]
+  end
+end
+
 -- The queue's STRINGs a call reads, in one MGET, once per call: the pass
 -- counter, the entry counter (group_entry needs it, unless it already
 -- read it: then the call's own count stands), whether an operator holds
@@ -106,13 +117,7 @@ local function group_read(g, budget_key)
   else
     v = redis.call('MGET', K.pass, K.seq, K.paused, last_mark_key())
   end
-  g.pass, g.held = tonumber(v[1] or '0'), v[3] and 2 or 0
-  if not g.last then
-    g.seq_read = v[2]
-  end
-  if g.mark == nil then
-    g.mark = v[4]
-  end
+  group_known(g, v)
 end
 
 -- The line's length and the pass counter, read once per call: within a
