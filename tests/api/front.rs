@@ -654,3 +654,156 @@ async fn with_the_store_dead_passes_keep_working_and_nobody_new_gets_in() {
     assert!(shop.all_with_pass(), "{:?}", shop.requests());
     app.stop().await;
 }
+
+/// `maxActive 1`, idle after 2 s, one admission every 200 ms.
+const ONE_AT_A_TIME: [&str; 10] = [
+    "--max-active",
+    "1",
+    "--admission-interval-ms",
+    "200",
+    "--admission-batch",
+    "1",
+    "--session-idle-secs",
+    "2",
+    "--session-max-secs",
+    "60",
+];
+
+/// How many requests the shop received for exactly `path`.
+fn seen_at(shop: &Shop, path: &str) -> usize {
+    shop.requests().iter().filter(|r| r["path"] == path).count()
+}
+
+/// A browser's `GET` of `path` as `user` with the whole `Cookie` header
+/// `cookie`, following no redirect: (status, body).
+async fn visit(app: &TestApp, path: &str, user: &str, cookie: &str) -> (u16, String) {
+    let answer = no_redirects()
+        .get(app.url(path))
+        .header("accept", "text/html")
+        .header("x-user-id", user)
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (answer.status().as_u16(), answer.text().await.unwrap())
+}
+
+fn is_waiting_page(html: &str) -> bool {
+    html.contains(r#"<meta name="waitroom-queue" content="default">"#)
+}
+
+fn is_product(html: &str, id: &str) -> bool {
+    html.contains(&format!(r#"data-id="{id}""#))
+}
+
+#[tokio::test]
+async fn a_browsing_visitor_keeps_the_only_slot_and_going_idle_hands_it_to_the_next() {
+    let shop = Shop::start();
+    let app = front_of(&shop, &ONE_AT_A_TIME).await;
+    let ann_page = "/product/1?who=ann";
+    let bob_page = "/product/2?who=bob";
+    let pass = admitted(&app, ann_page, "ann").await;
+
+    // Ann browses for twice the idle time: her session lives, so the only
+    // slot stays hers and Bob waits on the waiting page.
+    let (code, html) = visit(&app, bob_page, "bob", "").await;
+    assert_eq!(code, 200);
+    assert!(is_waiting_page(&html), "{html}");
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        let (code, html) = visit(&app, ann_page, "ann", &pass).await;
+        assert_eq!(code, 200, "{html}");
+        assert!(is_product(&html, "1"), "ann refused while browsing: {html}");
+        let (code, html) = visit(&app, bob_page, "bob", "").await;
+        assert_eq!(code, 200, "bob let on while the room is full: {html}");
+        assert!(is_waiting_page(&html), "{html}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert_eq!(
+        seen_at(&shop, bob_page),
+        0,
+        "bob reached the shop while waiting"
+    );
+
+    // Ann goes idle: her session ends, Bob is admitted and reaches the shop.
+    let seen_ann = seen_at(&shop, ann_page);
+    let bob_pass = admitted(&app, bob_page, "bob").await;
+    let (code, html) = visit(&app, bob_page, "bob", &bob_pass).await;
+    assert_eq!(code, 200);
+    assert!(is_product(&html, "2"), "{html}");
+    assert_eq!(seen_at(&shop, bob_page), 1);
+    // Ann's pass is refused: the waiting page again, and the shop never
+    // sees her request.
+    let (code, html) = visit(&app, ann_page, "ann", &pass).await;
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        is_waiting_page(&html),
+        "ann's idle pass let through: {html}"
+    );
+    assert_eq!(seen_at(&shop, ann_page), seen_ann);
+    assert!(shop.all_with_pass(), "{:?}", shop.requests());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_operator_ends_a_session_and_the_proxy_refuses_it_within_seconds() {
+    let shop = Shop::start();
+    // Idle only after 30 s: nothing but the operator ends Ann's session.
+    let mut args = ONE_AT_A_TIME;
+    args[7] = "30";
+    let app = front_of(&shop, &args).await;
+    let ann_page = "/product/1?who=ann";
+    let bob_page = "/product/2?who=bob";
+    let pass = admitted(&app, ann_page, "ann").await;
+    let (code, html) = visit(&app, bob_page, "bob", "").await;
+    assert_eq!(code, 200);
+    assert!(is_waiting_page(&html), "{html}");
+    let (_, html) = visit(&app, ann_page, "ann", &pass).await;
+    assert!(is_product(&html, "1"), "{html}");
+
+    let token = pass.trim_start_matches("waitroom_pass=");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let id = app.state.passes().verify(token, now).unwrap().jti;
+    let ended = app
+        .client
+        .delete(app.admin_url(&format!("/api/admin/sessions/{id}")))
+        .bearer_auth(app.state.admin_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), 200);
+    let asked = std::time::Instant::now();
+    // Ann keeps clicking; within about a second (the sessions task's tick)
+    // the proxy refuses her pass.
+    loop {
+        let (code, html) = visit(&app, ann_page, "ann", &pass).await;
+        assert_eq!(code, 200, "{html}");
+        if is_waiting_page(&html) {
+            break;
+        }
+        assert!(is_product(&html, "1"), "{html}");
+        assert!(
+            asked.elapsed() < Duration::from_millis(2_500),
+            "an ended session still let through after {:?}",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // From then on the shop never sees her.
+    let seen_ann = seen_at(&shop, ann_page);
+    for _ in 0..5 {
+        let (_, html) = visit(&app, ann_page, "ann", &pass).await;
+        assert!(is_waiting_page(&html), "{html}");
+    }
+    assert_eq!(seen_at(&shop, ann_page), seen_ann);
+    // Her slot is Bob's.
+    let bob_pass = admitted(&app, bob_page, "bob").await;
+    let (_, html) = visit(&app, bob_page, "bob", &bob_pass).await;
+    assert!(is_product(&html, "2"), "{html}");
+    assert_eq!(seen_at(&shop, ann_page), seen_ann);
+    assert!(shop.all_with_pass(), "{:?}", shop.requests());
+    app.stop().await;
+}

@@ -3,8 +3,11 @@
 // a visitor asks for /product/42?size=9, waits on the waiting page, is
 // admitted, lands back on exactly /product/42?size=9 and browses; a second
 // visitor waits behind and gets in; a third, with JavaScript off, waits on
-// the server-rendered page and its meta refresh and gets in too. The
-// shop's log proves that no request without a pass reached it.
+// the server-rendered page and its meta refresh and gets in too. Then, one
+// at a time (maxActive 1, a short idle time): a visitor browsing keeps the
+// only slot while the next waits; gone idle, the slot is freed, the next
+// visitor gets in and the idle one's pass is refused. The shop's log
+// proves that no request without a pass reached it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -110,4 +113,51 @@ test('a visitor waits at the URL they asked, is let in and lands back on it; the
     seen.filter((r) => r.path.startsWith('/product/42')).map((r) => r.path).slice(0, 1),
     ['/product/42?size=9'],
   );
+});
+
+test('one at a time: a browsing visitor keeps the slot, gone idle frees it, and the next gets in', async (t) => {
+  const shop = await startShop(t);
+  const { server, browser } = await setup(t, {
+    serverArgs: [
+      '--origin', shop.origin, '--admin-token', ADMIN, '--identity', 'visitor',
+      '--max-active', '1', '--session-idle-secs', '5', '--session-max-secs', '120',
+    ],
+  });
+  const ann = await (await browser.newContext()).newPage();
+  await ann.goto(`${server.base}/product/100?who=ann`);
+  await ann.waitForSelector('#product[data-id="100"]', { timeout: 30_000 });
+
+  const bob = await (await browser.newContext()).newPage();
+  await bob.goto(`${server.base}/product/7?who=bob`);
+  await bob.waitForSelector('body[data-state="waiting"]', { timeout: 20_000 });
+
+  // Ann browses for twice the idle time: the slot stays hers, Bob waits.
+  const started = Date.now();
+  let at = 100;
+  while (Date.now() - started < 10_000) {
+    at += 1;
+    await ann.click(`a.product-link[href="/product/${at}"]`);
+    await ann.waitForSelector(`#product[data-id="${at}"]`, { timeout: 10_000 });
+    await ann.waitForTimeout(400);
+  }
+  assert.equal(await bob.getAttribute('body', 'data-state'), 'waiting');
+  const bobSeen = () => shop.requests().filter((r) => r.path.startsWith('/product/7'));
+  assert.equal(bobSeen().length, 0, 'bob reached the shop while the room was full');
+
+  // Ann goes idle: her session ends, its slot goes to Bob, who lands on
+  // exactly the URL he asked for.
+  await bob.waitForSelector('#product[data-id="7"]', { timeout: 30_000 });
+  assert.equal(new URL(bob.url()).search, '?who=bob');
+  await screenshot(bob, 'front-idle-slot-freed');
+  // Ann's pass is refused: her next click is the waiting page, not the shop.
+  const annSeen = shop.requests().filter((r) => /^\/product\/1\d\d/.test(r.path)).length;
+  await ann.click(`a.product-link[href="/product/${at + 1}"]`);
+  await ann.waitForSelector('body[data-state="waiting"]', { timeout: 20_000 });
+  assert.equal(shop.requests().filter((r) => /^\/product\/1\d\d/.test(r.path)).length, annSeen);
+
+  for (const request of shop.requests()) {
+    assert.ok(request.cookies.includes('waitroom_pass'), `reached the shop without a pass: ${JSON.stringify(request)}`);
+    assert.ok(!request.path.startsWith('/_waitroom'), `a reserved path was forwarded: ${request.path}`);
+  }
+  assert.equal(bobSeen().length, 1, JSON.stringify(shop.requests()));
 });

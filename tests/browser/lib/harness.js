@@ -111,6 +111,10 @@ async function startOnce(extraArgs) {
   });
 
   const base = `http://127.0.0.1:${port}`;
+  // In front of a site (--origin) every path but the reserved prefix is
+  // the site's: a probe of /healthz would join the queue as a visitor and,
+  // admitted, hold a slot under maxActive until its entry expires.
+  const healthPath = extraArgs.includes('--origin') ? '/_waitroom/healthz' : '/healthz';
   const server = {
     base,
     /** The operator listener: /metrics, /api/admin/*, /api/tokens/*. */
@@ -151,7 +155,7 @@ async function startOnce(extraArgs) {
       throw err;
     }
     try {
-      const res = await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(1_000) });
+      const res = await fetch(`${base}${healthPath}`, { signal: AbortSignal.timeout(1_000) });
       if (res.status === 200) return server;
     } catch {
       // not listening yet
