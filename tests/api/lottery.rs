@@ -1255,7 +1255,20 @@ async fn polls_across_the_draw_never_end_a_placed_ticket() {
                 match (code, body["status"].as_str()) {
                     (200, Some("PRE_QUEUE")) => {}
                     (429, _) => tokio::time::sleep(Duration::from_millis(100)).await,
-                    (200, Some("WAITING")) => placed += 1,
+                    (200, Some("WAITING" | "READY")) => placed += 1,
+                    _ => ended.push(format!("{code} {body}")),
+                }
+            }
+            // A loaded machine may draw late: the place must show up
+            // after the window all the same (and never as over).
+            let settle = now_ms() + 15_000;
+            while placed == 0 && now_ms() < settle {
+                let (code, body) = app.position("default", ticket).await;
+                match (code, body["status"].as_str()) {
+                    (200, Some("WAITING" | "READY")) => placed += 1,
+                    (200, Some("PRE_QUEUE")) | (429, _) => {
+                        tokio::time::sleep(Duration::from_millis(250)).await
+                    }
                     _ => ended.push(format!("{code} {body}")),
                 }
             }
