@@ -199,15 +199,7 @@ async fn without_pass(
     {
         return waiting::pass_required();
     }
-    waiting::answer(
-        state,
-        inner,
-        &front.prefix,
-        room,
-        request,
-        return_to,
-    )
-    .await
+    waiting::answer(state, inner, &front.prefix, room, request, return_to).await
 }
 
 /// The socket's peer and the client as the trusted proxies make it.
