@@ -292,7 +292,7 @@ async fn position(
             Some(PreTicket::Placed(placed)) => {
                 Ok(Json(QueueStatus::new(&placed, state.forecast(queue))))
             }
-            None => Err(ticket_ended()),
+            None => Err(member.not_held(&snapshot)),
         };
     }
     Ok(Json(QueueStatus::new(

@@ -98,7 +98,7 @@ pub async fn open_stream(
                 });
             }
             Some(PreTicket::Placed(placed)) => snapshot = *placed,
-            None => return Err(super::extract::ticket_ended()),
+            None => return Err(member.not_held(&snapshot)),
         }
     }
     let Some(view) = view.or_else(|| view_of(&snapshot, state.forecast(&member.queue))) else {

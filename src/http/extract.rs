@@ -16,6 +16,7 @@ use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::error::ErrorCode;
 use crate::queue::{QueueName, Snapshot, TicketError, UserId};
+use crate::store::StoreError;
 
 pub use super::cookies::{TICKET_COOKIE, TICKET_COOKIE_SECURE};
 
@@ -166,6 +167,23 @@ impl Member {
         } else {
             Err(ticket_ended())
         }
+    }
+
+    /// The answer to a ticket whose entry `snapshot` does not hold (and no
+    /// lottery pre-queue holds either): `401 ticket_ended` when the store
+    /// may say the place is over, else `503 store_unavailable` (the store
+    /// that answered has not issued the ticket's entry: it lags behind the
+    /// one that did, as a restarted old master does before a failover
+    /// settles; the page retries and is answered by the store of record).
+    pub fn not_held(&self, snapshot: &Snapshot) -> ApiError {
+        if snapshot.ends_ticket(self.entry) {
+            return ticket_ended();
+        }
+        metrics::counter!("waitroom_stale_ticket_reads_total").increment(1);
+        ApiError::Unavailable(StoreError::Unavailable(format!(
+            "entry {} is above the answering store's entry counter {:?}",
+            self.entry, snapshot.entries_issued
+        )))
     }
 }
 

@@ -474,6 +474,7 @@ mod tests {
             entry: Some(9),
             sold_out: false,
             paused: false,
+            entries_issued: None,
         }
     }
 

@@ -293,6 +293,7 @@ mod tests {
                 entry: Some(i + 1),
                 sold_out: false,
                 paused: false,
+                entries_issued: None,
             };
             let view = super::super::view_of(&snapshot, Forecast::at_rate(1.0)).unwrap();
             let user = UserId::parse(&format!("u{i}")).unwrap();

@@ -24,7 +24,7 @@ pub use eta::{Forecast, RateEstimator, WaitRange};
 pub use names::{InvalidName, QueueName, UserId};
 pub use session::SessionId;
 pub use settings::{QueueSettings, Queues, StoredSettings, check_shop_url};
-pub use status::{Policy, Snapshot, Standing, polling_interval_secs};
+pub use status::{Policy, STALE_ENTRY_LAG_MAX, Snapshot, Standing, polling_interval_secs};
 pub use stock::StockReport;
 pub use ticket::{Ticket, TicketError, TicketSigner};
 pub use token::EntryToken;

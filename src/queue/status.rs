@@ -68,6 +68,37 @@ pub struct Snapshot {
     /// True while an operator holds the queue's admission: nobody is
     /// admitted, so no wait can be estimated.
     pub paused: bool,
+    /// The last entry id the answering store had issued in the queue (its
+    /// entry counter), read with a status only when the user holds no
+    /// place (`None` otherwise, or when it has issued none). See
+    /// [`Snapshot::ends_ticket`].
+    pub entries_issued: Option<u64>,
+}
+
+/// How far above the answering store's entry counter a ticket's entry may
+/// be and still count as issued by a store this one lags behind. A lagging
+/// node (a restarted old master read before a failover settles, a replica)
+/// misses the entries of a few seconds; a counter started anew after a
+/// loss of data starts at a random point below 2^40
+/// (`crate::store::first_entry_id`), so it lies ~2^39 away from the old
+/// tickets, and those are told their place ended as before rather than to
+/// retry until they expire.
+pub const STALE_ENTRY_LAG_MAX: u64 = 1 << 20;
+
+impl Snapshot {
+    /// Whether this answer may tell a ticket for `entry` that its place is
+    /// over: the user holds another entry, or holds none and the store has
+    /// issued `entry` (its counter is at or above it). A ticket whose entry
+    /// the store has not issued yet (within [`STALE_ENTRY_LAG_MAX`]) comes
+    /// from a store this node lags behind: the answer is stale, not an end
+    /// (`503 store_unavailable`, retried, not `401 ticket_ended`).
+    pub fn ends_ticket(&self, entry: u64) -> bool {
+        match (self.entry, self.entries_issued) {
+            (Some(held), _) => held != entry,
+            (None, Some(issued)) => entry <= issued || entry - issued > STALE_ENTRY_LAG_MAX,
+            (None, None) => true,
+        }
+    }
 }
 
 /// The polling interval for a client `rank` places from the front: 1 s under

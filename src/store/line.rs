@@ -35,6 +35,7 @@ impl EnterOutcome {
                 entry: None,
                 sold_out: false,
                 paused: false,
+                entries_issued: None,
             },
             pre_queue: true,
         }

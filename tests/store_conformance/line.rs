@@ -816,3 +816,66 @@ async fn the_entry_survives_admission_until_the_token_is_used(store: SharedStore
     assert!(!store.leave(&q(), &users[0], entry).await.unwrap());
 }
 conformance!(the_entry_survives_admission_until_the_token_is_used);
+
+/// A status read for a user who holds no place carries the answering
+/// store's entry counter, so a ticket for an entry the store never issued
+/// (above the counter: a node lagging behind the one that issued it) is
+/// stale, not ended; a ticket for an entry the store issued and the buyer
+/// gave up is ended, and so is one far above (a counter started anew).
+async fn a_ticket_above_the_entry_counter_is_stale_not_ended(store: SharedStore) {
+    // A queue that never had an entry has no counter: nothing to lag behind.
+    let fresh = QueueName::parse("fresh").unwrap();
+    let none = store.status(&fresh, &u("a"), false).await.unwrap();
+    assert_eq!(none.entries_issued, None);
+    assert!(none.ends_ticket(1));
+
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "c", 2).await;
+    let (gone, stays) = (&users[0], &users[1]);
+    let left = entry_of(&store, gone).await;
+    let last = entry_of(&store, stays).await;
+    assert!(store.leave(&q(), gone, left).await.unwrap());
+
+    let s = store.status(&q(), gone, true).await.unwrap();
+    assert_eq!((s.entry, s.entries_issued), (None, Some(last)));
+    assert!(s.ends_ticket(left), "an issued entry that was left is over");
+    assert!(s.ends_ticket(last), "at the counter: issued, not held");
+    assert!(!s.ends_ticket(last + 1), "above the counter: stale");
+    assert!(!s.ends_ticket(last + STALE_ENTRY_LAG_MAX));
+    assert!(
+        s.ends_ticket(last + STALE_ENTRY_LAG_MAX + 1),
+        "far above: another counter's ticket, over"
+    );
+    // Somebody who never joined reads the counter as well.
+    let stranger = store.status(&q(), &u("stranger"), false).await.unwrap();
+    assert_eq!(stranger.entries_issued, Some(last));
+    assert!(!stranger.ends_ticket(last + 1));
+
+    // A held place is read on the common path: no counter, and a ticket
+    // for any other entry is over, as before.
+    let held = store.status(&q(), stays, false).await.unwrap();
+    assert_eq!((held.entry, held.entries_issued), (Some(last), None));
+    assert!(!held.ends_ticket(last));
+    assert!(held.ends_ticket(last + 1));
+
+    // A token holder who gives the token up reads the counter too.
+    let holder = u("early0");
+    let token_entry = entry_of(&store, &holder).await;
+    assert!(store.leave(&q(), &holder, token_entry).await.unwrap());
+    let after = store.status(&q(), &holder, false).await.unwrap();
+    assert_eq!((after.entry, after.entries_issued), (None, Some(last)));
+    assert!(after.ends_ticket(token_entry));
+
+    // The way back: once the store issues the entry the stale ticket named,
+    // that ticket is held again.
+    let rejoin = store
+        .enter(&q(), gone, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    assert_eq!(rejoin.snapshot.entry, Some(last + 1));
+    let now = store.status(&q(), gone, false).await.unwrap();
+    assert!(!now.ends_ticket(last + 1));
+    assert!(now.ends_ticket(left));
+}
+conformance!(a_ticket_above_the_entry_counter_is_stale_not_ended);

@@ -17,7 +17,9 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-use waitroom::queue::{EntryToken, Policy, QueueName, QueueSettings, Snapshot, Standing, UserId};
+use waitroom::queue::{
+    EntryToken, Policy, QueueName, QueueSettings, STALE_ENTRY_LAG_MAX, Snapshot, Standing, UserId,
+};
 use waitroom::store::{
     AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, LimitKind, QueueEvent, Rate, SharedStore,
     StoreEvent,

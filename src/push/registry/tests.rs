@@ -147,6 +147,7 @@ fn a_token_shown_by_a_refresh_is_not_sent_again_by_its_pass() {
         entry: Some(3),
         sold_out: false,
         paused: false,
+        entries_issued: None,
     };
     q.apply_snapshot(&u("me"), &snapshot, at(1.0));
     assert!(matches!(rx.borrow_and_update().view, View::Ready { .. }));
@@ -171,6 +172,7 @@ fn a_pass_already_seen_by_a_refresh_is_not_counted_twice() {
         entry: Some(10),
         sold_out: false,
         paused: false,
+        entries_issued: None,
     };
     q.apply_snapshot(&u("me"), &fresh, at(1.0));
     q.apply(
@@ -201,6 +203,7 @@ fn a_stale_refresh_is_not_applied() {
         entry: Some(10),
         sold_out: false,
         paused: false,
+        entries_issued: None,
     };
     q.apply_snapshot(&u("me"), &stale, at(1.0));
     assert!(!rx.has_changed().unwrap());
@@ -277,6 +280,7 @@ fn a_stream_opened_or_refreshed_between_leaves_and_the_pass_counts_them_once() {
         entry: Some(20),
         sold_out: false,
         paused: false,
+        entries_issued: None,
         pass: 1,
     };
     q.apply_snapshot(&u("old"), &fresh, at(1.0));
@@ -354,6 +358,7 @@ fn ranks_stay_exact_through_mixed_leaves_and_passes() {
                             entry: Some(seq),
                             sold_out: false,
                             paused: false,
+                            entries_issued: None,
                             pass: pass_no,
                         };
                         q.apply_snapshot(user, &snapshot, at(1.0));
@@ -409,6 +414,7 @@ fn waiting_snapshot(rank: u64, seq: u64, total: u64, pass: u64) -> Snapshot {
         entry: Some(seq),
         sold_out: false,
         paused: false,
+        entries_issued: None,
     }
 }
 
@@ -424,6 +430,7 @@ fn ready_snapshot(token: &EntryToken, expires_in_ms: u64, pass: u64) -> Snapshot
         entry: Some(1),
         sold_out: false,
         paused: false,
+        entries_issued: None,
     }
 }
 
@@ -436,6 +443,7 @@ fn not_entered(pass: u64) -> Snapshot {
         entry: None,
         sold_out: false,
         paused: false,
+        entries_issued: None,
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) struct QueueData {
     line: indexset::BTreeMap<u64, Id>,
     /// The last entry id handed out (arrival sequence; fast track included).
     last_seq: u64,
+    /// Where `last_seq` started: none handed out while they are equal.
+    first_seq: u64,
     /// Token expiry order, for clean-up; one per buyer with a token.
     expiry: BTreeSet<(u64, Id)>,
     /// Whose each live token is, so the token API can claim by the token
@@ -95,8 +97,10 @@ struct Bucket {
 impl QueueData {
     /// An empty queue whose entry ids start at a random point.
     pub fn empty() -> Self {
+        let first_seq = crate::store::first_entry_id();
         Self {
-            last_seq: crate::store::first_entry_id(),
+            last_seq: first_seq,
+            first_seq,
             ..Self::default()
         }
     }
@@ -393,6 +397,8 @@ impl QueueData {
                 entry: None,
                 sold_out: super::stock::sold_out(&self.stock),
                 paused: self.paused,
+                // As the Redis store's status reads its counter.
+                entries_issued: (self.last_seq != self.first_seq).then_some(self.last_seq),
             };
         };
         let standing = match &buyer.state {
@@ -413,6 +419,7 @@ impl QueueData {
             entry: Some(buyer.entry),
             sold_out: super::stock::sold_out(&self.stock),
             paused: self.paused,
+            entries_issued: None,
         }
     }
 }

@@ -51,6 +51,15 @@ impl Fields {
         redis::from_redis_value(value).map_err(|e| bad(self.script, format!("{field}: {e}")))
     }
 
+    /// The next field if the row has one more (a field only some scripts
+    /// append).
+    fn optional<T: redis::FromRedisValue>(&mut self, field: &str) -> StoreResult<Option<T>> {
+        match self.values.as_slice() {
+            [] => Ok(None),
+            _ => self.next(field).map(Some),
+        }
+    }
+
     /// The row ends here.
     fn end(mut self) -> StoreResult<()> {
         match self.values.next() {
@@ -132,7 +141,13 @@ pub(super) fn line_reply(script: &'static str, value: Value) -> StoreResult<Line
         },
         "ready" | "waiting" | "none" => {
             let flags = Flags::from_bits(f.next(Flags::FIELD)?);
-            return f.end().and(standing(script, row, flags));
+            // `status.lua` appends the entry counter to a 'none' row.
+            let counter: Option<i64> = f.optional("entry counter")?;
+            let entries_issued = counter.and_then(|c| u64::try_from(c).ok());
+            return f
+                .end()
+                .and(standing(script, row, flags))
+                .map(|reply| with_entries_issued(reply, entries_issued));
         }
         other => return Err(bad(script, format!("unknown row {other}"))),
     };
@@ -164,8 +179,23 @@ fn standing(script: &str, row: Row, flags: Flags) -> StoreResult<LineReply> {
             entry: (row.entry >= 0 && entered).then_some(row.entry as u64),
             sold_out: flags.sold_out,
             paused: flags.paused,
+            entries_issued: None,
         },
     })
+}
+
+/// `reply` with the entry counter its row carried, if any.
+fn with_entries_issued(reply: LineReply, entries_issued: Option<u64>) -> LineReply {
+    match reply {
+        LineReply::Standing {
+            created,
+            mut snapshot,
+        } => {
+            snapshot.entries_issued = entries_issued;
+            LineReply::Standing { created, snapshot }
+        }
+        other => other,
+    }
 }
 
 /// A new place in line as `enter_many.lua` reports it in a run (rank,
@@ -184,6 +214,7 @@ pub(super) fn new_place(rank: i64, entry: i64, now: i64, pass: u64, flags: Flags
             entry: (entry >= 0).then_some(entry as u64),
             sold_out: flags.sold_out,
             paused: flags.paused,
+            entries_issued: None,
         },
     }
 }

@@ -6,7 +6,13 @@
 -- ARGV[3] user   ARGV[4] touch (1/0)
 -- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
 -- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
--- or limited('buyer', ms to wait) with nothing touched.
+-- a 'none' row followed by the queue's entry counter (KEYS[2]; -1: none),
+-- or limited('buyer', ms to wait) with nothing touched. The counter lets the
+-- caller tell "your place is over" from "this node never saw your entry": a
+-- ticket whose entry is above it was issued by a store this node lags
+-- behind (a restarted old master read before a failover settles), so it
+-- must not be told its place ended. Read only when the user holds no
+-- place: the line's common path (the head) pays nothing for it.
 -- Atomic so the token look-up and the rank are read at one instant: read
 -- apart, a user admitted in between would look NOT_ENTERED; the budget is
 -- spent in the same step so a poll stays one round trip and every
@@ -40,10 +46,14 @@ if seq then
 end
 --@helpers
 -- Not in line: no token and no stock (one EXISTS) is a 'none'; else the
--- token answers.
+-- token answers. A 'none' row carries the entry counter (one GET).
 if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
-  return {'none', 0, -1, -1, '', -1, -1, redis.call('ZCARD', K.waiting), pass, held}
+  return {'none', 0, -1, -1, '', -1, -1, redis.call('ZCARD', K.waiting), pass, held,
+          tonumber(redis.call('GET', K.seq) or '-1')}
 end
 local row = describe(user, K.token, now, 0, redis.call('ZCARD', K.waiting), pass)
 row[#row + 1] = (sold_out(KEYS[11]) and 1 or 0) + held
+if row[1] == 'none' then
+  row[#row + 1] = tonumber(redis.call('GET', K.seq) or '-1')
+end
 return row
