@@ -13,7 +13,10 @@
 // with --session-cookie waitroom_pass) records each pass's first request:
 // its arrivals. Checked: every visitor got in, and in no window of
 // --interval-ms did more than two batches (the configured rate plus one
-// batch) arrive at the origin. Loopback only; bounded by --deadline-s.
+// batch) arrive at the origin, and (with --max-active, the room's
+// maxActive) the origin's peak of concurrent sessions stayed within it.
+// Loopback only; bounded by --deadline-s. loadtest/proxy-burst.sh starts
+// the origin and a release server and writes the report.
 import { fork } from 'node:child_process';
 import http from 'node:http';
 import { parseArgs } from 'node:util';
@@ -28,6 +31,7 @@ const { values: o } = parseArgs({
     'interval-ms': { type: 'string', default: '1000' },
     'poll-ms': { type: 'string', default: '3000' },
     'deadline-s': { type: 'string', default: '600' },
+    'max-active': { type: 'string' },
     worker: { type: 'string' },
   },
 });
@@ -118,12 +122,16 @@ const result = {
   outcomes,
   originPasses: stats.total,
   originRequests: stats.requests,
+  originPeakSessions: stats.peak,
+  originSessionWindowMs: stats.sessionWindowMs,
+  maxActive: o['max-active'] ? Number(o['max-active']) : null,
   mostArrivalsInOneInterval: worst,
   allowed: 2 * batch,
   arrivalsPerSecond: span ? Number(((arrivals.length - 1) / span).toFixed(1)) : null,
   configuredPerSecond: (batch * 1000) / interval,
   seconds: (Date.now() - started) / 1000,
-  ok: outcomes.in === total && stats.total === total && worst <= 2 * batch,
+  ok: outcomes.in === total && stats.total === total && worst <= 2 * batch
+    && (!o['max-active'] || stats.peak <= Number(o['max-active'])),
 };
 console.log(JSON.stringify(result, null, 2));
 process.exit(result.ok ? 0 : 1);
