@@ -8,8 +8,9 @@
 // Each visitor is a browser without JavaScript: its own cookie jar, its
 // own loopback source address (127.0.0.2-127.0.0.251, so per-address limits
 // see many clients), asks for /product/<n>, follows the waiting page's
-// refresh (every --poll-ms, jittered) until the 303 that brings the pass,
-// then asks for the product with it. The origin (tests/front/origin.mjs
+// refresh (every --poll-ms, jittered) until the 303 to the pass endpoint,
+// follows it (the 303 back that brings the pass), then asks for the
+// product with it. The origin (tests/front/origin.mjs
 // with --session-cookie waitroom_pass) records each pass's first request:
 // its arrivals. Checked: every visitor got in, and in no window of
 // --interval-ms did more than two batches (the configured rate plus one
@@ -54,7 +55,7 @@ function get(path, { cookies, source }) {
         cookies.set(pair.slice(0, eq), pair.slice(eq + 1));
       }
       res.resume();
-      res.on('end', () => resolve(res.statusCode));
+      res.on('end', () => resolve({ status: res.statusCode, location: res.headers.location }));
     });
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', reject);
@@ -70,10 +71,16 @@ async function visitor(i, deadline) {
   const path = `/product/${i}`;
   await sleep(Math.random() * 1000);
   while (Date.now() < deadline) {
-    let status;
-    try { status = await get(path, { cookies, source }); } catch { status = 0; }
-    if (status === 303 && cookies.has('waitroom_pass')) {
-      const through = await get(path, { cookies, source }).catch((e) => e.code ?? e.message);
+    let answer;
+    try { answer = await get(path, { cookies, source }); } catch { answer = { status: 0 }; }
+    // Admitted: a 303 to the pass endpoint (under the reserved prefix),
+    // which starts the session, sets the pass cookie and sends the
+    // browser back (303) to the product.
+    if (answer.status === 303 && answer.location?.startsWith('/') && !cookies.has('waitroom_pass')) {
+      try { answer = await get(answer.location, { cookies, source }); } catch { answer = { status: 0 }; }
+    }
+    if (answer.status === 303 && cookies.has('waitroom_pass')) {
+      const through = await get(path, { cookies, source }).then((r) => r.status, (e) => e.code ?? e.message);
       return through === 200 ? 'in' : `after-pass-${through}`;
     }
     await sleep(Number(o['poll-ms']) * (0.5 + Math.random()));

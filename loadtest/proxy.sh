@@ -98,9 +98,14 @@ done
 # A pass, the way a browser gets one: ask, wait, be sent back with it.
 pass=""
 for _ in $(seq 1 40); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' -b "$TMP/jar" -c "$TMP/jar" \
+  # Admitted: a 303 to the pass endpoint, which sets the pass cookie and
+  # sends the browser back (303) to the page.
+  loc=$(curl -s -o /dev/null -w '%{redirect_url}' -b "$TMP/jar" -c "$TMP/jar" \
     -H 'Accept: text/html' "http://127.0.0.1:$WAITROOM_PORT/index.html")
-  if [ "$code" = 303 ]; then
+  if [ -n "$loc" ]; then
+    curl -s -o /dev/null -b "$TMP/jar" -c "$TMP/jar" -H 'Accept: text/html' "$loc"
+  fi
+  if grep -q waitroom_pass "$TMP/jar" 2>/dev/null; then
     pass=$(awk '$6 == "waitroom_pass" { print "waitroom_pass=" $7 }' "$TMP/jar")
     break
   fi
