@@ -41,8 +41,15 @@ SERVER_PID=$!
 wait_ready "127.0.0.1:$WR_PORT"
 ticket=$(curl -fsS -X POST -H 'x-user-id: bench' "http://127.0.0.1:$WR_PORT/api/queues/default/entries" |
   sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p')
-pass=$(curl -fsS -H 'x-user-id: bench' -H "x-queue-ticket: $ticket" -H 'accept: application/json' \
-  "http://127.0.0.1:$WR_PORT/api/queues/default/pass" | sed -n 's/.*"pass":"\([^"]*\)".*/\1/p')
+# Admission runs once a second: until then the pass endpoint answers 409
+# not_admitted, so ask again (10 s at most).
+pass=""
+for _ in $(seq 1 40); do
+  pass=$(curl -sS -H 'x-user-id: bench' -H "x-queue-ticket: $ticket" -H 'accept: application/json' \
+    "http://127.0.0.1:$WR_PORT/api/queues/default/pass" | sed -n 's/.*"pass":"\([^"]*\)".*/\1/p')
+  [[ -n "$pass" ]] && break
+  sleep 0.25
+done
 [[ -n "$pass" ]] || { log "no pass"; cat "$TMP/waitroom.log" >&2; exit 1; }
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "cookie: waitroom_pass=$pass" \
   "http://127.0.0.1:$WR_PORT/api/gate/check?queue=default")
@@ -91,6 +98,7 @@ leg() {
   echo "$rps ${p99:-?} ${non2xx:-0}"
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 NG_URL="http://127.0.0.1:$NG_PORT/204"
 WR_URL="http://127.0.0.1:$WR_PORT/api/gate/check?queue=default"
 log "nginx 204 vs the gateway check, ${SECS}s legs, $CONNS connections, A B B A"
@@ -115,7 +123,7 @@ release build at $(cd "$root" && git rev-parse --short HEAD), memory store.
 nginx: \`worker_processes auto\`, \`return 204\`.
 
 Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)),
-load average before the run $(cut -d' ' -f1-3 /proc/loadavg), shared with
+load average $load_before before the run, $(cut -d' ' -f1-3 /proc/loadavg) after, shared with
 other builds: read the ratio, not the absolute figures.
 
 | leg | requests/s | p99 |

@@ -8,12 +8,16 @@
 // Each visitor is a browser without JavaScript: its own cookie jar, its
 // own loopback source address (127.0.0.2-127.0.0.251, so per-address limits
 // see many clients), asks for /product/<n>, follows the waiting page's
-// refresh (every --poll-ms, jittered) until the 303 that brings the pass,
-// then asks for the product with it. The origin (tests/front/origin.mjs
+// refresh (every --poll-ms, jittered) until the 303 to the pass endpoint,
+// follows it (the 303 back that brings the pass), then asks for the
+// product with it. The origin (tests/front/origin.mjs
 // with --session-cookie waitroom_pass) records each pass's first request:
 // its arrivals. Checked: every visitor got in, and in no window of
 // --interval-ms did more than two batches (the configured rate plus one
-// batch) arrive at the origin. Loopback only; bounded by --deadline-s.
+// batch) arrive at the origin, and (with --max-active, the room's
+// maxActive) the origin's peak of concurrent sessions stayed within it.
+// Loopback only; bounded by --deadline-s. loadtest/proxy-burst.sh starts
+// the origin and a release server and writes the report.
 import { fork } from 'node:child_process';
 import http from 'node:http';
 import { parseArgs } from 'node:util';
@@ -28,6 +32,7 @@ const { values: o } = parseArgs({
     'interval-ms': { type: 'string', default: '1000' },
     'poll-ms': { type: 'string', default: '3000' },
     'deadline-s': { type: 'string', default: '600' },
+    'max-active': { type: 'string' },
     worker: { type: 'string' },
   },
 });
@@ -50,7 +55,7 @@ function get(path, { cookies, source }) {
         cookies.set(pair.slice(0, eq), pair.slice(eq + 1));
       }
       res.resume();
-      res.on('end', () => resolve(res.statusCode));
+      res.on('end', () => resolve({ status: res.statusCode, location: res.headers.location }));
     });
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', reject);
@@ -66,10 +71,16 @@ async function visitor(i, deadline) {
   const path = `/product/${i}`;
   await sleep(Math.random() * 1000);
   while (Date.now() < deadline) {
-    let status;
-    try { status = await get(path, { cookies, source }); } catch { status = 0; }
-    if (status === 303 && cookies.has('waitroom_pass')) {
-      const through = await get(path, { cookies, source }).catch((e) => e.code ?? e.message);
+    let answer;
+    try { answer = await get(path, { cookies, source }); } catch { answer = { status: 0 }; }
+    // Admitted: a 303 to the pass endpoint (under the reserved prefix),
+    // which starts the session, sets the pass cookie and sends the
+    // browser back (303) to the product.
+    if (answer.status === 303 && answer.location?.startsWith('/') && !cookies.has('waitroom_pass')) {
+      try { answer = await get(answer.location, { cookies, source }); } catch { answer = { status: 0 }; }
+    }
+    if (answer.status === 303 && cookies.has('waitroom_pass')) {
+      const through = await get(path, { cookies, source }).then((r) => r.status, (e) => e.code ?? e.message);
       return through === 200 ? 'in' : `after-pass-${through}`;
     }
     await sleep(Number(o['poll-ms']) * (0.5 + Math.random()));
@@ -118,12 +129,16 @@ const result = {
   outcomes,
   originPasses: stats.total,
   originRequests: stats.requests,
+  originPeakSessions: stats.peak,
+  originSessionWindowMs: stats.sessionWindowMs,
+  maxActive: o['max-active'] ? Number(o['max-active']) : null,
   mostArrivalsInOneInterval: worst,
   allowed: 2 * batch,
   arrivalsPerSecond: span ? Number(((arrivals.length - 1) / span).toFixed(1)) : null,
   configuredPerSecond: (batch * 1000) / interval,
   seconds: (Date.now() - started) / 1000,
-  ok: outcomes.in === total && stats.total === total && worst <= 2 * batch,
+  ok: outcomes.in === total && stats.total === total && worst <= 2 * batch
+    && (!o['max-active'] || stats.peak <= Number(o['max-active'])),
 };
 console.log(JSON.stringify(result, null, 2));
 process.exit(result.ok ? 0 : 1);

@@ -25,6 +25,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cd "$root"
 TMP="$(mktemp -d)"
+# nginx's workers (nobody) read the origin's file and write temp files here.
+chmod 755 "$TMP"
 # shellcheck source=loadtest/lib.sh
 source "$here/lib.sh"
 trap cleanup EXIT
@@ -96,9 +98,14 @@ done
 # A pass, the way a browser gets one: ask, wait, be sent back with it.
 pass=""
 for _ in $(seq 1 40); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' -b "$TMP/jar" -c "$TMP/jar" \
+  # Admitted: a 303 to the pass endpoint, which sets the pass cookie and
+  # sends the browser back (303) to the page.
+  loc=$(curl -s -o /dev/null -w '%{redirect_url}' -b "$TMP/jar" -c "$TMP/jar" \
     -H 'Accept: text/html' "http://127.0.0.1:$WAITROOM_PORT/index.html")
-  if [ "$code" = 303 ]; then
+  if [ -n "$loc" ]; then
+    curl -s -o /dev/null -b "$TMP/jar" -c "$TMP/jar" -H 'Accept: text/html' "$loc"
+  fi
+  if grep -q waitroom_pass "$TMP/jar" 2>/dev/null; then
     pass=$(awk '$6 == "waitroom_pass" { print "waitroom_pass=" $7 }' "$TMP/jar")
     break
   fi
@@ -120,6 +127,7 @@ print(m["http_reqs"]["rate"], m["http_req_duration"]["p(99)"], fails)
 PY
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq 1 "$REPEATS"); do
   log "round $i/$REPEATS"
   run origin "http://127.0.0.1:$ORIGIN_PORT/index.html"
@@ -129,7 +137,7 @@ done
 
 stamp=$(date -u +%Y%m%dT%H%MZ)
 report="docs/benchmarks/proxy-$stamp.md"
-python3 - "$TMP" "$report" "$VUS" "$DURATION" "$REPEATS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(git rev-parse --short HEAD)" <<'PY'
+python3 - "$TMP" "$report" "$VUS" "$DURATION" "$REPEATS" "$(nproc)" "$load_before / $(cut -d' ' -f1-3 /proc/loadavg)" "$(git rev-parse --short HEAD)" <<'PY'
 import statistics, sys
 tmp, report, vus, duration, repeats, cores, load, commit = sys.argv[1:]
 def read(name):
@@ -141,7 +149,7 @@ added_w, added_n = w[1] - o[1], n[1] - o[1]
 lines = [
     f"# The built-in proxy against nginx proxy_pass ({report.split('-',1)[1][:-3]})", "",
     f"Command: `VUS={vus} DURATION={duration} REPEATS={repeats} loadtest/proxy.sh` at {commit}.",
-    f"Machine: {cores} cores, load average {load} at the end (shared; generator, proxies and origin on the same cores).",
+    f"Machine: {cores} cores, load average {load} (before / after) (shared; generator, proxies and origin on the same cores).",
     "Origin: nginx serving a 1 KiB static file. Medians of the rounds (interleaved).", "",
     "| target | requests/s | p99 (ms) | p99 added over the origin (ms) | failed checks |",
     "|---|---|---|---|---|",
