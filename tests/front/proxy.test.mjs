@@ -149,15 +149,27 @@ test('one at a time: a browsing visitor keeps the slot, gone idle frees it, and 
   await bob.waitForSelector('#product[data-id="7"]', { timeout: 30_000 });
   assert.equal(new URL(bob.url()).search, '?who=bob');
   await screenshot(bob, 'front-idle-slot-freed');
+  // Bob keeps browsing (reloads) while Ann is checked, so his session
+  // cannot go idle on a slow machine and hand the slot back to Ann.
+  let checking = true;
+  const keepBob = (async () => {
+    while (checking) {
+      await bob.reload();
+      await bob.waitForSelector('#product[data-id="7"]', { timeout: 10_000 });
+      await bob.waitForTimeout(1_000);
+    }
+  })();
   // Ann's pass is refused: her next click is the waiting page, not the shop.
   const annSeen = shop.requests().filter((r) => /^\/product\/1\d\d/.test(r.path)).length;
   await ann.click(`a.product-link[href="/product/${at + 1}"]`);
   await ann.waitForSelector('body[data-state="waiting"]', { timeout: 20_000 });
   assert.equal(shop.requests().filter((r) => /^\/product\/1\d\d/.test(r.path)).length, annSeen);
+  checking = false;
+  await keepBob;
 
   for (const request of shop.requests()) {
     assert.ok(request.cookies.includes('waitroom_pass'), `reached the shop without a pass: ${JSON.stringify(request)}`);
     assert.ok(!request.path.startsWith('/_waitroom'), `a reserved path was forwarded: ${request.path}`);
   }
-  assert.equal(bobSeen().length, 1, JSON.stringify(shop.requests()));
+  assert.ok(bobSeen().length >= 1, JSON.stringify(shop.requests()));
 });
