@@ -55,7 +55,10 @@ def script(d):
     rd = lambda f: open(f'{DIRS[d]}/{f}.lua').read()
     return prelude + rd('common') + '\n' + rd('gcra') + '\n' + rd('join') + '\n' + rd('enter_many')
 shas = {d: r.cmd('SCRIPT', 'LOAD', script(d)).decode() for d in DIRS}
-fenced = {d: 'ARGV[14]' in open(f'{DIRS[d]}/enter_many.lua').read() for d in DIRS}
+fenced = {d: 'ARGV[14]' in open(f'{DIRS[d]}/enter_many.lua').read() or 'fence' in open(f'{DIRS[d]}/enter_many.lua').read() for d in DIRS}
+# Since 20261202 the shared arguments are one packed string (join.lua's
+# join_config, budget first) and the group number follows it.
+packed = {d: 'join_head' in open(f'{DIRS[d]}/join.lua').read() for d in DIRS}
 PLAIN = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'plain-join/src/join.lua')).read()
 shas['plain'] = r.cmd('SCRIPT', 'LOAD', PLAIN).decode()
 def usec(name):
@@ -68,7 +71,9 @@ def cpu():
     info = r.cmd('INFO', 'cpu').decode()
     v = dict(l.split(':') for l in info.splitlines() if ':' in l)
     return float(v['used_cpu_user']) + float(v['used_cpu_sys'])
-shared = [300000, 1, 3600000, 0, random.randrange(1, 1 << 40), 1000, 10, 5000, 0, 0, 0]
+first = random.randrange(1, 1 << 40)
+shared = [300000, 1, 3600000, 0, first, 1000, 10, 5000, 0, 0, 0]
+shared_packed = ['1000 10 5000 %d 300000 1 3600000 0 0 0 0' % first]
 def run(d, q):
     base = f'b:{{{q}}}:'
     keys = [base + k for k in ['waiting', 'seq', 'entered', 'seen', 'active', 'bucket', 'pass', 'paused']]
@@ -85,7 +90,7 @@ def run(d, q):
                 time.sleep(GAP)
         return (usec('x') - t0) / (CALLS * G), (cpu() - c0) * 1e6 / (CALLS * G)
     for call in range(CALLS):
-        ks = list(keys); av = [base + 'token:', base + 'events'] + shared
+        ks = list(keys); av = [base + 'token:', base + 'events'] + (shared_packed if packed[d] else shared)
         if fenced[d]: av.append(call + 1)
         for i in range(G):
             user = 'user-%08d' % u; u += 1

@@ -136,13 +136,14 @@ impl QueueKeys {
     }
 
     /// `enter.lua`'s keys after the common ones and the user's token: the
-    /// user's budget, the address's join rate and places (placeholders,
-    /// which the script does not touch, for a join without an address),
-    /// then [`QueueKeys::join_tail`].
+    /// user's budget, [`QueueKeys::join_tail`], then, only for a join whose
+    /// address has limits (`address`), the address's join rate and places.
     pub(super) fn enter(&self, user: &UserId, address: Option<&str>) -> Vec<String> {
-        let [joins, places] = self.address(address.unwrap_or("-"));
-        let mut keys = vec![self.budget(user), joins, places];
+        let mut keys = vec![self.budget(user)];
         keys.extend(self.join_tail());
+        if let Some(address) = address {
+            keys.extend(self.address(address));
+        }
         keys
     }
 }

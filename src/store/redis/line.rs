@@ -66,7 +66,11 @@ impl LineStore for RedisStore {
         let reply = match &self.batcher {
             Some(batcher) => batcher.join(queue, call).await?,
             None => {
-                let keys = self.keys(queue).enter(user, call.address.as_deref());
+                let address = call
+                    .shared
+                    .address_limited()
+                    .then(|| call.address.as_deref().unwrap_or("-"));
+                let keys = self.keys(queue).enter(user, address);
                 let reply: redis::Value = self
                     .run_durable(&self.scripts.enter, queue, &[user], keys, |cmd| {
                         cmd.arg(user.as_str()).arg(call.token.as_str());

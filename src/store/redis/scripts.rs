@@ -273,6 +273,34 @@ fn words(code: &str) -> impl Iterator<Item = String> + '_ {
 mod tests {
     use super::*;
 
+    /// The lean heads answer before `K` (common.lua's table of key names,
+    /// made per call) is made: the helpers they use name `KEYS[n]`.
+    #[test]
+    fn the_lean_heads_answer_before_the_key_table_is_made() {
+        for (libs, body, head_end) in [
+            (
+                &[COMMON, GCRA][..],
+                include_str!("lua/status.lua"),
+                "redis.call('ZCARD', waiting_key), pass, held + soldout}",
+            ),
+            (
+                &[COMMON, GCRA, JOIN][..],
+                include_str!("lua/enter.lua"),
+                "tonumber(v[1] or '0'), v[2] and 2 or 0}",
+            ),
+            (
+                &[COMMON, GCRA, JOIN][..],
+                include_str!("lua/enter_many.lua"),
+                "redis.call('ZADD', waiting_key, unpack(line))",
+            ),
+        ] {
+            let s = assemble("", libs, body);
+            let head_ends = s.find(head_end).unwrap_or_else(|| panic!("{head_end}:\n{s}"));
+            let k = s.find("local K = {").expect("K is made after the head");
+            assert!(k > head_ends, "K made before the head ends:\n{s}");
+        }
+    }
+
     const LIB: &str = "-- a helper file\nlocal K = {a = KEYS[1]}\n\nlocal function used(x)\n  return helper(x) -- not: unused\nend\n\n-- helper: kept, as used names it\nlocal function helper(x)\n  return K.a .. x\nend\n\nlocal function unused()\n  return 'used'\nend\nlocal A, B = 1, 2\n";
 
     #[test]
@@ -340,9 +368,17 @@ mod tests {
             include_str!("lua/enter_many.lua"),
         );
         let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle}:\n{s}"));
-        let head_ends = at("redis.call('ZADD', K.waiting, unpack(line))");
+        let head_ends = at("redis.call('ZADD', waiting_key, unpack(line))");
         assert!(at("local function mark_entry(") < head_ends);
-        for helper in ["join", "group", "new_place", "flush", "group_known", "gcra"] {
+        for helper in [
+            "join",
+            "group",
+            "new_place",
+            "flush",
+            "group_known",
+            "gcra",
+            "join_config",
+        ] {
             assert!(
                 at(&format!("local function {helper}(")) > head_ends,
                 "{helper}"

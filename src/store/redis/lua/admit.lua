@@ -105,6 +105,9 @@ if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
 end
 
 local admitted = {}
+-- The admitted buyers' audit entries: their entry ids as the line printed
+-- them (audit_each).
+local audited = {}
 local level, at = refill(batch, interval, now)
 local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_room(KEYS[10]))
 local held = redis.call('EXISTS', K.paused) == 1
@@ -116,7 +119,10 @@ if n > 0 then
   -- own three writes, and the line, its indexes and the active set lose
   -- or gain the whole head in one command each (500 users a command).
   local head = redis.call('ZRANGE', K.waiting, 0, n - 1, 'WITHSCORES')
-  local users, exps = {}, {}
+  -- Every token of the pass expires at once: formatted once (a number
+  -- passed to redis.call is printed as a float, %.17g, each time).
+  local exp_s = string.format('%d', now + ttl)
+  local users = {}
   for i = 1, #head, 2 do
     -- The entry id as the line printed it: the token's, unprinted again.
     local user, seq_s = head[i], head[i + 1]
@@ -124,9 +130,10 @@ if n > 0 then
     local entered = entered_at(user, seq, marks)
     local token = ARGV[7 + #admitted + 1]
     users[#users + 1] = user
-    local _, exp_s = issue_token(K.tokprefix .. user, user, token, entered or now, ttl, now, seq_s)
-    exps[#exps + 1] = exp_s
+    issue_token_at(K.tokprefix .. user, user, token, string.format('%d', entered or now), exp_s,
+      seq_s)
     admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
+    audited[#audited + 1] = {user = user, seq_s = seq_s}
   end
   if #users > 0 then
     redis.call('ZREMRANGEBYRANK', K.waiting, 0, #users - 1)
@@ -136,7 +143,7 @@ if n > 0 then
     local chunk, pairs_ = {}, {}
     for i = from, to do
       chunk[#chunk + 1] = users[i]
-      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = exps[i], users[i]
+      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = exp_s, users[i]
     end
     redis.call('HDEL', K.entered, unpack(chunk))
     redis.call('ZREM', K.seen, unpack(chunk))
@@ -148,7 +155,7 @@ trim_marks()
 
 local pass = redis.call('INCR', K.pass)
 audit_each(KEYS[11], 'abandoned', now, abandoned, pass)
-audit_each(KEYS[11], 'admitted', now, admitted, pass)
+audit_each(KEYS[11], 'admitted', now, audited, pass)
 local msg = cjson.encode({
   kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
   waiting = redis.call('ZCARD', K.waiting), busy = busy, held = held,

@@ -54,6 +54,10 @@
 --           sharded channel lives on the queue's master)
 -- Script-specific arguments start at ARGV[3].
 
+-- K names them. It is a table made on every call (about a microsecond
+-- here), so the helpers a lean head uses (see scripts.rs: last_mark_key,
+-- mark_entry, entered_at, seen_now) and the heads themselves name their
+-- keys KEYS[n]: a head that names no K answers before K is made.
 local K = {
   waiting = KEYS[1], seq = KEYS[2], entered = KEYS[3], seen = KEYS[4],
   active = KEYS[5], bucket = KEYS[6], pass = KEYS[7], paused = KEYS[8],
@@ -145,12 +149,20 @@ end
 -- the pass's users in one ZADD).
 -- Returns the expiry, and as the string the writes sent (formatted once:
 -- a number passed to redis.call is printed anew each time).
+-- issue_token_at(key, user, token, entered_s, exp_s, entry) is the same
+-- with every number already a string (admit.lua formats the pass's
+-- expiry once for all its buyers).
+local function issue_token_at(key, user, token, entered_s, exp_s, entry)
+  redis.call('HSET', key, 'token', token, 'enteredAt', entered_s, 'exp', exp_s, 'entry', entry)
+  redis.call('PEXPIREAT', key, exp_s)
+  redis.call('SET', token_index(token), user, 'PXAT', exp_s)
+end
+
 local function issue_token(key, user, token, entered_at, ttl, now, entry)
   local exp = now + ttl
   local exp_s = string.format('%d', exp)
-  redis.call('HSET', key, 'token', token, 'enteredAt', entered_at, 'exp', exp_s, 'entry', entry)
-  redis.call('PEXPIREAT', key, exp_s)
-  redis.call('SET', token_index(token), user, 'PXAT', exp_s)
+  issue_token_at(key, user, token, string.format('%d', entered_at), exp_s,
+    type(entry) == 'string' and entry or string.format('%d', entry))
   return exp, exp_s
 end
 
@@ -177,7 +189,7 @@ end
 -- does not know of (written by an earlier version) has a later time on
 -- the same clock, so it is never trusted past one.
 local function last_mark_key()
-  return K.seq .. ':mark'
+  return KEYS[2] .. ':mark'
 end
 
 -- Records that waiting entry `seq` was made at `now`: a mark, unless the
@@ -189,7 +201,13 @@ end
 -- Returns the entry's time as entered_at will read it, and the last
 -- mark's new value for the caller to write (nil: unchanged).
 local function mark_entry(seq, now, known)
-  local field, offset, b = span_of(seq)
+  local b = math.floor(seq / MARK_SPAN)
+  -- The joins of the last mark's millisecond in its span (the common case
+  -- of a burst): one string made and compared, no pattern, no mark read.
+  local here = string.format('%d,%d', b, now)
+  if known == here then
+    return now, nil
+  end
   if known then
     local kb, kt = known:match('^(%d+),(%d+)$')
     kt = tonumber(kt)
@@ -197,11 +215,12 @@ local function mark_entry(seq, now, known)
       return kt, nil
     end
   end
-  local marks = redis.call('HGET', K.entered, field)
+  local field, offset = span_of(seq)
+  local marks = redis.call('HGET', KEYS[3], field)
   if not marks then
-    redis.call('HSET', K.entered, field, string.format('%d,%d', offset, now))
-    redis.call('HSETNX', K.entered, '~lo', string.format('%d', b))
-    return now, string.format('%d,%d', b, now)
+    redis.call('HSET', KEYS[3], field, string.format('%d,%d', offset, now))
+    redis.call('HSETNX', KEYS[3], '~lo', string.format('%d', b))
+    return now, here
   end
   local first = tonumber(marks:match('^%d+,(%d+)'))
   local last = first
@@ -212,8 +231,8 @@ local function mark_entry(seq, now, known)
     last = first + tonumber(marks:sub(-24):match('(%d+)$'))
   end
   if now > last then
-    redis.call('HSET', K.entered, field, marks .. string.format(' %d,%d', offset, now - first))
-    last = now
+    redis.call('HSET', KEYS[3], field, marks .. string.format(' %d,%d', offset, now - first))
+    return now, here
   end
   return last, string.format('%d,%d', b, last)
 end
@@ -269,13 +288,13 @@ local function entered_at(user, seq, cache)
   if cache and cache.field == field then
     marks = cache.marks
   else
-    marks = redis.call('HGET', K.entered, field)
+    marks = redis.call('HGET', KEYS[3], field)
     if cache then
       cache.field, cache.marks = field, marks
     end
   end
   local at = marks and mark_time(marks, offset)
-  return at or tonumber(redis.call('HGET', K.entered, user))
+  return at or tonumber(redis.call('HGET', KEYS[3], user))
 end
 
 -- Drops the marks no waiting entry needs: the spans before the head of
@@ -324,7 +343,7 @@ end
 -- Marks a user the caller knows is in line as seen at `now` (adds them to
 -- presence if they were not seen since they entered).
 local function seen_now(user, now)
-  redis.call('ZADD', K.seen, now, user)
+  redis.call('ZADD', KEYS[4], string.format('%d', now), user)
 end
 
 -- One user's standing (tokkey their token key), token first:
@@ -419,15 +438,17 @@ local function audit(key, kind, now, user, entry, pass)
   redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', unpack(f))
 end
 
--- audit() for each of `items` ({user, seq}), all of one kind, time and
--- pass: the same entries, with the shared fields formatted once.
+-- audit() for each of `items` ({user, seq} or {user, seq_s}: the entry
+-- id already a string), all of one kind, time and pass: the same
+-- entries, with the shared fields formatted once.
 local function audit_each(key, kind, now, items, pass)
   if AUDIT_MAXLEN <= 0 then
     return
   end
   local at, p = string.format('%d', now), string.format('%d', pass)
+  local maxlen = string.format('%d', AUDIT_MAXLEN)
   for _, a in ipairs(items) do
-    redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', 'kind', kind, 'at', at,
-      'user', a.user, 'entry', string.format('%d', a.seq), 'pass', p)
+    redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'kind', kind, 'at', at,
+      'user', a.user, 'entry', a.seq_s or string.format('%d', a.seq), 'pass', p)
   end
 end

@@ -5,11 +5,11 @@
 -- them, several may be in flight; the fence below refuses a group that a
 -- later one overtook, so none is ever run out of order).
 -- KEYS[1..8], ARGV[1..2]: see common.lua. All in the queue's hash tag.
--- ARGV[3..13]   the 11 arguments every join of the group shares (the
---               queue's policy and the limits' numbers), as join.lua's
---               join_config lists them: sent and parsed once per call
--- ARGV[14]      the group's number in its sending task's order (1, 2, ...)
--- ARGV[15..]    two per join, join i at ARGV[15+2(i-1)], ARGV[16+2(i-1)]:
+-- ARGV[3]       what every join of the group shares (the queue's policy
+--               and the limits' numbers), packed as join.lua's
+--               join_config reads it: sent and parsed once per call
+-- ARGV[4]       the group's number in its sending task's order (1, 2, ...)
+-- ARGV[5..]     two per join, join i at ARGV[5+2(i-1)], ARGV[6+2(i-1)]:
 --               the user, the fast-track token
 -- KEYS[9..]     m per join, join i at KEYS[9+m(i-1) ..]: the user's token
 --               key and request budget, then, only when the address has
@@ -49,16 +49,18 @@
 -- mark's HGET and HSET when the span or millisecond is new), without
 -- making the join helpers' closures; any other group goes on below.
 local fence = KEYS[#KEYS - 4]
-local last = redis.call('SET', fence, ARGV[14], 'PX', 60000, 'GET')
-if last and tonumber(last) > tonumber(ARGV[14]) then
-  redis.call('SET', fence, last, 'PX', 60000)
+-- The queue's keys by name (K, common.lua, is made after the head).
+local waiting_key, seq_key, pass_key, paused_key = KEYS[1], KEYS[2], KEYS[7], KEYS[8]
+local last = redis.call('SET', fence, ARGV[4], 'PX', '60000', 'GET')
+if last and tonumber(last) > tonumber(ARGV[4]) then
+  redis.call('SET', fence, last, 'PX', '60000')
   return 'overtaken'
 end
 
-local n = (#ARGV - 14) / 2
--- Address limits: join_config's address join period and places
--- (ARGV[11], ARGV[13]) above zero.
-local m = (tonumber(ARGV[11]) > 0 or tonumber(ARGV[13]) > 0) and 4 or 2
+local n = (#ARGV - 4) / 2
+-- Keys per join: 4 when the address has limits (its keys are sent), else
+-- 2; the queue's 8, the fence and the 4 queue-wide keys besides.
+local m = (#KEYS - 13) / n
 local now = now_ms()
 
 -- The repeat check for the whole group in two reads (join.lua's probed):
@@ -66,7 +68,7 @@ local now = now_ms()
 -- who is in line, instead of an EXISTS and a ZSCORE per join.
 local users, tokkeys = {}, {}
 for i = 1, n do
-  users[i] = ARGV[13 + 2 * i]
+  users[i] = ARGV[3 + 2 * i]
   tokkeys[i] = KEYS[9 + m * (i - 1)]
 end
 -- The lottery and the stock go in the same EXISTS: when neither exists
@@ -81,7 +83,7 @@ if not neither then
 end
 local scores
 if found == 0 then
-  scores = redis.call('ZMSCORE', K.waiting, unpack(users))
+  scores = redis.call('ZMSCORE', waiting_key, unpack(users))
 end
 
 -- The common case, answered here before the helpers below are made (a
@@ -95,8 +97,8 @@ end
 -- (v, total) and reads neither again.
 local v, total
 if neither and m == 2 then
-  v = redis.call('MGET', K.pass, K.seq, K.paused, last_mark_key())
-  total = redis.call('ZCARD', K.waiting)
+  v = redis.call('MGET', pass_key, seq_key, paused_key, last_mark_key())
+  total = redis.call('ZCARD', waiting_key)
   local fresh, once = total > 0, {}
   for i = 1, n do
     if not fresh then
@@ -107,7 +109,7 @@ if neither and m == 2 then
   end
   if fresh then
     local pass, flags = tonumber(v[1] or '0'), v[3] and 2 or 0
-    local seq, mark, mark_moved = tonumber(v[2] or ARGV[7]), v[4], false
+    local seq, mark, mark_moved = tonumber(v[2] or select(4, join_head(ARGV[3]))), v[4], false
     local line, marked, entered = {}, nil, nil
     local out, o, run = {now, pass, flags}, 3, nil
     for i = 1, n do
@@ -138,16 +140,16 @@ if neither and m == 2 then
       end
     end
     if mark_moved then
-      redis.call('MSET', K.seq, string.format('%d', seq), last_mark_key(), mark)
+      redis.call('MSET', seq_key, string.format('%d', seq), last_mark_key(), mark)
     else
-      redis.call('SET', K.seq, string.format('%d', seq))
+      redis.call('SET', seq_key, string.format('%d', seq))
     end
-    redis.call('ZADD', K.waiting, unpack(line))
+    redis.call('ZADD', waiting_key, unpack(line))
     return out
   end
 end
 --@helpers
-local c = join_config(ARGV, 3)
+local c = join_config(ARGV[3])
 local g = group(now, KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS])
 if neither then
   group_neither(g)
@@ -177,7 +179,7 @@ for i = 1, n do
       joins_key, places_key = KEYS[k + 2], KEYS[k + 3]
     end
     row, rank, seq, entered = join(g, KEYS[k], KEYS[k + 1], joins_key, places_key,
-      user, ARGV[14 + 2 * i], c, scores ~= nil, scores and scores[i])
+      user, ARGV[4 + 2 * i], c, scores ~= nil, scores and scores[i])
   end
   if row then
     o = o + 1

@@ -19,7 +19,9 @@ local function gcra_stored(key, stored, now, period, burst)
   if next_tat - now > window then
     return next_tat - now - window
   end
-  redis.call('SET', key, string.format('%d', next_tat), 'PX', next_tat - now)
+  -- Numbers as strings made here: a number passed to redis.call is
+  -- printed as a float (%.17g), several times dearer than '%d'.
+  redis.call('SET', key, string.format('%d', next_tat), 'PX', string.format('%d', next_tat - now))
   return 0
 end
 

@@ -20,12 +20,17 @@
 --   ZSET user -> entry id; the address keys may be nil when the address
 --   has no limits), the user and the fast-track token
 --   c    = the arguments every join of a call shares, parsed once per call
---          by join_config(args, i) from 11 arguments, in order: token TTL
---          ms, batch, interval ms, max active (-1 = unlimited), first
---          entry id (used only if the entry counter does not exist yet),
---          budget period ms (0: none), budget burst, grace ms, address
---          join period ms (0: none), address join burst, places per
---          address (0: none)
+--          by join_config(packed) from ONE argument: 11 numbers separated
+--          by single spaces, in order: budget period ms (0: none), budget
+--          burst, grace ms, first entry id (used only if the entry counter
+--          does not exist yet), token TTL ms, batch, interval ms, max
+--          active (-1 = unlimited), address join period ms (0: none),
+--          address join burst, places per address (0: none). One string
+--          rather than 11 arguments: Redis makes a Lua string and a table
+--          slot of every argument on every call (about 0.1 us each here),
+--          and a lean head reads at most the first four (join_head).
+--          The address's limits are on exactly when the caller sends the
+--          address's keys (the Rust side decides from the same numbers).
 --   probed, score: probed is true when the caller read, at the start of
 --          the call and for the whole group at once (enter_many.lua), that
 --          no token key of the group exists, and read the user's score in
@@ -53,13 +58,23 @@
 -- token (a burst cannot bypass the rate or maxActive), and an address's
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
-local function join_config(a, i)
+-- The first four numbers of a join's packed arguments (join_config):
+-- budget period, budget burst, grace, and the first entry id as sent, for
+-- a lean head (one anchored match, no table).
+local function join_head(packed)
+  local bp, bb, grace, first = packed:match('^(%d+) (%d+) (%d+) (%d+)')
+  return tonumber(bp), tonumber(bb), tonumber(grace), first
+end
+
+local function join_config(packed)
+  local bp, bb, grace, first, ttl, batch, interval, max_active, jp, jb, places = packed:match(
+    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%d+) (%d+) (%d+)$')
   return {
-    ttl = tonumber(a[i]), batch = tonumber(a[i + 1]), interval = tonumber(a[i + 2]),
-    max_active = tonumber(a[i + 3]), first = a[i + 4],
-    budget_period = tonumber(a[i + 5]), budget_burst = tonumber(a[i + 6]),
-    grace = tonumber(a[i + 7]), join_period = tonumber(a[i + 8]),
-    join_burst = tonumber(a[i + 9]), max_places = tonumber(a[i + 10]),
+    ttl = tonumber(ttl), batch = tonumber(batch), interval = tonumber(interval),
+    max_active = tonumber(max_active), first = first,
+    budget_period = tonumber(bp), budget_burst = tonumber(bb),
+    grace = tonumber(grace), join_period = tonumber(jp),
+    join_burst = tonumber(jb), max_places = tonumber(places),
   }
 end
 

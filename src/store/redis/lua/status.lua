@@ -18,10 +18,12 @@
 -- spent in the same step so a poll stays one round trip and every
 -- instance counts against one budget.
 local user = ARGV[3]
+-- The queue's keys by name (K, common.lua, is made after the head).
+local waiting_key, pass_key, paused_key = KEYS[1], KEYS[7], KEYS[8]
 local now = now_ms()
 local period = tonumber(ARGV[5])
 -- The budget, the pass counter and the hold: the STRINGs, in one MGET.
-local v = redis.call('MGET', KEYS[10], K.pass, K.paused)
+local v = redis.call('MGET', KEYS[10], pass_key, paused_key)
 if period > 0 then
   local wait = gcra_stored(KEYS[10], v[1], now, period, tonumber(ARGV[6]))
   if wait > 0 then
@@ -35,14 +37,14 @@ local pass, held = tonumber(v[2] or '0'), v[3] and 2 or 0
 -- answers, each of its reads once, before the helpers below are made (a
 -- closure each, per call). The stock's sold-out flag in one HGET (nil:
 -- the queue is not linked).
-local seq = tonumber(redis.call('ZSCORE', K.waiting, user))
+local seq = tonumber(redis.call('ZSCORE', waiting_key, user))
 if seq then
   local soldout = redis.call('HGET', KEYS[11], 'soldout') == '1' and 1 or 0
   if ARGV[4] == '1' then
     seen_now(user, now)
   end
-  return {'waiting', 0, redis.call('ZRANK', K.waiting, user), seq, '', -1,
-          entered_at(user, seq) or -1, redis.call('ZCARD', K.waiting), pass, held + soldout}
+  return {'waiting', 0, redis.call('ZRANK', waiting_key, user), seq, '', -1,
+          entered_at(user, seq) or -1, redis.call('ZCARD', waiting_key), pass, held + soldout}
 end
 --@helpers
 -- Not in line: no token and no stock (one EXISTS) is a 'none'; else the
