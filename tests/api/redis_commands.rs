@@ -22,7 +22,15 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
 use waitroom::store::redis::{JoinBatch, RedisStore};
-use waitroom::store::{BuyerBudget, ClaimOutcome, ClaimStore, JoinLimits, LineStore, Rate};
+use waitroom::queue::audit::AuditId;
+use waitroom::queue::fairness::{
+    Hash, Leaf, LeafKind, Node, append_nodes, inclusion_ranges, leaf_hash, range_nodes, root_nodes,
+};
+use waitroom::queue::SessionId;
+use waitroom::store::{
+    BuyerBudget, ClaimOutcome, ClaimStore, FairnessLogStore, JoinLimits, LineStore, LogAppend,
+    Rate, SessionLimits, SessionStart, SessionStore,
+};
 
 use crate::common::RedisProcess;
 
@@ -80,6 +88,27 @@ const EXPECTED: &[(&str, &str)] = &[
         "del 1, exists 1, hmget 1, publish 1, time 1, xadd 1, zrem 1",
     ),
     ("release (release.lua)", "hdel 1, hmget 1, time 1, xadd 1"),
+    (
+        "session start (session_start.lua)",
+        "del 1, hget 1, hmget 1, hset 2, time 1, zadd 2",
+    ),
+    (
+        "session touch (session_touch.lua, 1 session)",
+        "hget 1, time 1, zadd 2, zscore 1",
+    ),
+    (
+        "session end (session_end.lua, one named)",
+        "exists 1, hdel 2, hget 2, time 1, xadd 1, zrem 2, zscore 1",
+    ),
+    (
+        "fairness append (fair_append.lua, 64 leaves to an empty log)",
+        "hget 1, hset 1, rpush 8",
+    ),
+    (
+        "fairness proof (fair_nodes.lua, leaf 5 of 64)",
+        "lindex 6",
+    ),
+    ("fairness head (fair_head.lua)", "hget 1, hset 1"),
 ];
 
 /// The baseline: one join as the plainest server makes it (`ZSCORE`,
@@ -396,8 +425,10 @@ impl Bench {
 #[derive(Default)]
 struct Row {
     name: &'static str,
-    /// Buyers served per call ("call" rows: 1).
+    /// Units served per call ("call" rows: 1).
     per_call: f64,
+    /// What a unit is, when not a call: "buyer", "leaf".
+    per_what: &'static str,
     cost: Cost,
     rounds: Vec<(f64, f64)>,
 }
@@ -470,7 +501,7 @@ async fn redis_cost() {
             let unit = if row.per_call == 1.0 {
                 "call".to_owned()
             } else {
-                format!("buyer ({} a call)", row.per_call)
+                format!("{} ({} a call)", row.per_what, row.per_call)
             };
             table.push_str(&format!(
                 "{mode}\t{length}\t{}\t{unit}\t{}\t{us:.2}\t{plain:.2}\t{ratio:.2}\t{:.2}\t{}\n",
@@ -547,11 +578,22 @@ async fn measure_line(
         ("claim (claim.lua)", 1.0),
         ("consume (consume.lua)", 1.0),
         ("release (release.lua)", 1.0),
+        ("session start (session_start.lua)", 1.0),
+        ("session touch (session_touch.lua, 1 session)", 1.0),
+        ("session end (session_end.lua, one named)", 1.0),
+        ("fairness append (fair_append.lua)", APPEND_LEAVES as f64),
+        ("fairness proof (fair_nodes.lua)", 1.0),
+        ("fairness head (fair_head.lua)", 1.0),
     ]
     .into_iter()
     .map(|(name, per_call)| Row {
         name,
         per_call,
+        per_what: if name.starts_with("fairness append") {
+            "leaf"
+        } else {
+            "buyer"
+        },
         ..Row::default()
     })
     .collect();
@@ -664,8 +706,147 @@ async fn measure_line(
             }))
             .await;
         rows[10].record(&p, c);
+
+        // Sessions (a protected site's): the released half hold their
+        // tokens again; each starts a session, reports activity once, and
+        // is ended by an operator.
+        let limits = SessionLimits {
+            idle_ms: 60_000,
+            max_ms: 600_000,
+        };
+        let ids: Vec<SessionId> = (0..calls).map(|_| SessionId::generate()).collect();
+        let p = b.plain(&mut meter, calls).await;
+        let (c, started) = meter
+            .measure(paced(calls, pace, |i| {
+                let a = &admitted[calls + i];
+                b.single.start_session(&q, &a.user, a.seq, &ids[i], limits)
+            }))
+            .await;
+        for s in started {
+            assert!(matches!(s.unwrap(), SessionStart::Started { .. }));
+        }
+        rows[11].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single
+                    .touch_sessions(&q, std::slice::from_ref(&ids[i]), limits.idle_ms)
+            }))
+            .await;
+        rows[12].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, ended) = meter
+            .measure(paced(calls, pace, |i| b.single.end_session(&q, &ids[i])))
+            .await;
+        assert!(ended.into_iter().all(|e| e.unwrap()), "every session ended");
+        rows[13].record(&p, c);
+    }
+
+    // The public admission log, on a queue of its own: appends of
+    // APPEND_LEAVES leaves (a second's audit entries of a busy queue),
+    // then inclusion proofs' nodes and signed heads.
+    let fq = QueueName::parse("costlog").unwrap();
+    let mut log = LocalLog::default();
+    for _ in 0..rounds {
+        let appends: Vec<LogAppend> = (0..calls / 10)
+            .map(|_| log.append(APPEND_LEAVES as u64))
+            .collect();
+        let p = b.plain(&mut meter, calls).await;
+        let (c, done) = meter
+            .measure(paced(appends.len(), pace, |i| {
+                b.single.log_append(&fq, &appends[i])
+            }))
+            .await;
+        assert!(done.into_iter().all(|d| d.unwrap()), "every append applied");
+        rows[14].record(&p, c);
+
+        let size = log.size;
+        let proofs: Vec<Vec<Node>> = (0..calls)
+            .map(|_| {
+                let index = rand::random_range(0..size);
+                inclusion_ranges(index, size)
+                    .into_iter()
+                    .flat_map(|(start, end)| range_nodes(start, end))
+                    .collect()
+            })
+            .collect();
+        let p = b.plain(&mut meter, calls).await;
+        let (c, read) = meter
+            .measure(paced(calls, pace, |i| b.single.log_nodes(&fq, &proofs[i])))
+            .await;
+        for (hashes, nodes) in read.into_iter().zip(&proofs) {
+            assert_eq!(hashes.unwrap().len(), nodes.len());
+        }
+        rows[15].record(&p, c);
+
+        let head = "h".repeat(300);
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single.log_put_head(&fq, size + i as u64, &head)
+            }))
+            .await;
+        rows[16].record(&p, c);
     }
     rows
+}
+
+/// Leaves per fairness-log append in the measurement.
+const APPEND_LEAVES: usize = 50;
+
+/// The measurement's copy of a log's tree (every stored node), so its
+/// appends carry the nodes they complete as the fairness task computes
+/// them.
+#[derive(Default)]
+struct LocalLog {
+    size: u64,
+    levels: Vec<Vec<Hash>>,
+    cursor: u64,
+}
+
+impl LocalLog {
+    /// The next append: `n` leaves.
+    fn append(&mut self, n: u64) -> LogAppend {
+        let leaves: Vec<String> = (0..n)
+            .map(|i| {
+                Leaf {
+                    kind: LeafKind::Admitted,
+                    seq: self.size + i,
+                    fp: format!("{:032x}", rand::random::<u128>()),
+                    pass: Some(self.size / 50),
+                    at: 1_764_633_600_000 + self.size + i,
+                    audit: format!("{}-0", 1_764_633_600_000 + self.size + i),
+                }
+                .encode()
+            })
+            .collect();
+        let hashes: Vec<Hash> = leaves.iter().map(|l| leaf_hash(l.as_bytes())).collect();
+        let edge: Vec<Hash> = root_nodes(self.size)
+            .into_iter()
+            .map(|n| self.levels[usize::from(n.level)][n.index as usize])
+            .collect();
+        let nodes = append_nodes(self.size, &edge, &hashes);
+        for (level, new) in nodes.iter().enumerate() {
+            if self.levels.len() <= level {
+                self.levels.resize(level + 1, Vec::new());
+            }
+            self.levels[level].extend_from_slice(new);
+        }
+        let from_size = self.size;
+        self.size += n;
+        self.cursor += n;
+        LogAppend {
+            from_size,
+            cursor: AuditId {
+                ms: 1_764_633_600_000 + self.cursor,
+                seq: 0,
+            },
+            leaves,
+            nodes,
+        }
+    }
 }
 
 /// Loads every script the measurement calls (a first call finds the
@@ -991,6 +1172,95 @@ async fn every_script_runs_the_commands_counted() {
     })
     .await;
     actual.push(("release (release.lua)", c));
+
+    // Sessions: the admitted buyers no claim touched hold their tokens.
+    let limits = SessionLimits {
+        idle_ms: 60_000,
+        max_ms: 600_000,
+    };
+    let ids: Vec<SessionId> = (0..=RUNS).map(|_| SessionId::generate()).collect();
+    let holders = &admitted[2 * (RUNS + 1)..];
+    let c = commands_per_call(&mut meter, "session start", |i| {
+        let (single, aq, a, id) = (&single, &aq, &holders[i], &ids[i]);
+        async move {
+            let started = single
+                .start_session(aq, &a.user, a.seq, id, limits)
+                .await
+                .unwrap();
+            assert!(matches!(started, SessionStart::Started { .. }), "{started:?}");
+        }
+    })
+    .await;
+    actual.push(("session start (session_start.lua)", c));
+
+    let c = commands_per_call(&mut meter, "session touch", |i| {
+        let (single, aq, id) = (&single, &aq, &ids[i]);
+        async move {
+            let moved = single
+                .touch_sessions(aq, std::slice::from_ref(id), limits.idle_ms)
+                .await
+                .unwrap();
+            assert_eq!(moved, 1, "the deadline moved");
+        }
+    })
+    .await;
+    actual.push(("session touch (session_touch.lua, 1 session)", c));
+
+    let c = commands_per_call(&mut meter, "session end", |i| {
+        let (single, aq, id) = (&single, &aq, &ids[i]);
+        async move {
+            assert!(single.end_session(aq, id).await.unwrap(), "ended");
+        }
+    })
+    .await;
+    actual.push(("session end (session_end.lua, one named)", c));
+
+    // The public admission log: each call appends 64 leaves to a log of
+    // its own (so each writes the same levels), a proof reads leaf 5 of
+    // the first log, and heads are stored on it.
+    let logs: Vec<QueueName> = (0..=RUNS)
+        .map(|i| QueueName::parse(&format!("log{i}")).unwrap())
+        .collect();
+    let c = commands_per_call(&mut meter, "fairness append", |i| {
+        let (single, q) = (&single, &logs[i]);
+        async move {
+            let append = LocalLog::default().append(64);
+            assert!(single.log_append(q, &append).await.unwrap(), "appended");
+        }
+    })
+    .await;
+    actual.push((
+        "fairness append (fair_append.lua, 64 leaves to an empty log)",
+        c,
+    ));
+
+    let proof: Vec<Node> = inclusion_ranges(5, 64)
+        .into_iter()
+        .flat_map(|(start, end)| range_nodes(start, end))
+        .collect();
+    let c = commands_per_call(&mut meter, "fairness proof", |_| {
+        let (single, q, proof) = (&single, &logs[0], &proof);
+        async move {
+            let hashes = single.log_nodes(q, proof).await.unwrap();
+            assert_eq!(hashes.len(), proof.len());
+        }
+    })
+    .await;
+    actual.push(("fairness proof (fair_nodes.lua, leaf 5 of 64)", c));
+
+    let c = commands_per_call(&mut meter, "fairness head", |i| {
+        let (single, q) = (&single, &logs[0]);
+        async move {
+            assert!(
+                single
+                    .log_put_head(q, 64 + i as u64, "a-signed-head")
+                    .await
+                    .unwrap()
+            );
+        }
+    })
+    .await;
+    actual.push(("fairness head (fair_head.lua)", c));
 
     let line = |c: &BTreeMap<String, u64>| -> String {
         c.iter()
