@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # loadtest/redis-cost.sh: what each buyer-facing script costs Redis per
 # call (join, repeat join, poll, touch, stream re-read, leave, admission per
-# admitted buyer, claim, consume, release), next to the plain one-Lua-call
+# admitted buyer, claim, consume, release, a protected site's session
+# start, touch and end, the fairness log's append per leaf, proof and
+# head), next to the plain one-Lua-call
 # join of loadtest/plain-join measured in the same run, and the Redis
 # commands each call runs. Counted by Redis itself (INFO commandstats after
 # CONFIG RESETSTAT, on a redis-server of its own; the shared one is never
@@ -109,7 +111,9 @@ cp "$TMP/rows.tsv" "docs/benchmarks/redis-cost-$STAMP.tsv"
   echo "  (each entry its own time mark, the dearest to write and read; the measured"
   echo "  buyers are these), the rest in groups. Joins and polls use the HTTP layer's"
   echo "  budget (2/s, burst 10, 2 s grace), no address limits; admission 50 a pass"
-  echo "  with the absent sweep on (120 s); a stream re-read is 100 buyers a call."
+  echo "  with the absent sweep on (120 s); a stream re-read is 100 buyers a call;"
+  echo "  sessions start on the released buyers' tokens; the fairness log gets"
+  echo "  appends of 50 leaves, proofs of a random leaf, 300-byte heads."
   echo "  Units: µs per call, or per buyer served where the unit says so."
   echo
   table

@@ -20,13 +20,13 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
-use waitroom::store::redis::{JoinBatch, RedisStore};
+use waitroom::queue::SessionId;
 use waitroom::queue::audit::AuditId;
 use waitroom::queue::fairness::{
     Hash, Leaf, LeafKind, Node, append_nodes, inclusion_ranges, leaf_hash, range_nodes, root_nodes,
 };
-use waitroom::queue::SessionId;
+use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
+use waitroom::store::redis::{JoinBatch, RedisStore};
 use waitroom::store::{
     BuyerBudget, ClaimOutcome, ClaimStore, FairnessLogStore, JoinLimits, LineStore, LogAppend,
     Rate, SessionLimits, SessionStart, SessionStore,
@@ -104,10 +104,7 @@ const EXPECTED: &[(&str, &str)] = &[
         "fairness append (fair_append.lua, 64 leaves to an empty log)",
         "hget 1, hset 1, rpush 8",
     ),
-    (
-        "fairness proof (fair_nodes.lua, leaf 5 of 64)",
-        "lindex 6",
-    ),
+    ("fairness proof (fair_nodes.lua, leaf 5 of 64)", "lindex 6"),
     ("fairness head (fair_head.lua)", "hget 1, hset 1"),
 ];
 
@@ -1187,7 +1184,10 @@ async fn every_script_runs_the_commands_counted() {
                 .start_session(aq, &a.user, a.seq, id, limits)
                 .await
                 .unwrap();
-            assert!(matches!(started, SessionStart::Started { .. }), "{started:?}");
+            assert!(
+                matches!(started, SessionStart::Started { .. }),
+                "{started:?}"
+            );
         }
     })
     .await;

@@ -295,7 +295,9 @@ mod tests {
             ),
         ] {
             let s = assemble("", libs, body);
-            let head_ends = s.find(head_end).unwrap_or_else(|| panic!("{head_end}:\n{s}"));
+            let head_ends = s
+                .find(head_end)
+                .unwrap_or_else(|| panic!("{head_end}:\n{s}"));
             let k = s.find("local K = {").expect("K is made after the head");
             assert!(k > head_ends, "K made before the head ends:\n{s}");
         }
