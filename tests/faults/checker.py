@@ -91,6 +91,11 @@ def check(path):
     for r in recs:
         if r["op"] == "fault" and r.get("phase") == "start":
             res.faults[r["fault"]] += 1
+        elif r["op"] == "supervisor_restart":
+            # An instance that exited by itself, started again (nemesis.py).
+            res.stats["supervisor_restarts"] += 1
+        elif r["op"] == "heal_timeout":
+            res.stats["heal_timeouts"] += 1
     return res.summary()
 
 
@@ -160,7 +165,7 @@ def build_places(recs, res):
     by_user = {}  # (q, user) -> current place key
     for r in recs:
         op = r["op"]
-        if op == "fault" and r.get("phase") == "start" and r.get("store_wiped"):
+        if r.get("store_wiped") and (op == "supervisor_restart" or r.get("phase") == "start"):
             epoch += 1
             epochs.append(r["t"])
             continue
