@@ -87,14 +87,20 @@ pub const STALE_ENTRY_LAG_MAX: u64 = 1 << 20;
 
 impl Snapshot {
     /// Whether this answer may tell a ticket for `entry` that its place is
-    /// over: the user holds another entry, or holds none and the store has
-    /// issued `entry` (its counter is at or above it). A ticket whose entry
-    /// the store has not issued yet (within [`STALE_ENTRY_LAG_MAX`]) comes
-    /// from a store this node lags behind: the answer is stale, not an end
-    /// (`503 store_unavailable`, retried, not `401 ticket_ended`).
+    /// over: the user holds a later entry (they joined again), or holds none
+    /// and the store has issued `entry` (its counter is at or above it). A
+    /// ticket whose entry is above what the store knows of (within
+    /// [`STALE_ENTRY_LAG_MAX`]) comes from a store this node lags behind:
+    /// the answer is stale, not an end (`503 store_unavailable`, retried,
+    /// not `401 ticket_ended`). That holds for a user who holds an earlier
+    /// entry too: entries only grow (one counter per queue, and a join by
+    /// someone in line or holding a token keeps what they have), so the
+    /// ticket's later entry was issued after the place this node shows,
+    /// which the store of record has ended since (the user left and joined
+    /// again there).
     pub fn ends_ticket(&self, entry: u64) -> bool {
         match (self.entry, self.entries_issued) {
-            (Some(held), _) => held != entry,
+            (Some(held), _) => entry < held || entry - held > STALE_ENTRY_LAG_MAX,
             (None, Some(issued)) => entry <= issued || entry - issued > STALE_ENTRY_LAG_MAX,
             (None, None) => true,
         }

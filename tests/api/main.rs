@@ -26,6 +26,7 @@ mod held;
 #[cfg(feature = "signed-identity")]
 mod identity;
 mod instances;
+mod lagging_node;
 mod layering;
 mod limits;
 mod listen_backlog;

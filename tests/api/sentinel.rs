@@ -19,7 +19,7 @@ use waitroom::store::redis::{RedisOptions, RedisStore, Topology};
 use waitroom::store::{EventStore, LineStore, QueueEvent, StoreEvent};
 
 use crate::common::sentinel::SentinelGroup;
-use crate::common::{SseStream, TestApp, config, unique_prefix};
+use crate::common::{RedisProcess, SseStream, TestApp, config, unique_prefix};
 
 /// Tokens announced to streams, and when passes were published.
 #[derive(Default)]
@@ -292,6 +292,69 @@ async fn without_wait_a_master_kill_behind_sentinel_loses_the_lagging_writes() {
         !loss.lost_places.is_empty() || !loss.lost_tokens.is_empty(),
         "the writes of the last 300 ms before the kill reached no replica"
     );
+}
+
+/// A node that says `master` but is not the one the sentinels name — an
+/// old master restarted before the failover finished, until a sentinel
+/// demotes it — must not keep the store: reads there are stale (a buyer
+/// admitted on the new master reads as waiting, a ticket it never issued
+/// as over) and writes there are lost. The store follows the sentinels
+/// within seconds, whatever the old node says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_leaves_a_master_the_sentinels_no_longer_name() {
+    crate::needs_redis!();
+    let group = SentinelGroup::start(1, 1000);
+    let elsewhere = RedisProcess::start(false);
+    let prefix = unique_prefix("sentinel-moved");
+    let options = RedisOptions {
+        topology: Topology::from_flags(&group.url(), false).unwrap(),
+        wait_replicas: 0,
+    };
+    let store = Arc::new(RedisStore::open(&options, &prefix).await.unwrap());
+    let app = TestApp::spawn_with(
+        config(&[
+            "--key-prefix",
+            &prefix,
+            "--ticket-secret",
+            "sentinel-secret-0123456789abcdef",
+        ]),
+        store.clone(),
+    )
+    .await;
+    let q = QueueName::parse("default").unwrap();
+    let (code, _) = app.enter("default", "before").await;
+    assert!(code == 200 || code == 201, "joined on the first master");
+    let before = UserId::parse("before").unwrap();
+    let on_first = store.status(&q, &before, false).await.unwrap();
+    assert_ne!(on_first.standing, Standing::NotEntered);
+
+    // The sentinels now name the other node; the first stays up, a master.
+    group.monitor_instead(elsewhere.port, 1000);
+    let moved_at = Instant::now();
+    loop {
+        // A store read: answered by the node the store is connected to.
+        if let Ok(s) = store.status(&q, &before, false).await
+            && s.standing == Standing::NotEntered
+        {
+            break;
+        }
+        assert!(
+            moved_at.elapsed() < Duration::from_secs(10),
+            "the store still reads the node the sentinels no longer name"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("moved to the named master after {:?}", moved_at.elapsed());
+    // Writes land there too: a join is a place on the named master.
+    let (code, _) = app.enter("default", "after").await;
+    assert!(code == 200 || code == 201);
+    let named: Option<i64> =
+        crate::common::redis_proc::query(elsewhere.port, &redis::cmd("DBSIZE"));
+    assert!(
+        named.is_some_and(|n| n > 0),
+        "the join wrote to the named master"
+    );
+    app.stop().await;
 }
 
 /// A sentinel URL is checked at start: the forms that work, and clear

@@ -132,6 +132,37 @@ impl SentinelGroup {
             .expect("a node of this group")
     }
 
+    /// Makes every sentinel monitor the node on `port` as the master from
+    /// now on (`SENTINEL REMOVE`, then `MONITOR`), touching no node: the
+    /// node that was master keeps saying `master`, as an old master back
+    /// from a crash does until a sentinel demotes it.
+    pub fn monitor_instead(&self, port: u16, down_after_ms: u64) {
+        for (sentinel, _) in &self.sentinels {
+            let _: Option<()> = query(
+                *sentinel,
+                redis::cmd("SENTINEL").arg("REMOVE").arg(MASTER_NAME),
+            );
+            let monitored: Option<()> = query(
+                *sentinel,
+                redis::cmd("SENTINEL")
+                    .arg("MONITOR")
+                    .arg(MASTER_NAME)
+                    .arg("127.0.0.1")
+                    .arg(port)
+                    .arg(2),
+            );
+            assert!(monitored.is_some(), "sentinel {sentinel} monitors {port}");
+            let _: Option<()> = query(
+                *sentinel,
+                redis::cmd("SENTINEL")
+                    .arg("SET")
+                    .arg(MASTER_NAME)
+                    .arg("down-after-milliseconds")
+                    .arg(down_after_ms),
+            );
+        }
+    }
+
     /// Cuts `master`'s links to its replicas (`CLIENT KILL TYPE replica`):
     /// what it writes until they reconnect reaches no replica.
     pub fn cut_replication(&self, master: u16) {

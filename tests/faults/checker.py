@@ -91,6 +91,11 @@ def check(path):
     for r in recs:
         if r["op"] == "fault" and r.get("phase") == "start":
             res.faults[r["fault"]] += 1
+        elif r["op"] == "supervisor_restart":
+            # An instance that exited by itself, started again (nemesis.py).
+            res.stats["supervisor_restarts"] += 1
+        elif r["op"] == "heal_timeout":
+            res.stats["heal_timeouts"] += 1
     return res.summary()
 
 
@@ -160,7 +165,7 @@ def build_places(recs, res):
     by_user = {}  # (q, user) -> current place key
     for r in recs:
         op = r["op"]
-        if op == "fault" and r.get("phase") == "start" and r.get("store_wiped"):
+        if r.get("store_wiped") and (op == "supervisor_restart" or r.get("phase") == "start"):
             epoch += 1
             epochs.append(r["t"])
             continue
@@ -194,7 +199,7 @@ def build_places(recs, res):
             if st:
                 p.obs.append((r["t"], r["t"], "event", st, r))
                 if st[0] == "READY" and st[1]:
-                    note_token(p, st[1], r["t"], body)
+                    note_token(p, st[1], r["t"], body, r)
             if r["event"] == "ready" and body.get("admittedAt"):
                 p.admitted_at = body["admittedAt"] if p.admitted_at is None else p.admitted_at
         elif op == "alive":
@@ -227,17 +232,25 @@ def add_obs(p, r, source):
         note_token(p, st[1], r["t"], r["body"])
 
 
-def note_token(p, token, t, body):
+def note_token(p, token, t, body, rec=None):
     """`tokenExpiresInSeconds` is whole seconds, rounded up: the token
     lapses between t + ttl - 1 and t + ttl. `expires_by` (the latest it can
     still be valid, + 1 s of flight) judges a late order; `expires_from`
-    (the earliest it can have lapsed) judges whether an end was a lapse."""
+    (the earliest it can have lapsed) judges whether an end was a lapse.
+    A stream's `ready` event may arrive long after its pass (an instance
+    paused or cut from pub/sub delivers it late, with the pass's full
+    TTL): when it names the pass's store time (`admittedAt`), the token
+    lapses from that time on, whenever the event came."""
     p.tokens.setdefault(token, t)
     ttl = body.get("tokenExpiresInSeconds")
     if ttl is not None:
         by = t + ttl + 1.0
         p.expires_by[token] = max(p.expires_by.get(token, 0), by)
-        p.expires_from[token] = min(p.expires_from.get(token, float("inf")), t + ttl - 1.0)
+        start = t
+        if body.get("admittedAt") and rec is not None and "w" in rec:
+            # The pass's store time on the client's clock (one machine).
+            start = min(t, rec["t"] - (rec["w"] - body["admittedAt"]) / 1000)
+        p.expires_from[token] = min(p.expires_from.get(token, float("inf")), start + ttl - 1.0)
 
 
 def ordered_before(a, b):
@@ -253,12 +266,35 @@ def ordered_before(a, b):
 MASTER_LOSS = ("master_kill", "master_kill_lagging", "redis_pause")
 
 
+# How long after a master fault ends the old master may still take writes:
+# a paused one resumes and runs what its clients sent meanwhile, a
+# restarted one serves as master, until it learns it was replaced (a
+# Cluster node within its node timeout, 2 s).
+FORK_SLACK_S = 2.0
+
+
 def failovers(recs):
-    """(client t, wall ms) of every fault that can cost a master its last
-    writes: without WAIT, a failover may roll the queue's state back a few
-    writes, entry ids included (docs/faults.md)."""
-    return [(r["t"], r["w"]) for r in recs if r["op"] == "fault" and r.get("phase") == "start"
-            and r["fault"] in MASTER_LOSS]
+    """(t from, t to, wall ms from, wall ms to) of every fault that can
+    cost a master its last writes, from its start to FORK_SLACK_S after its
+    end: without WAIT, a failover may roll the queue's state back a few
+    writes, entry ids included, and an old master paused or restarted may
+    take writes of its own until it is demoted (docs/faults.md)."""
+    starts, out = {}, []
+    for r in recs:
+        if r["op"] != "fault" or r.get("fault") not in MASTER_LOSS:
+            continue
+        if r.get("phase") == "start":
+            starts[r["id"]] = r
+        elif r.get("phase") == "end" and r.get("id") in starts:
+            s = starts.pop(r["id"])
+            out.append((s["t"], r["t"] + FORK_SLACK_S, s["w"], r["w"] + FORK_SLACK_S * 1000))
+    for s in starts.values():  # still on when the run ended
+        out.append((s["t"], math.inf, s["w"], math.inf))
+    return out
+
+
+def overlaps(a_from, a_to, b_from, b_to):
+    return a_from <= b_to and b_from <= a_to
 
 
 def check_fifo(places, res, recs=(), wait=1):
@@ -280,8 +316,13 @@ def check_fifo(places, res, recs=(), wait=1):
                     marks.append((t0, 1, p))
         if wait == 0:
             # Without WAIT a failover may lose the last writes and hand out
-            # entry ids again: "ahead" is only defined within one stretch.
-            marks += [(t, -1, None) for t, _ in failovers(recs)]
+            # entry ids again, and two nodes may both take writes until the
+            # old one is demoted: "ahead" is only defined within one
+            # stretch between master faults, and nothing is compared while
+            # one lasts.
+            spans = failovers(recs)
+            marks = [m for m in marks if not any(f <= m[0] <= to for f, to, _, _ in spans)]
+            marks += [(t, -1, None) for f, to, _, _ in spans for t in (f, to)]
         marks.sort(key=lambda m: (m[0], m[1]))
         latest = None  # the non-lottery place with the highest entry seen READY so far
         any_ready = None
@@ -313,12 +354,13 @@ def check_fifo(places, res, recs=(), wait=1):
         with_pass = sorted([p for p in ps if p.admitted_at and not p.lost_admission],
                            key=lambda p: p.admitted_at)
         best = None  # earlier pass, non-lottery, highest entry
-        losses_w = sorted(w for _, w in failovers(recs)) if wait == 0 else []
+        losses_w = [(wf, wt) for _, _, wf, wt in failovers(recs)] if wait == 0 else []
         i = 0
         while i < len(with_pass):
-            if best is not None and any(best.admitted_at <= w <= with_pass[i].admitted_at
-                                        for w in losses_w):
-                best = None  # a failover without WAIT between the two passes
+            if best is not None and any(overlaps(wf, wt, best.admitted_at,
+                                                 with_pass[i].admitted_at)
+                                        for wf, wt in losses_w):
+                best = None  # a failover without WAIT between (or around) the two passes
             j = i
             while j < len(with_pass) and with_pass[j].admitted_at == with_pass[i].admitted_at:
                 j += 1
@@ -355,8 +397,13 @@ def admission_interval(p):
     if not ready:
         return None
     hi = min(r[0] for r in ready)
+    # Only a store read proves the place still waited when it was sent: a
+    # stream's `waiting` event may come late from an instance that missed
+    # the admitting pass (paused, or cut from pub/sub) and shows what it
+    # last knew, not the store.
     lo = max([o[4].get("w0", o[4]["w"]) for o in p.obs
-              if o[3][0] in ("WAITING", "PRE_QUEUE") and o[4].get("w0", o[4]["w"]) <= hi]
+              if o[2] in STORE_READS and o[3][0] in ("WAITING", "PRE_QUEUE")
+              and o[4].get("w0", o[4]["w"]) <= hi]
              + [p.join["w0"]])
     return lo, hi
 
@@ -367,8 +414,7 @@ def check_rate(places, recs, meta, res, epochs):
         return
     # Without WAIT a failover may lose the bucket's last writes: one batch
     # more per master fault is then what the design allows.
-    failovers = [r["w"] for r in recs if r["op"] == "fault" and r.get("phase") == "start"
-                 and r["fault"] in ("master_kill", "master_kill_lagging", "redis_pause")]
+    spans = [(wf, wt) for _, _, wf, wt in failovers(recs)]
     wait = meta.get("wait_replicas", 0)
     by_queue = defaultdict(list)
     for p in places.values():
@@ -386,7 +432,8 @@ def check_rate(places, recs, meta, res, epochs):
                 inside = [x for x in adm[i:j] if x[1] <= lo + window]
                 extra = 0
                 if wait == 0:
-                    extra = batch * sum(1 for f in failovers if lo - 10000 <= f <= lo + window)
+                    extra = batch * sum(1 for wf, wt in spans
+                                        if overlaps(wf, wt, lo - 10000, lo + window))
                 bound = batch + window * batch / interval + extra
                 if len(inside) > bound + 1e-9:
                     res.violate("rate", f"{len(inside)} admitted in {window} ms of queue {q} "
@@ -398,6 +445,7 @@ def check_rate(places, recs, meta, res, epochs):
 
 
 def check_exactly_once(places, recs, res):
+    spans = failovers(recs)
     owner = {}
     for p in places.values():
         for tok in p.tokens:
@@ -406,8 +454,8 @@ def check_exactly_once(places, recs, res):
                             f"and {p.key}", [owner[tok].key, p.key], p.tokens[tok], None)
             owner[tok] = p
         straddles = len(p.tokens) > 1 and meta_wait(recs) == 0 and any(
-            min(p.tokens.values()) - 1.0 <= t <= max(p.tokens.values())
-            for t, _ in failovers(recs))
+            overlaps(f, to, min(p.tokens.values()) - 1.0, max(p.tokens.values()))
+            for f, to, _, _ in spans)
         if len(p.tokens) > 1 and straddles:
             res.exceptions["re-admitted after a failover without WAIT"] += 1
         elif len(p.tokens) > 1 and not p.lost_admission:
@@ -527,7 +575,11 @@ def check_durability(places, meta, res):
             continue
         if ready:
             lapse = min(p.expires_from.values(), default=ready[1] + meta.get("token_ttl", 0) - 1)
-            if ended[0] >= lapse - 0.2 or (p.spent_sent is not None and p.spent_sent <= t_end):
+            # The read may have reached the store as late as its answer
+            # came back (an instance paused with the request in hand
+            # serves it on resume): an end is a lapse if it could have
+            # been read after the token lapsed.
+            if ended[1] >= lapse - 0.2 or (p.spent_sent is not None and p.spent_sent <= t_end):
                 continue
         gap = last_gap_before(p, t_end)
         if abandon and gap >= abandon - 3:

@@ -160,6 +160,29 @@ class RedisNode(Proc):
             return None
 
 
+def describe_node(n):
+    """A node's replication state in brief (role, its master and link, its
+    replicas and their states), or why it could not be read."""
+    if not n.alive():
+        return "down"
+    if n.stopped:
+        return "stopped"
+    try:
+        info = n.info("replication")
+    except Exception as e:
+        return repr(e)
+    keep = ("role", "master_port", "master_link_status", "master_sync_in_progress",
+            "connected_slaves")
+    d = {}
+    for line in info.splitlines():
+        k, _, v = line.strip().partition(":")
+        if k in keep:
+            d[k] = v
+        elif k.startswith("slave") and k[5:].isdigit():
+            d[k] = v
+    return d
+
+
 class SentinelTopology:
     """One master, `replicas` replicas, three Sentinels (quorum 2)."""
 
@@ -234,6 +257,30 @@ class SentinelTopology:
     def all_procs(self):
         return self.nodes + self.sentinels
 
+    def describe(self):
+        """What each sentinel names master and what each node says it is:
+        recorded when a heal waits too long, to show why the group is not
+        whole."""
+        out = {"sentinels": {}, "nodes": {}}
+        for s in self.sentinels:
+            if not s.alive() or s.stopped:
+                out["sentinels"][s.port] = "down" if not s.alive() else "stopped"
+                continue
+            try:
+                addr = redis_cmd(s.port, "SENTINEL", "get-master-addr-by-name", self.MASTER)
+                state = redis_cmd(s.port, "SENTINEL", "master", self.MASTER)
+                fields = dict(zip(state[::2], state[1::2])) if isinstance(state, list) else {}
+                out["sentinels"][s.port] = {
+                    "master": addr and int(addr[1]), "flags": fields.get("flags"),
+                    "failover_state": fields.get("failover-state"),
+                    "replicas": fields.get("num-slaves"),
+                    "epoch": fields.get("config-epoch")}
+            except Exception as e:
+                out["sentinels"][s.port] = repr(e)
+        for n in self.nodes:
+            out["nodes"][n.port] = describe_node(n)
+        return out
+
 
 class ClusterTopology:
     """Three masters, one replica each (`redis-cli --cluster create`)."""
@@ -298,6 +345,20 @@ class ClusterTopology:
     def all_procs(self):
         return list(self.nodes)
 
+    def describe(self):
+        out = {"nodes": {}}
+        for n in self.nodes:
+            d = describe_node(n)
+            if isinstance(d, dict):
+                try:
+                    info = redis_cmd(n.port, "CLUSTER", "INFO")
+                    d["cluster_state"] = next((ln.split(":")[1] for ln in info.splitlines()
+                                               if ln.startswith("cluster_state:")), None)
+                except Exception as e:
+                    d["cluster_state"] = repr(e)
+            out["nodes"][n.port] = d
+        return out
+
 
 class MemoryTopology:
     kind = "memory"
@@ -315,6 +376,9 @@ class MemoryTopology:
 
     def all_procs(self):
         return []
+
+    def describe(self):
+        return {}
 
 
 class Instance(Proc):

@@ -852,12 +852,27 @@ async fn a_ticket_above_the_entry_counter_is_stale_not_ended(store: SharedStore)
     assert_eq!(stranger.entries_issued, Some(last));
     assert!(!stranger.ends_ticket(last + 1));
 
-    // A held place is read on the common path: no counter, and a ticket
-    // for any other entry is over, as before.
+    // A held place is read on the common path: no counter. A ticket for an
+    // earlier entry is over (the user joined again since); one for a later
+    // entry was issued by a store that has seen the user join again, which
+    // this one has not: stale, not over (a lagging node that still holds
+    // the user's old place).
     let held = store.status(&q(), stays, false).await.unwrap();
     assert_eq!((held.entry, held.entries_issued), (Some(last), None));
     assert!(!held.ends_ticket(last));
-    assert!(held.ends_ticket(last + 1));
+    assert!(
+        held.ends_ticket(left),
+        "an earlier entry than the one held is over"
+    );
+    assert!(
+        !held.ends_ticket(last + 1),
+        "a later entry than the one held: stale"
+    );
+    assert!(!held.ends_ticket(last + STALE_ENTRY_LAG_MAX));
+    assert!(
+        held.ends_ticket(last + STALE_ENTRY_LAG_MAX + 1),
+        "far above the held entry: another counter's ticket, over"
+    );
 
     // A token holder who gives the token up reads the counter too.
     let holder = u("early0");

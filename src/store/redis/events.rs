@@ -77,12 +77,16 @@ async fn pump(
     let mut backoff = Duration::from_millis(100);
     let mut first = true;
     while !tx.is_closed() {
-        let connect = async { endpoint.client().await?.get_async_pubsub().await };
+        let connect = async {
+            let client = endpoint.client().await?;
+            let addr = client.get_connection_info().addr().to_string();
+            Ok::<_, redis::RedisError>((client.get_async_pubsub().await?, addr))
+        };
         let connected = tokio::time::timeout(HEALTH_TIMEOUT, connect).await;
         match connected
             .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
         {
-            Ok(pubsub) => {
+            Ok((pubsub, addr)) => {
                 let (mut sink, mut messages) = pubsub.split();
                 let mut subscribed = true;
                 for channel in channels.keys() {
@@ -109,6 +113,14 @@ async fn pump(
                             _ = health.tick() => {
                                 let pong = tokio::time::timeout(HEALTH_TIMEOUT, sink.ping::<redis::Value>()).await;
                                 if !matches!(pong, Ok(Ok(_))) {
+                                    break;
+                                }
+                                // A node that answers but is no longer the
+                                // master (an old master back before a
+                                // sentinel demoted it) hears nothing the
+                                // new master publishes: subscribe anew there.
+                                if endpoint.moved_from(&addr).await {
+                                    tracing::warn!("pub/sub: the sentinels name another master");
                                     break;
                                 }
                             }

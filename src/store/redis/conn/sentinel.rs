@@ -12,8 +12,16 @@
 //! run, so it is sent once more to the master found anew. While the
 //! sentinels still name a dead master, the lookup fails and calls fail
 //! closed until they promote a replica.
+//!
+//! A node that says `master` is not always the one the sentinels name: an
+//! old master killed and restarted before the failover finished comes back
+//! as a master with what it had, and stays one until a sentinel turns it
+//! into a replica (seconds later). A connection made to it in between would
+//! keep serving stale reads (and writes nobody will keep) until then, so a
+//! watcher asks the sentinels every second which node is master and drops
+//! the connection once a majority of them name another one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -25,6 +33,10 @@ use redis::{
 use tokio::sync::Mutex;
 
 use super::SentinelUrl;
+
+/// How often the watcher asks the sentinels whether the node in use is
+/// still their master.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Finds the current master through the sentinels.
 #[derive(Clone)]
@@ -84,6 +96,20 @@ impl Endpoint {
             Endpoint::Sentinel(locator) => locator.master().await,
         }
     }
+
+    /// Whether the sentinels now name a master other than `addr` (a
+    /// client's `host:port`): a subscription on a node that is no longer
+    /// master hears nothing published on the new one. False for a fixed
+    /// Redis, and when the sentinels cannot say now.
+    pub(in crate::store::redis) async fn moved_from(&self, addr: &str) -> bool {
+        match self {
+            Endpoint::Fixed(_) => false,
+            Endpoint::Sentinel(locator) => locator
+                .master()
+                .await
+                .is_ok_and(|c| c.get_connection_info().addr().to_string() != addr),
+        }
+    }
 }
 
 /// The store's connection behind Sentinel; cheap to clone, every clone
@@ -114,6 +140,8 @@ struct Slot {
 struct Current {
     id: u64,
     conn: MultiplexedConnection,
+    /// `host:port` of the node it goes to, as the sentinels name nodes.
+    addr: String,
 }
 
 /// What a reply says about the connection it came over.
@@ -142,6 +170,17 @@ impl SentinelConn {
             db: url.db,
         };
         me.current().await?;
+        let sentinels = url
+            .sentinels
+            .iter()
+            .map(|s| Client::open(s.as_str()))
+            .collect::<RedisResult<Vec<_>>>()?;
+        tokio::spawn(watch(
+            Arc::downgrade(&me.shared),
+            sentinels,
+            url.master.clone(),
+            timeout,
+        ));
         Ok(me)
     }
 
@@ -158,6 +197,7 @@ impl SentinelConn {
         let current = Current {
             id: slot.made,
             conn,
+            addr: client.get_connection_info().addr().to_string(),
         };
         slot.conn = Some(current.clone());
         tracing::info!(master = ?client.get_connection_info().addr(), "connected to the master named by the sentinels");
@@ -201,6 +241,89 @@ impl SentinelConn {
             }
         }
     }
+}
+
+/// The watcher of one [`SentinelConn`] (ends with it): every
+/// [`RECHECK_EVERY`], which node each sentinel names master; the connection
+/// in use is dropped when a majority of the sentinels name one other node,
+/// so the next call finds the master anew. Sentinels that do not answer
+/// count for nothing (the connection stays): dropping it on their silence
+/// would only add outages.
+async fn watch(shared: Weak<Shared>, sentinels: Vec<Client>, master: String, timeout: Duration) {
+    let mut links: Vec<Option<MultiplexedConnection>> = vec![None; sentinels.len()];
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let mut tick = tokio::time::interval(RECHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let in_use = strong.current.lock().await.conn.clone();
+        let Some(in_use) = in_use else {
+            continue;
+        };
+        let mut named: Vec<String> = Vec::new();
+        for (client, link) in sentinels.iter().zip(links.iter_mut()) {
+            if let Some(addr) = named_master(client, link, &config, &master, timeout).await {
+                named.push(addr);
+            }
+        }
+        if let Some(other) = majority_elsewhere(&named, sentinels.len(), &in_use.addr) {
+            tracing::warn!(
+                in_use = %in_use.addr,
+                named = %other,
+                "the sentinels name another master: finding it again"
+            );
+            let mut slot = strong.current.lock().await;
+            if slot.conn.as_ref().is_some_and(|c| c.id == in_use.id) {
+                slot.conn = None;
+            }
+        }
+    }
+}
+
+/// `host:port` of the master one sentinel names, over a connection kept
+/// between checks (`None`: no answer now; the link is made again next time).
+async fn named_master(
+    client: &Client,
+    link: &mut Option<MultiplexedConnection>,
+    config: &AsyncConnectionConfig,
+    master: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let ask = async {
+        if link.is_none() {
+            *link = Some(
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await?,
+            );
+        }
+        let conn = link.as_mut().expect("connected above");
+        redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(master)
+            .query_async::<Option<(String, u16)>>(conn)
+            .await
+    };
+    match tokio::time::timeout(timeout, ask).await {
+        Ok(Ok(named)) => named.map(|(host, port)| format!("{host}:{port}")),
+        _ => {
+            *link = None;
+            None
+        }
+    }
+}
+
+/// The node a majority of `of` sentinels name, when it is not `in_use`.
+fn majority_elsewhere(named: &[String], of: usize, in_use: &str) -> Option<String> {
+    named
+        .iter()
+        .find(|addr| addr.as_str() != in_use && named.iter().filter(|a| a == addr).count() * 2 > of)
+        .cloned()
 }
 
 fn demoted_value(value: &Value) -> bool {
@@ -248,5 +371,40 @@ impl ConnectionLike for SentinelConn {
 
     fn get_db(&self) -> i64 {
         self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::majority_elsewhere;
+
+    fn named(addrs: &[&str]) -> Vec<String> {
+        addrs.iter().map(|a| (*a).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_connection_moves_only_when_a_majority_names_another_master() {
+        let (old, new) = ("127.0.0.1:1111", "127.0.0.1:2222");
+        // Two of three name the new master: move.
+        assert_eq!(
+            majority_elsewhere(&named(&[new, new, old]), 3, old).as_deref(),
+            Some(new)
+        );
+        assert_eq!(
+            majority_elsewhere(&named(&[new, new]), 3, old).as_deref(),
+            Some(new)
+        );
+        // One sentinel (a restarted one, still on the old view, or the
+        // one ahead of the others) is not enough, nor is silence.
+        assert_eq!(majority_elsewhere(&named(&[new]), 3, old), None);
+        assert_eq!(majority_elsewhere(&named(&[new, old, old]), 3, old), None);
+        assert_eq!(majority_elsewhere(&named(&[]), 3, old), None);
+        // Everyone names the node in use: stay.
+        assert_eq!(majority_elsewhere(&named(&[old, old, old]), 3, old), None);
+        // Split between two other nodes, neither a majority: stay.
+        assert_eq!(
+            majority_elsewhere(&named(&[new, "127.0.0.1:3333"]), 3, old),
+            None
+        );
     }
 }
