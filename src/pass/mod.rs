@@ -21,6 +21,7 @@
 //! - [`returns`]: return-URL validation, so no redirect is ever open;
 //! - [`request`]: reading a pass from a request (cookie or bearer).
 
+mod crypto;
 pub mod keys;
 pub mod request;
 pub mod returns;
