@@ -249,7 +249,7 @@ impl App {
             store.clone(),
             state.passes().clone(),
             catalog.watch(),
-            self.config.session_limits().idle_ms,
+            self.config.session_policy(),
             shutdown.clone(),
         ));
         tasks.spawn(self.limits.clone().housekeeping(shutdown.clone()));
@@ -404,15 +404,21 @@ fn open_front(config: &Config, state: &AppState) -> Result<Option<Arc<front::Fro
         response: Duration::from_secs(config.origin_timeout_secs),
     };
     for room in &rooms {
-        tracing::info!(room = %room.name, queue = %room.queue, origin = %room.origin.authority, prefix = %room.path_prefix, "in front of a site");
+        tracing::info!(room = %room.name, queue = %room.queue, origin = %format!("{}://{}", room.origin.scheme(), room.origin.authority), prefix = %room.path_prefix, "in front of a site");
     }
-    Ok(Some(Arc::new(front::Front::new(
+    let tls = rooms.iter().any(|r| r.origin.tls);
+    let mut proxy = front::Front::new(
         front::Rooms::new(rooms),
         timeouts,
         config.client_address_header,
         state.settings().base_path.clone(),
         front_passes(state),
-    ))))
+    );
+    if tls {
+        let ca = config.origin_ca_certs()?;
+        proxy = proxy.with_origin_tls(front::OriginTls::new(timeouts, ca));
+    }
+    Ok(Some(Arc::new(proxy)))
 }
 
 /// What the proxy checks passes with: the instance's pass service (the
@@ -447,7 +453,7 @@ fn http_settings(config: &Config, max_streams: usize) -> Result<HttpSettings, St
             .unwrap_or_else(|| queue::EntryToken::generate().as_str().to_owned()),
         max_streams,
         pass_cookie: config.pass_cookie_settings(),
-        session_limits: Some(config.session_limits()),
+        sessions: config.session_policy(),
         protected_origins: config.protected_origins(),
         pass_page_url: config.pass_page_url.clone(),
     })

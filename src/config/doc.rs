@@ -81,6 +81,14 @@ pub fn markdown() -> String {
         let _ = writeln!(out, "| `{key}` | {} |", cell(about));
     }
     out.push_str(
+        "\n## `[[rooms]]`\n\nThe built-in reverse proxy's rooms, one table per part of a \
+         site a queue protects (see [front.md](front.md)); `front.origin` is one room over \
+         the whole site. No flag or environment variable.\n\n| key | meaning |\n|---|---|\n",
+    );
+    for (key, about) in crate::front::ROOM_KEYS {
+        let _ = writeln!(out, "| `{key}` | {} |", cell(about));
+    }
+    out.push_str(
         "\n## `[[webhooks]]`\n\nOne table per hook, the same on every instance (see \
          [webhooks.md](webhooks.md)). No flag or environment variable: a hook's secret stays \
          in the file.\n\n| key | meaning |\n|---|---|\n",

@@ -15,8 +15,8 @@ pub enum Feature {
     DemoOrders,
     /// `signed-identity`: `--identity signed`, JWTs (jsonwebtoken).
     SignedIdentity,
-    /// `https-webhooks`: `https://` webhooks (rustls, hyper-rustls,
-    /// webpki-roots).
+    /// `https-webhooks`: `https://` webhooks and `https://` origins of the
+    /// built-in proxy (rustls, hyper-rustls, webpki-roots).
     HttpsWebhooks,
 }
 
@@ -90,6 +90,24 @@ pub fn check(config: &Config) -> Result<(), String> {
             let flag = format!("webhook `{}` (an https:// url)", hook.name);
             need(Feature::HttpsWebhooks, &flag)?;
         }
+    }
+    // The built-in proxy's TLS to its origins is the same crates'.
+    let https_origin = config
+        .origin
+        .as_deref()
+        .and_then(|o| crate::front::Origin::parse(o).ok())
+        .is_some_and(|o| o.tls);
+    if https_origin {
+        need(Feature::HttpsWebhooks, "--origin (an https:// origin)")?;
+    }
+    for (i, room) in config.rooms.iter().enumerate() {
+        if room.origin.tls {
+            let flag = format!("rooms[{i}].origin (an https:// origin)");
+            need(Feature::HttpsWebhooks, &flag)?;
+        }
+    }
+    if config.origin_ca.is_some() {
+        need(Feature::HttpsWebhooks, "--origin-ca")?;
     }
     Ok(())
 }
@@ -179,6 +197,43 @@ mod tests {
             Err(e) => e.to_string(),
         };
         assert!(e.contains("crm") && e.contains("`https-webhooks`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(not(feature = "https-webhooks"))]
+    #[test]
+    fn without_https_webhooks_an_https_origin_is_refused_naming_the_feature() {
+        for args in [
+            &["--origin", "https://shop.example"][..],
+            &[
+                "--origin",
+                "http://127.0.0.1:3000",
+                "--origin-ca",
+                "/ca.pem",
+            ],
+        ] {
+            let e = parse(args).validate().unwrap_err().to_string();
+            assert!(
+                e.contains(args[args.len() - 2]) && e.contains("`https-webhooks`"),
+                "{e}"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("waitroom-features-o-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rooms.toml");
+        std::fs::write(
+            &file,
+            "[[rooms]]\nqueue = \"default\"\norigin = \"https://shop.example\"\n",
+        )
+        .unwrap();
+        let e = match super::super::load(["-c", file.to_str().unwrap()], false) {
+            Ok(_) => panic!("an https origin loaded without the feature"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains("rooms[0].origin") && e.contains("`https-webhooks`"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

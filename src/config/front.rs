@@ -34,9 +34,20 @@ impl Config {
         }
     }
 
-    /// Every room names an opened queue, and no two rooms answer the same
-    /// host and prefix.
+    /// The certificates `--origin-ca` trusts for `https://` origins (none
+    /// unset).
+    pub fn origin_ca_certs(&self) -> Result<Vec<crate::front::OriginCertificate>, ConfigError> {
+        match &self.origin_ca {
+            None => Ok(Vec::new()),
+            Some(path) => crate::front::read_origin_ca(path)
+                .map_err(|e| ConfigError(format!("--origin-ca {}: {e}", path.display()))),
+        }
+    }
+
+    /// Every room names an opened queue, no two rooms answer the same
+    /// host and prefix, and `--origin-ca` reads.
     pub(super) fn check_front(&self) -> Result<(), ConfigError> {
+        self.origin_ca_certs()?;
         let rooms = self.front_rooms()?;
         let queues = self.queue_names()?;
         for (i, room) in self.rooms.iter().enumerate() {

@@ -178,6 +178,7 @@ pub const KEYS: &[Key] = keys![
     "front.preserve_host" => origin_preserve_host,
     "front.timeout_secs" => origin_timeout_secs,
     "front.connect_timeout_ms" => origin_connect_timeout_ms,
+    "front.origin_ca" => origin_ca,
     "limits.joins_per_address_per_minute" => joins_per_address_per_minute,
     "limits.places_per_address" => places_per_address,
     "limits.visitors_per_address_per_minute" => visitors_per_address_per_minute,

@@ -17,6 +17,7 @@ pub mod keys;
 mod load;
 mod pass;
 mod queues;
+mod sessions;
 mod validate;
 mod values;
 
@@ -442,7 +443,8 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_JOIN_CHALLENGE_HOLD_SECS", default_value_t = 60)]
     pub join_challenge_hold_secs: u64,
 
-    /// The site to put waitroom in front of (`http://127.0.0.1:3000`):
+    /// The site to put waitroom in front of (`http://127.0.0.1:3000`, or
+    /// `https://…` with the `https-webhooks` cargo feature):
     /// the public listener then proxies every path but waitroom's own
     /// (below `--base-path`, `/_waitroom` unless set) to it, for visitors
     /// holding a pass of the first queue of `--queues`, and shows everyone
@@ -466,6 +468,12 @@ pub struct Config {
     /// origin (`502 origin_unreachable` after).
     #[arg(long, env = "WAITROOM_ORIGIN_CONNECT_TIMEOUT_MS", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub origin_connect_timeout_ms: u64,
+
+    /// A PEM file of CA certificates trusted for `https://` origins (an
+    /// origin behind a private CA), on top of the built-in Mozilla roots.
+    /// Needs the `https-webhooks` cargo feature (the TLS crates).
+    #[arg(long, env = "WAITROOM_ORIGIN_CA")]
+    pub origin_ca: Option<PathBuf>,
 
     /// Rooms of the built-in proxy: the file's `[[rooms]]` tables (no
     /// flag), each checked when the file is loaded.
@@ -500,7 +508,8 @@ pub struct Config {
 
     /// Earlier pass keys (PEM files, private or public, comma-separated),
     /// still accepted for the passes they signed before this start, until
-    /// those have expired (--session-max-secs); listed in
+    /// those have expired (the longest session: --session-max-secs, or a
+    /// queue's own if longer); listed in
     /// `/.well-known/jwks.json` as long.
     #[arg(long, env = "WAITROOM_PASS_PREVIOUS_KEYS", value_delimiter = ',')]
     pub pass_previous_keys: Vec<PathBuf>,
@@ -520,12 +529,14 @@ pub struct Config {
 
     /// Seconds a protected site's session lasts without activity: then it
     /// ends, its pass is refused and its slot (under the queue's
-    /// `maxActive`) goes to the next in line. 1-86400.
+    /// `maxActive`) goes to the next in line. 1-86400. A room
+    /// (`[[rooms]]`) or a queue (`[queues.<name>]`) may set its own.
     #[arg(long, env = "WAITROOM_SESSION_IDLE_SECS", default_value_t = 300)]
     pub session_idle_secs: u64,
 
     /// The longest a session lasts, however active: the pass's `exp`.
-    /// At least --session-idle-secs, at most 86400.
+    /// At least --session-idle-secs, at most 86400. A room or a queue
+    /// may set its own.
     #[arg(long, env = "WAITROOM_SESSION_MAX_SECS", default_value_t = 3600)]
     pub session_max_secs: u64,
 

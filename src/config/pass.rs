@@ -1,12 +1,10 @@
 //! The `pass` section: checks and the typed settings of the admission pass
 //! (`crate::pass`), its sessions and return URLs.
 
+use super::sessions::SESSION_SECS;
 use super::{Config, ConfigError};
 use crate::pass::{KeyRing, PassCookie, ReturnOrigins};
 use crate::store::SessionLimits;
-
-/// Session lengths accepted, seconds.
-const SESSION_SECS: (u64, u64) = (1, 86_400);
 
 impl Config {
     pub(super) fn validate_pass(&self) -> Result<(), ConfigError> {
@@ -70,12 +68,19 @@ impl Config {
         }
     }
 
-    /// How long sessions last.
+    /// How long sessions last by default (a queue may set its own:
+    /// `session_policy`).
     pub fn session_limits(&self) -> SessionLimits {
         SessionLimits {
             idle_ms: self.session_idle_secs * 1000,
             max_ms: self.session_max_secs * 1000,
         }
+    }
+
+    /// The longest any pass lives, in any queue: a retired key is
+    /// accepted that long for the passes it signed.
+    fn longest_session_secs(&self) -> u64 {
+        self.session_policy().longest_ms() / 1000
     }
 
     /// `--protected-origins`, parsed (checked by `validate`).
@@ -93,13 +98,13 @@ impl Config {
                     "--pass-previous-keys needs --pass-key (the key that signs now)".into(),
                 ));
             }
-            return Ok((KeyRing::generated(self.session_max_secs), true));
+            return Ok((KeyRing::generated(self.longest_session_secs()), true));
         };
         KeyRing::from_files(
             current,
             &self.pass_previous_keys,
             now,
-            self.session_max_secs,
+            self.longest_session_secs(),
         )
         .map(|ring| (ring, false))
         .map_err(|e| ConfigError(format!("--pass-key / --pass-previous-keys: {e}")))

@@ -30,6 +30,12 @@ pub struct QueueOverrides {
     /// Texts of the queue's page (message key → text).
     pub texts: Option<BTreeMap<String, String>>,
     pub adaptive: Option<AdaptiveOverrides>,
+    /// The queue's session idle time (`pass.session_idle_secs`). Not a
+    /// stored setting: passes are the configuration's, so it holds from
+    /// every start (`sessions.rs`), never seeded into the store.
+    pub session_idle_secs: Option<u64>,
+    /// The queue's longest session (`pass.session_max_secs`), as above.
+    pub session_max_secs: Option<u64>,
 }
 
 /// `[queues.<name>.adaptive]`, named as in `[admission.adaptive]`.
@@ -77,11 +83,20 @@ pub const QUEUE_KEYS: &[(&str, &str)] = &[
         "adaptive",
         "a table: `enabled` (default true), `floor`, `ceiling`, `target_p95_ms`, `window_ms` (`[admission.adaptive]`)",
     ),
+    (
+        "session_idle_secs",
+        "the queue's pass session idle time (`pass.session_idle_secs`); read at every start, not seeded into the store",
+    ),
+    (
+        "session_max_secs",
+        "the queue's longest pass session (`pass.session_max_secs`); read at every start, not seeded into the store",
+    ),
 ];
 
 impl QueueOverrides {
     /// `base` with these overrides applied; `config` gives the adaptive
-    /// defaults when the base has none.
+    /// defaults when the base has none. (The session times are not
+    /// queue settings: `Config::session_policy` reads them.)
     pub fn apply(&self, mut s: QueueSettings, config: &Config) -> QueueSettings {
         if let Some(v) = self.batch {
             s.batch = v;

@@ -28,6 +28,7 @@ impl Config {
         self.queue_names()?;
         self.validate_pass()?;
         self.check_front()?;
+        self.check_sessions()?;
         self.check_admission()?;
         self.check_store()?;
         self.check_webhooks()?;

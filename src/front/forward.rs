@@ -13,6 +13,9 @@
 //! is extended. A WebSocket upgrade goes over a connection of its own
 //! (`upgrade.rs`).
 //!
+//! An `https://` origin's requests go through the same steps on the TLS
+//! client of `tls.rs`.
+//!
 //! Failures are the gateway's: the origin unreachable or breaking off is
 //! `502 origin_unreachable`, no response head within the room's timeout is
 //! `504 origin_timeout`; a browser gets them as a short page.
@@ -30,6 +33,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::rooms::RoomSpec;
+use super::tls::OriginTls;
 use crate::error::ApiError;
 use crate::http::client::{ClientInfo, ForwardedHeader};
 
@@ -47,13 +51,15 @@ pub struct Timeouts {
 #[derive(Clone)]
 pub struct Upstream {
     client: HyperClient<HttpConnector, Body>,
+    /// The `https://` origins' client (`tls.rs`), when a room has one.
+    tls: Option<OriginTls>,
     timeouts: Timeouts,
     forwarded: ForwardedHeader,
 }
 
 /// How many idle connections are kept per origin: enough for a busy
 /// origin's steady load without a connect per request.
-const IDLE_PER_ORIGIN: usize = 256;
+pub(super) const IDLE_PER_ORIGIN: usize = 256;
 
 impl Upstream {
     pub fn new(timeouts: Timeouts, forwarded: ForwardedHeader) -> Self {
@@ -66,13 +72,25 @@ impl Upstream {
             .build(connector);
         Self {
             client,
+            tls: None,
             timeouts,
             forwarded,
         }
     }
 
+    /// With `tls` for the `https://` origins.
+    pub fn with_tls(mut self, tls: OriginTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     pub fn timeouts(&self) -> Timeouts {
         self.timeouts
+    }
+
+    /// The `https://` origins' client, if any room has one.
+    pub fn tls(&self) -> Option<&OriginTls> {
+        self.tls.as_ref()
     }
 
     /// Sends `request` (its path already normalized into `path_and_query`)
@@ -85,7 +103,7 @@ impl Upstream {
         who: &Asker,
     ) -> Result<Response, ApiError> {
         let uri = Uri::builder()
-            .scheme("http")
+            .scheme(room.origin.scheme())
             .authority(room.origin.authority.as_str())
             .path_and_query(path_and_query)
             .build()
@@ -94,7 +112,10 @@ impl Upstream {
         *request.version_mut() = axum::http::Version::HTTP_11;
         strip_hop_by_hop(request.headers_mut());
         self.rewrite_request_headers(room, request.headers_mut(), who);
-        let sent = self.client.request(request);
+        let sent = match &self.tls {
+            Some(tls) if room.origin.tls => tls.request(request),
+            _ => self.client.request(request),
+        };
         let response = match tokio::time::timeout(self.timeouts.response, sent).await {
             Err(_) => return Err(origin_timeout(room)),
             Ok(Err(e)) => return Err(origin_unreachable(room, &e)),

@@ -26,7 +26,15 @@
 mod forward;
 mod passes;
 mod path;
+mod refused;
 mod rooms;
+// Without `https-webhooks`, no TLS crate is built: an `https://` origin
+// is refused at start, naming the feature (`config::features`).
+#[cfg(feature = "https-webhooks")]
+mod tls;
+#[cfg(not(feature = "https-webhooks"))]
+#[path = "no_tls.rs"]
+mod tls;
 mod upgrade;
 mod waiting;
 
@@ -44,7 +52,8 @@ use tower::ServiceExt;
 pub use forward::Timeouts;
 pub use passes::PassGate;
 pub use path::{PathRefused, is_below, normalize};
-pub use rooms::{HostMatch, Origin, RoomSpec, RoomTable, Rooms};
+pub use rooms::{HostMatch, Origin, ROOM_KEYS, RoomSpec, RoomTable, Rooms, SessionTimes};
+pub use tls::{Certificate as OriginCertificate, OriginTls, read_origin_ca};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::http::AppState;
@@ -86,6 +95,12 @@ impl Front {
             prefix,
             passes,
         }
+    }
+
+    /// With `tls` for the rooms whose origin is `https://`.
+    pub fn with_origin_tls(mut self, tls: OriginTls) -> Self {
+        self.upstream = self.upstream.with_tls(tls);
+        self
     }
 
     pub fn rooms(&self) -> &Rooms {

@@ -17,25 +17,30 @@ use super::path::is_below;
 use crate::queue::QueueName;
 
 /// An origin: where a room's admitted requests go. Plain HTTP to an
-/// address waitroom reaches directly (the origin is normally on the same
-/// host or network; TLS to the browser is the front proxy's).
+/// address waitroom reaches directly (the origin on the same host or
+/// network), or HTTPS (`tls.rs`: an origin elsewhere, or one that only
+/// speaks TLS); TLS to the browser stays the front proxy's either way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
-    /// `host:port` as connected to and, without `preserve_host`, sent as
-    /// `Host`.
+    /// `host:port` as connected to (the host also names the certificate
+    /// expected of an `https://` origin) and, without `preserve_host`,
+    /// sent as `Host`.
     pub authority: String,
+    /// `https://`: reached over TLS.
+    pub tls: bool,
 }
 
 impl Origin {
-    /// Parses `http://host[:port]` (a trailing `/` allowed, nothing else
-    /// after the authority).
+    /// Parses `http://host[:port]` or `https://host[:port]` (a trailing
+    /// `/` allowed, nothing else after the authority). Whether this build
+    /// speaks TLS is `config::features`' to say, naming the feature.
     pub fn parse(text: &str) -> Result<Self, String> {
         let url = url::Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
-        if url.scheme() != "http" {
-            return Err(format!(
-                "`{text}`: only http:// origins are supported (the origin is reached directly, TLS stays with the proxy in front)"
-            ));
-        }
+        let tls = match url.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(format!("`{text}`: an origin is http:// or https://")),
+        };
         let Some(host) = url.host_str() else {
             return Err(format!("`{text}` names no host"));
         };
@@ -47,10 +52,18 @@ impl Origin {
                 "`{text}`: an origin is scheme, host and port only (no path, query or fragment)"
             ));
         }
-        let port = url.port_or_known_default().unwrap_or(80);
+        let port = url
+            .port_or_known_default()
+            .unwrap_or(if tls { 443 } else { 80 });
         Ok(Self {
             authority: format!("{host}:{port}"),
+            tls,
         })
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
     }
 }
 
@@ -66,6 +79,57 @@ pub struct RoomTable {
     pub origin: String,
     #[serde(default)]
     pub preserve_host: bool,
+    /// The room's session idle time, seconds (unset: the queue's, else
+    /// `pass.session_idle_secs`).
+    pub session_idle_secs: Option<u64>,
+    /// The room's longest session, seconds (unset: the queue's, else
+    /// `pass.session_max_secs`).
+    pub session_max_secs: Option<u64>,
+}
+
+/// The keys a `[[rooms]]` table takes, with what each does (for the
+/// generated documentation).
+pub const ROOM_KEYS: &[(&str, &str)] = &[
+    (
+        "name",
+        "a name for logs and errors (the queue's when unset)",
+    ),
+    (
+        "match_host",
+        "the request's `Host` (port ignored), `*.shop.example` for subdomains; unset: any",
+    ),
+    (
+        "path_prefix",
+        "whole segments: `/drop` is `/drop` and `/drop/…`, not `/dropped`; unset: `/`",
+    ),
+    (
+        "queue",
+        "the room's queue, one of `admission.queues` (required)",
+    ),
+    (
+        "origin",
+        "where admitted requests go: `http://host[:port]`, or `https://` with the `https-webhooks` feature (required)",
+    ),
+    (
+        "preserve_host",
+        "send the visitor's `Host` rather than the origin's (default false)",
+    ),
+    (
+        "session_idle_secs",
+        "the room's session idle time (its queue's sessions); unset: `[queues.<name>]`'s, else `pass.session_idle_secs`",
+    ),
+    (
+        "session_max_secs",
+        "the room's longest session (its queue's sessions); unset: `[queues.<name>]`'s, else `pass.session_max_secs`",
+    ),
+];
+
+/// Session times set apart from the global ones, seconds; unset: the
+/// next source's. A pass is a queue's, so they hold for the room's queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionTimes {
+    pub idle_secs: Option<u64>,
+    pub max_secs: Option<u64>,
 }
 
 impl RoomTable {
@@ -95,6 +159,10 @@ impl RoomTable {
             queue,
             origin,
             preserve_host: self.preserve_host,
+            sessions: SessionTimes {
+                idle_secs: self.session_idle_secs,
+                max_secs: self.session_max_secs,
+            },
         })
     }
 }
@@ -154,6 +222,7 @@ pub struct RoomSpec {
     pub queue: QueueName,
     pub origin: Origin,
     pub preserve_host: bool,
+    pub sessions: SessionTimes,
 }
 
 impl RoomSpec {
@@ -166,6 +235,7 @@ impl RoomSpec {
             queue,
             origin,
             preserve_host,
+            sessions: SessionTimes::default(),
         }
     }
 }
@@ -221,6 +291,8 @@ mod tests {
             queue: queue.to_owned(),
             origin: "http://127.0.0.1:3000".to_owned(),
             preserve_host: false,
+            session_idle_secs: None,
+            session_max_secs: None,
         }
         .into_spec()
         .unwrap()
@@ -257,10 +329,19 @@ mod tests {
             queue: "q".into(),
             origin: "http://127.0.0.1:3000".into(),
             preserve_host: false,
+            session_idle_secs: None,
+            session_max_secs: None,
         };
         assert!(
             bad(RoomTable {
-                origin: "https://x".into(),
+                origin: "ftp://x".into(),
+                ..base()
+            })
+            .starts_with("origin:")
+        );
+        assert!(
+            bad(RoomTable {
+                origin: "https://x/a".into(),
                 ..base()
             })
             .starts_with("origin:")
@@ -300,6 +381,19 @@ mod tests {
             })
             .starts_with("match_host:")
         );
+    }
+
+    #[test]
+    fn origins_are_http_or_https_with_their_default_ports() {
+        let http = Origin::parse("http://127.0.0.1").unwrap();
+        assert_eq!((http.authority.as_str(), http.tls), ("127.0.0.1:80", false));
+        let https = Origin::parse("https://shop.example/").unwrap();
+        assert_eq!(
+            (https.authority.as_str(), https.tls, https.scheme()),
+            ("shop.example:443", true, "https")
+        );
+        let port = Origin::parse("https://[::1]:8443").unwrap();
+        assert_eq!(port.authority, "[::1]:8443");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! holds a pass.
 //!
 //! The upgrade gets a connection to the origin of its own (an upgraded
-//! connection is never returned to a pool): the handshake is sent with
+//! connection is never returned to a pool; TLS for an `https://` origin,
+//! `tls.rs`): the handshake is sent with
 //! `Upgrade` and `Connection: upgrade` kept and the other headers
 //! rewritten as for any request; the origin's answer is passed back; on
 //! `101` both sides are taken over and bytes are copied both ways until
@@ -13,6 +14,7 @@ use axum::extract::Request;
 use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::{StatusCode, uri::PathAndQuery};
 use axum::response::Response;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -31,6 +33,23 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
             .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
 }
 
+/// HTTP/1 over `io`, a connection of its own to `room`'s origin (plain
+/// or TLS), driven in the background with upgrades on.
+pub(super) async fn handshake<T>(io: T, room: &RoomSpec) -> Result<SendRequest<Body>, ApiError>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| origin_unreachable(room, &e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.with_upgrades().await {
+            tracing::debug!(error = %e, "upgraded origin connection ended");
+        }
+    });
+    Ok(sender)
+}
+
 /// Carries `request`'s upgrade to `room`'s origin.
 pub async fn forward(
     upstream: &Upstream,
@@ -42,21 +61,25 @@ pub async fn forward(
     let protocol = request.headers().get(header::UPGRADE).cloned();
     let client_side = hyper::upgrade::on(&mut request);
     let timeouts = upstream.timeouts();
-    let connect = TcpStream::connect(room.origin.authority.as_str());
-    let stream = match tokio::time::timeout(timeouts.connect, connect).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return Err(origin_unreachable(room, &e)),
-        Err(_) => return Err(origin_unreachable(room, &"connect timed out")),
-    };
-    let _ = stream.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| origin_unreachable(room, &e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.with_upgrades().await {
-            tracing::debug!(error = %e, "upgraded origin connection ended");
+    let mut sender = match (room.origin.tls, upstream.tls()) {
+        (true, Some(tls)) => tls.connect(room).await?,
+        (true, None) => {
+            return Err(origin_unreachable(
+                room,
+                &"no TLS client for an https:// origin",
+            ));
         }
-    });
+        (false, _) => {
+            let connect = TcpStream::connect(room.origin.authority.as_str());
+            let stream = match tokio::time::timeout(timeouts.connect, connect).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(origin_unreachable(room, &e)),
+                Err(_) => return Err(origin_unreachable(room, &"connect timed out")),
+            };
+            let _ = stream.set_nodelay(true);
+            handshake(TokioIo::new(stream), room).await?
+        }
+    };
 
     let (mut parts, body) = request.into_parts();
     parts.uri = path_and_query

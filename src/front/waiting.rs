@@ -24,6 +24,10 @@
 //!    `<noscript>`: with scripts on, the live page does not reload). With
 //!    scripts on, the page reloads this URL when the visitor is admitted,
 //!    which is step 2.
+//! 4. The join refused (an address over its limits, the store away, no
+//!    identity): a page in the same look saying so, with the join's status
+//!    and `Retry-After` (`refused.rs`); a challenge to solve first: the
+//!    page of step 3, whose scripts solve it and join.
 
 use axum::Router;
 use axum::body::Body;
@@ -35,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
+use super::refused::{self, Refusal};
 use super::rooms::RoomSpec;
 use crate::error::ApiError;
 use crate::http::AppState;
@@ -73,6 +78,23 @@ struct Joined {
     cookies: Vec<HeaderValue>,
 }
 
+/// The status shown while the page's scripts must join (a challenge to
+/// solve first).
+const NEEDS_SCRIPT: &str = "NEEDS_SCRIPT";
+
+impl Joined {
+    /// Not joined yet: the page's scripts join.
+    fn needs_script() -> Self {
+        Self {
+            status: NEEDS_SCRIPT.to_owned(),
+            position: None,
+            total_waiting: None,
+            wait_secs: None,
+            cookies: Vec::new(),
+        }
+    }
+}
+
 /// The waiting page (or the redirect to the pass) for `request`, asked at
 /// `return_to` (path and query) in `room`; `inner` is waitroom's own
 /// router, below `prefix`; `pass_path` is where an admitted visitor gets
@@ -87,7 +109,16 @@ pub async fn answer(
 ) -> Response {
     let joined = match join(inner, prefix, room, request).await {
         Ok(joined) => joined,
-        Err(refused) => return refused,
+        Err(answer) => {
+            // A browser asked for a page: it gets one (`refused.rs`), or
+            // for a challenge to solve, the waiting page whose scripts
+            // solve it and join.
+            let refusal = Refusal::read(answer).await;
+            if !refusal.needs_script() {
+                return refused::page(prefix, &refusal, return_to);
+            }
+            Joined::needs_script()
+        }
     };
     if joined.status == "READY" {
         // The pass endpoint starts the session (the entry token spent, its
@@ -110,7 +141,10 @@ pub async fn answer(
             html,
         )
             .into_response(),
-        None => ApiError::Internal("the page's index.html is missing".into()).into_response(),
+        None => {
+            tracing::error!("the page's index.html is missing");
+            return refused::page(prefix, &Refusal::internal(), return_to);
+        }
     };
     crate::http::security::apply(response.headers_mut(), false);
     allow_own_base(response.headers_mut());
@@ -197,7 +231,7 @@ fn append_cookies(response: &mut Response, cookies: &[HeaderValue]) {
 /// Joins the visitor to `room`'s queue through waitroom's join route, with
 /// the request's own headers (cookies, identity, forwarding) and peer. A
 /// refusal (limits, a challenge to solve, the store away) is passed on as
-/// the join answered it.
+/// the join answered it, for `refused.rs` to put in words.
 async fn join(
     inner: &Router,
     prefix: &str,
@@ -325,6 +359,11 @@ fn status_html(joined: &Joined, refresh: u64, return_to: &str) -> String {
         ("PRE_QUEUE", _) => {
             "You are in the draw for the opening; your place is given when it opens.".to_owned()
         }
+        (NEEDS_SCRIPT, _) => {
+            "Before you join, this waiting room asks your browser to solve a short \
+             check, which needs JavaScript: turn it on and reload this page."
+                .to_owned()
+        }
         _ => "You are in line.".to_owned(),
     };
     format!(
@@ -358,7 +397,7 @@ fn insert_after_tag(html: &str, tag: &str, insert: &str) -> Option<String> {
 }
 
 /// Text for an HTML attribute or element.
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -127,12 +127,7 @@ async fn take_pass(
         &settings.protected_origins,
     )
     .map_err(|e| ApiError::bad_request(ErrorCode::InvalidReturn, e.to_string()))?;
-    let limits = settings
-        .session_limits
-        .unwrap_or(crate::store::SessionLimits {
-            idle_ms: 300_000,
-            max_ms: 3_600_000,
-        });
+    let limits = settings.sessions.for_queue(&member.queue);
     let started = state
         .store()
         .start_session(

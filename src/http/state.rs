@@ -58,8 +58,9 @@ pub struct HttpSettings {
     pub max_streams: usize,
     /// The pass cookie's name, `Domain` and `Path` (`--pass-cookie*`).
     pub pass_cookie: crate::pass::PassCookie,
-    /// How long sessions last (`--session-idle-secs`, `--session-max-secs`).
-    pub session_limits: Option<crate::store::SessionLimits>,
+    /// How long sessions last (`--session-idle-secs`, `--session-max-secs`,
+    /// and per queue, a room's or a `[queues.<name>]` table's).
+    pub sessions: crate::store::SessionPolicy,
     /// `--protected-origins`: where return URLs may point.
     pub protected_origins: crate::pass::ReturnOrigins,
     /// `--pass-page-url`: the waiting page the gateway check sends

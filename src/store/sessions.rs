@@ -28,6 +28,49 @@ pub struct SessionLimits {
     pub max_ms: u64,
 }
 
+/// How long sessions last in each queue: the global limits, and the
+/// queues (their rooms, their `[queues.<name>]` tables) that set their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPolicy {
+    pub default: SessionLimits,
+    pub by_queue: std::collections::HashMap<QueueName, SessionLimits>,
+}
+
+/// The configuration's defaults (`--session-idle-secs 300`,
+/// `--session-max-secs 3600`), for state built without one.
+impl Default for SessionPolicy {
+    fn default() -> Self {
+        Self::uniform(SessionLimits {
+            idle_ms: 300_000,
+            max_ms: 3_600_000,
+        })
+    }
+}
+
+impl SessionPolicy {
+    /// The same limits in every queue.
+    pub fn uniform(limits: SessionLimits) -> Self {
+        Self {
+            default: limits,
+            by_queue: Default::default(),
+        }
+    }
+
+    /// `queue`'s limits.
+    pub fn for_queue(&self, queue: &QueueName) -> SessionLimits {
+        self.by_queue.get(queue).copied().unwrap_or(self.default)
+    }
+
+    /// The longest any session may last, ms (how long a retired pass key
+    /// must still be accepted).
+    pub fn longest_ms(&self) -> u64 {
+        self.by_queue
+            .values()
+            .map(|l| l.max_ms)
+            .fold(self.default.max_ms, u64::max)
+    }
+}
+
 /// What [`SessionStore::start_session`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionStart {

@@ -1,7 +1,8 @@
 //! The sessions task: once a second, for every live queue, reports the
 //! sessions this instance saw active (one batch), ends the idle ones, and
 //! reads the queue's ended log into this instance's set of refused passes
-//! (`crate::pass::EndedSessions`). So checking a pass never calls the
+//! (`crate::pass::EndedSessions`); each queue's sessions idle out after
+//! its own time (`SessionPolicy`). So checking a pass never calls the
 //! store, and an ended session is refused by every instance within about
 //! a second.
 
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::pass::PassService;
 use crate::queue::{QueueName, Queues, SessionId};
-use crate::store::{SessionStore, StoreError};
+use crate::store::{SessionPolicy, SessionStore, StoreError};
 
 /// How often the task runs.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -24,7 +25,7 @@ pub async fn run(
     store: Arc<dyn SessionStore>,
     passes: Arc<PassService>,
     live: watch::Receiver<Arc<Queues>>,
-    idle_ms: u64,
+    sessions: SessionPolicy,
     shutdown: CancellationToken,
 ) {
     let mut cursors: HashMap<QueueName, String> = HashMap::new();
@@ -44,6 +45,7 @@ pub async fn run(
                 .remove(queue)
                 .map(|ids| ids.into_iter().collect())
                 .unwrap_or_default();
+            let idle_ms = sessions.for_queue(queue).idle_ms;
             let step = one_queue(&*store, &passes, queue, &active, idle_ms, &mut cursors).await;
             if step.is_err() {
                 result = step;

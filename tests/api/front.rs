@@ -392,7 +392,7 @@ fn bad_rooms_exit_2_naming_the_key_and_the_file_line() {
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
         (
-            "[[rooms]]\nqueue = \"default\"\norigin = \"https://shop.example\"\n",
+            "[[rooms]]\nqueue = \"default\"\norigin = \"ftp://shop.example\"\n",
             "rooms[0].origin",
         ),
         (

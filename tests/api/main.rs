@@ -20,6 +20,10 @@ mod failures;
 mod fairness;
 mod features;
 mod front;
+mod front_refused;
+mod front_sessions;
+#[cfg(feature = "https-webhooks")]
+mod front_tls;
 mod gone;
 mod group_commit;
 mod held;
