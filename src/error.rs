@@ -58,6 +58,8 @@ pub enum ErrorCode {
     InvalidAuditQuery,
     /// `invalid_body`
     InvalidBody,
+    /// `invalid_check_query`: the gateway check's query names a parameter twice or cannot be read
+    InvalidCheckQuery,
     /// `invalid_identity`
     InvalidIdentity,
     /// `invalid_log_query`
@@ -177,6 +179,7 @@ impl ErrorCode {
         Self::InternalError,
         Self::InvalidAuditQuery,
         Self::InvalidBody,
+        Self::InvalidCheckQuery,
         Self::InvalidIdentity,
         Self::InvalidLogQuery,
         Self::InvalidOpensAt,
@@ -248,6 +251,7 @@ impl ErrorCode {
             Self::InternalError => "internal_error",
             Self::InvalidAuditQuery => "invalid_audit_query",
             Self::InvalidBody => "invalid_body",
+            Self::InvalidCheckQuery => "invalid_check_query",
             Self::InvalidIdentity => "invalid_identity",
             Self::InvalidLogQuery => "invalid_log_query",
             Self::InvalidOpensAt => "invalid_opens_at",

@@ -1,9 +1,10 @@
 //! Forwarding an admitted request to its room's origin.
 //!
-//! hyper's pooled client carries the request: both bodies stream (the
-//! request's frames go up as they arrive, the origin's come down as they
-//! arrive; nothing is buffered whole), connections are kept and reused
-//! per origin. The request is rewritten the way a proxy must: hop-by-hop
+//! hyper's HTTP/1.1 client connections carry the request, pooled per
+//! origin ([`Pool`]): both bodies stream (the request's frames go up as
+//! they arrive, the origin's come down as they arrive; nothing is
+//! buffered whole), and a connection is reused once its answer has been
+//! read whole. The request is rewritten the way a proxy must: hop-by-hop
 //! headers (RFC 9110 §7.6.1: `Connection` and every header it names,
 //! `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`,
 //! `Proxy-*`) are dropped both ways; `Host` becomes the origin's unless the
@@ -20,17 +21,24 @@
 //! `502 origin_unreachable`, no response head within the room's timeout is
 //! `504 origin_timeout`; a browser gets them as a short page.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Uri, uri::PathAndQuery};
 use axum::response::Response;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use super::rooms::RoomSpec;
 use super::tls::OriginTls;
@@ -47,10 +55,10 @@ pub struct Timeouts {
     pub response: Duration,
 }
 
-/// The pooled client every room's requests share.
+/// The pooled connections every room's requests share.
 #[derive(Clone)]
 pub struct Upstream {
-    client: HyperClient<HttpConnector, Body>,
+    pool: Arc<Pool>,
     /// The `https://` origins' client (`tls.rs`), when a room has one.
     tls: Option<OriginTls>,
     timeouts: Timeouts,
@@ -61,17 +69,13 @@ pub struct Upstream {
 /// origin's steady load without a connect per request.
 pub(super) const IDLE_PER_ORIGIN: usize = 256;
 
+/// How long an idle connection is kept for reuse.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Upstream {
     pub fn new(timeouts: Timeouts, forwarded: ForwardedHeader) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeouts.connect));
-        connector.set_nodelay(true);
-        let client = HyperClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(IDLE_PER_ORIGIN)
-            .build(connector);
         Self {
-            client,
+            pool: Arc::default(),
             tls: None,
             timeouts,
             forwarded,
@@ -102,6 +106,52 @@ impl Upstream {
         path_and_query: PathAndQuery,
         who: &Asker,
     ) -> Result<Response, ApiError> {
+        if room.origin.tls
+            && let Some(tls) = &self.tls
+        {
+            return self
+                .forward_tls(tls, room, request, path_and_query, who)
+                .await;
+        }
+        // Origin-form (`/path?query`): the connection is the origin's.
+        *request.uri_mut() = Uri::from(path_and_query);
+        *request.version_mut() = axum::http::Version::HTTP_11;
+        strip_hop_by_hop(request.headers_mut());
+        self.rewrite_request_headers(room, request.headers_mut(), who);
+        if !request.headers().contains_key(header::HOST)
+            && let Ok(host) = HeaderValue::from_str(&room.origin.authority)
+        {
+            // HTTP/1.1 wants one: a client that sent none asks the origin.
+            request.headers_mut().insert(header::HOST, host);
+        }
+        let origin = room.origin.authority.as_str();
+        let exchange = self.pool.exchange(origin, request, self.timeouts.connect);
+        let (sender, response) = match tokio::time::timeout(self.timeouts.response, exchange).await
+        {
+            Err(_) => return Err(origin_timeout(room)),
+            Ok(Err(e)) => return Err(origin_unreachable(room, &e)),
+            Ok(Ok(answered)) => answered,
+        };
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        let body = GiveBack {
+            body,
+            back: Some((self.pool.clone(), sender)),
+            origin: origin.into(),
+        };
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+
+    /// [`forward`](Self::forward) for an `https://` origin: the same
+    /// rewriting, over the TLS client's own pool (`tls.rs`).
+    async fn forward_tls(
+        &self,
+        tls: &OriginTls,
+        room: &RoomSpec,
+        mut request: Request,
+        path_and_query: PathAndQuery,
+        who: &Asker,
+    ) -> Result<Response, ApiError> {
         let uri = Uri::builder()
             .scheme(room.origin.scheme())
             .authority(room.origin.authority.as_str())
@@ -112,15 +162,12 @@ impl Upstream {
         *request.version_mut() = axum::http::Version::HTTP_11;
         strip_hop_by_hop(request.headers_mut());
         self.rewrite_request_headers(room, request.headers_mut(), who);
-        let sent = match &self.tls {
-            Some(tls) if room.origin.tls => tls.request(request),
-            _ => self.client.request(request),
-        };
-        let response = match tokio::time::timeout(self.timeouts.response, sent).await {
-            Err(_) => return Err(origin_timeout(room)),
-            Ok(Err(e)) => return Err(origin_unreachable(room, &e)),
-            Ok(Ok(response)) => response,
-        };
+        let response =
+            match tokio::time::timeout(self.timeouts.response, tls.request(request)).await {
+                Err(_) => return Err(origin_timeout(room)),
+                Ok(Err(e)) => return Err(origin_unreachable(room, &e)),
+                Ok(Ok(response)) => response,
+            };
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, Body::new(body)))
@@ -180,6 +227,178 @@ impl Upstream {
             }
         }
         set(headers, "x-forwarded-proto", proto);
+    }
+}
+
+/// Idle HTTP/1.1 connections to the origins, most recently used last.
+///
+/// Each connection is driven by a task of its own (hyper's client
+/// connection); a request takes one out, and its response body gives it
+/// back once the origin's answer has been read whole, so a connection
+/// is only ever reused at a message boundary, and the hot path spawns
+/// nothing. A connection whose answer is dropped half-read is not given
+/// back (hyper closes it).
+#[derive(Default)]
+struct Pool {
+    idle: Mutex<HashMap<Box<str>, VecDeque<Idle>>>,
+}
+
+struct Idle {
+    sender: SendRequest<Body>,
+    since: Instant,
+}
+
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+impl Pool {
+    /// Sends `request` to `origin` on an idle connection, else a new one
+    /// (connected within `connect`): the connection it went on and the
+    /// origin's answer. A pooled connection the origin closed before the
+    /// request was written costs one more try, on a new connection.
+    async fn exchange(
+        &self,
+        origin: &str,
+        mut request: Request,
+        connect: Duration,
+    ) -> Result<(SendRequest<Body>, hyper::Response<Incoming>), Failure> {
+        let mut pooled = true;
+        loop {
+            let idle = if pooled { self.take(origin) } else { None };
+            let mut sender = match idle {
+                Some(sender) => sender,
+                None => {
+                    pooled = false;
+                    open(origin, connect).await?
+                }
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((sender, response)),
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) if pooled => {
+                        request = unsent;
+                        pooled = false;
+                    }
+                    _ => return Err(failed.into_error().into()),
+                },
+            }
+        }
+    }
+
+    /// The most recently used idle connection to `origin` that is still
+    /// open and ready; older and closed ones are dropped on the way.
+    fn take(&self, origin: &str) -> Option<SendRequest<Body>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = idle.get_mut(origin)?;
+        while let Some(candidate) = waiting.pop_back() {
+            if candidate.since.elapsed() < IDLE_TIMEOUT && candidate.sender.is_ready() {
+                return Some(candidate.sender);
+            }
+        }
+        None
+    }
+
+    /// Keeps `sender` for the next request to `origin`, once its
+    /// connection is ready for one (at once when the answer's end was
+    /// the connection's last work, else when it becomes ready).
+    fn give_back(self: Arc<Self>, origin: Box<str>, mut sender: SendRequest<Body>) {
+        if sender.is_ready() {
+            self.keep(origin, sender);
+            return;
+        }
+        if sender.is_closed() {
+            return;
+        }
+        tokio::spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(IDLE_TIMEOUT, sender.ready()).await {
+                self.keep(origin, sender);
+            }
+        });
+    }
+
+    fn keep(&self, origin: Box<str>, sender: SendRequest<Body>) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = idle.entry(origin).or_default();
+        // The oldest are at the front: those past their time, and any
+        // beyond the bound, go.
+        while waiting
+            .front()
+            .is_some_and(|old| old.since.elapsed() >= IDLE_TIMEOUT || old.sender.is_closed())
+            || waiting.len() >= IDLE_PER_ORIGIN
+        {
+            waiting.pop_front();
+        }
+        waiting.push_back(Idle {
+            sender,
+            since: Instant::now(),
+        });
+    }
+}
+
+/// A new connection to `origin`, its task spawned.
+async fn open(origin: &str, connect: Duration) -> Result<SendRequest<Body>, Failure> {
+    let stream = match tokio::time::timeout(connect, TcpStream::connect(origin)).await {
+        Ok(stream) => stream?,
+        Err(_) => return Err("connect timed out".into()),
+    };
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "origin connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// The origin's answer body: gives its connection back to the pool once
+/// read to its end.
+struct GiveBack {
+    body: Incoming,
+    back: Option<(Arc<Pool>, SendRequest<Body>)>,
+    origin: Box<str>,
+}
+
+impl GiveBack {
+    fn give_back(&mut self) {
+        if let Some((pool, sender)) = self.back.take() {
+            pool.give_back(std::mem::take(&mut self.origin), sender);
+        }
+    }
+}
+
+impl HttpBody for GiveBack {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.give_back(),
+            // A broken answer: its connection is not reused.
+            Poll::Ready(Some(Err(_))) => self.back = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        // A bodiless answer (`HEAD`, `204`, `304`) is never polled.
+        if self.body.is_end_stream() {
+            self.give_back();
+        }
     }
 }
 

@@ -135,13 +135,28 @@ async fn handle(
                 .into_response();
         }
     };
-    let path_and_query = match request.uri().query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path.clone(),
-    };
-    let Ok(path_and_query) = path_and_query.parse::<PathAndQuery>() else {
-        return ApiError::bad_request(ErrorCode::InvalidPath, "the request target cannot be read")
-            .into_response();
+    let as_sent = request
+        .uri()
+        .path_and_query()
+        .filter(|asked| asked.path() == path)
+        .cloned();
+    let path_and_query = match as_sent {
+        // Nothing resolved: the target as it came, not written out again.
+        Some(asked) => asked,
+        None => {
+            let resolved = match request.uri().query() {
+                Some(query) => format!("{path}?{query}"),
+                None => path.clone(),
+            };
+            let Ok(resolved) = resolved.parse::<PathAndQuery>() else {
+                return ApiError::bad_request(
+                    ErrorCode::InvalidPath,
+                    "the request target cannot be read",
+                )
+                .into_response();
+            };
+            resolved
+        }
     };
     if is_below(&path, &front.prefix) {
         if let Ok(uri) = path_and_query.as_str().parse() {

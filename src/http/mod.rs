@@ -106,6 +106,10 @@ fn operator_only() -> OpenApiRouter<AppState> {
 /// relative URLs resolve; outside the base only the probes answer, anything
 /// else is a JSON `404`). Operator paths are not there: `404 not_found`,
 /// like any unknown path, so the public port tells nothing about them.
+/// The gateway check (`<base>/api/gate/check`), asked before every
+/// request to a protected site, is answered ahead of the layers and the
+/// request span (`pass::check_lean`: the guards of the layers that concern
+/// it are its own).
 pub fn router(state: AppState) -> Router {
     let (documented, _) = public_routes().split_for_parts();
     let service: Router = documented
@@ -146,7 +150,20 @@ pub fn router(state: AppState) -> Router {
             }))
             .layer(axum::middleware::from_fn(security::add_headers))
     };
-    app.layer(crate::telemetry::trace_layer())
+    let app = app.layer(crate::telemetry::trace_layer());
+    // The gateway check runs before every request to the protected site:
+    // it is answered here, ahead of the layers meant for waitroom's own
+    // API (`pass::check_lean` keeps what of them concerns the check).
+    let check_path: std::sync::Arc<str> =
+        format!("{}{}", state.settings().base_path, pass::CHECK_PATH).into();
+    Router::new().fallback_service(tower::service_fn(move |request: Request| {
+        if request.uri().path() == &*check_path && pass::is_check_method(request.method()) {
+            let answer = pass::check_lean(&state, &request);
+            futures::future::Either::Left(std::future::ready(Ok(answer)))
+        } else {
+            futures::future::Either::Right(app.clone().oneshot(request))
+        }
+    }))
 }
 
 /// What the operator listener (`--admin-addr`) serves; any other path is

@@ -11,7 +11,7 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cookie::{Cookie, SameSite};
 use serde::{Deserialize, Serialize};
@@ -250,8 +250,56 @@ pub(super) async fn check(
     // before every request to the protected site.
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    answer_check(&state, &query, request.headers())
+}
+
+/// The methods the check answers: any a gateway may forward (nginx's
+/// `auth_request` keeps the visitor's own, WebDAV's and custom ones
+/// included), `GET` and `HEAD` the documented ones. `TRACE` and `CONNECT`
+/// go through the router (`405 method_not_allowed`, with `Allow`).
+pub(super) fn is_check_method(method: &Method) -> bool {
+    !matches!(*method, Method::TRACE | Method::CONNECT)
+}
+
+/// The gateway check served outside the public router's layers (see
+/// `super::router`): it runs before every request to the protected site,
+/// and the layers are for waitroom's own API (cookie names, cross-origin
+/// refusal, the request span). What of them concerns the check is kept
+/// here: a repeated identity header is refused (`400 duplicate_header`),
+/// every answer carries the security headers and `Cache-Control:
+/// no-store`, bad input is the JSON error shape, and `HEAD` gets the
+/// head alone.
+pub(super) fn check_lean(state: &AppState, request: &axum::extract::Request) -> Response {
     let headers = request.headers();
-    let room = check_room(&state, query.queue.as_deref())?;
+    // One name per header line: a repeat is two lines of one name.
+    let names = headers.iter().map(|(name, _)| name.as_str());
+    let answer = match super::headers::repeated_identity_header(names) {
+        Some(name) => Err(ApiError::bad_request(
+            ErrorCode::DuplicateHeader,
+            format!("the {name} header must be sent at most once"),
+        )),
+        None => Query::<CheckQuery>::try_from_uri(request.uri())
+            .map_err(|rejection| {
+                ApiError::bad_request(ErrorCode::InvalidCheckQuery, rejection.body_text())
+            })
+            .and_then(|Query(query)| answer_check(state, &query, headers)),
+    };
+    let mut response = answer.unwrap_or_else(IntoResponse::into_response);
+    super::security::apply(response.headers_mut(), true);
+    if *request.method() == Method::HEAD {
+        let (parts, _) = response.into_parts();
+        return Response::from_parts(parts, axum::body::Body::empty());
+    }
+    response
+}
+
+/// The check's answer for `query` and the request's `headers`.
+fn answer_check(
+    state: &AppState,
+    query: &CheckQuery,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let room = check_room(state, query.queue.as_deref())?;
     let passes = state.passes();
     let verdict = match pass_from_headers(headers, &state.settings().pass_cookie.name) {
         Presented::Nothing => Err(PassRejection::Missing),
@@ -275,7 +323,7 @@ pub(super) async fn check(
             Ok(response)
         }
         Err(why) => Ok(refused(
-            &state,
+            state,
             &room,
             headers,
             why,

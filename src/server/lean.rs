@@ -50,7 +50,7 @@ pub fn stream_route(base_path: &str) -> matchit::Router<()> {
 /// bodyless HTTP/1.1 `GET` head for the event-stream route `route`, which
 /// hyper would accept as it is; `None` for anything else (hyper serves it).
 pub fn stream_request(bytes: &[u8], route: &matchit::Router<()>) -> Option<Request<Body>> {
-    if bytes.len() > MAX_HEAD {
+    if bytes.len() > MAX_HEAD || !may_be_stream(bytes) {
         return None;
     }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -82,6 +82,20 @@ pub fn stream_request(bytes: &[u8], route: &matchit::Router<()>) -> Option<Reque
             .append(name, HeaderValue::from_bytes(h.value).ok()?);
     }
     Some(request)
+}
+
+/// A first look, before any parsing (every request at a message boundary
+/// comes here): a `GET` whose target's path ends in `/events`, as the
+/// stream route's does. Anything else cannot match the route.
+fn may_be_stream(bytes: &[u8]) -> bool {
+    let Some(target) = bytes.strip_prefix(b"GET ") else {
+        return false;
+    };
+    let end = target
+        .iter()
+        .position(|&b| b == b' ' || b == b'?')
+        .unwrap_or(target.len());
+    target[..end].ends_with(b"/events")
 }
 
 /// Serves `request`, already read off `socket`, through `router`: writes
@@ -275,6 +289,17 @@ mod tests {
             2,
             "duplicates kept"
         );
+        // The first look lets through every spelling the route takes.
+        for taken in [
+            &b"GET http://x/api/queues/default/events HTTP/1.1\r\n\r\n"[..],
+            b"GET /api/queues/default/events?a=/b HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(
+                stream_request(taken).is_some(),
+                "{}",
+                String::from_utf8_lossy(taken)
+            );
+        }
         for refused in [
             &b"GET /api/queues/default/events HTTP/1.1\r\nHost: x\r\n"[..],
             b"GET /api/queues/default/events HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",

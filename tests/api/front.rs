@@ -807,3 +807,136 @@ async fn an_operator_ends_a_session_and_the_proxy_refuses_it_within_seconds() {
     assert!(shop.all_with_pass(), "{:?}", shop.requests());
     app.stop().await;
 }
+
+/// How a [`RawOrigin`] treats a connection after each answer.
+#[derive(Clone, Copy, PartialEq)]
+enum AfterAnswer {
+    /// Keeps it open for the next request.
+    KeepAlive,
+    /// Closes it without saying so (no `Connection: close`), as an
+    /// origin whose idle timeout has run out does.
+    CloseSilently,
+}
+
+/// An origin of a few lines: answers every request head on a connection
+/// `200 ok` (or a bodiless `204` to `/empty`), and counts connections and
+/// requests.
+struct RawOrigin {
+    port: u16,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RawOrigin {
+    async fn start(after: AfterAnswer) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (c, r) = (connections.clone(), requests.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
+                        buffer.drain(..end + 4);
+                        r.fetch_add(1, Ordering::SeqCst);
+                        let answer: &[u8] = if head.starts_with("GET /empty ") {
+                            b"HTTP/1.1 204 No Content\r\n\r\n"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                        };
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                        if after == AfterAnswer::CloseSilently {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            connections,
+            requests,
+            task,
+        }
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering;
+        (
+            self.connections.load(Ordering::SeqCst),
+            self.requests.load(Ordering::SeqCst),
+        )
+    }
+}
+
+impl Drop for RawOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Proxied requests reuse the connections to the origin (one request at a
+/// time: one connection for all), a bodiless answer gives its connection
+/// back as well, and a pooled connection the origin has closed costs
+/// nothing but a new one: no request fails for it.
+#[tokio::test]
+async fn connections_to_the_origin_are_reused_and_closed_ones_replaced() {
+    let origin = RawOrigin::start(AfterAnswer::KeepAlive).await;
+    let url = format!("http://127.0.0.1:{}", origin.port);
+    let app = TestApp::memory_with(config(&["--origin", &url])).await;
+    let pass = admitted(&app, "/a", "alice").await;
+    for i in 0..20 {
+        let path = if i % 2 == 0 { "/a" } else { "/empty" };
+        let answer = app
+            .client
+            .get(app.url(path))
+            .header("cookie", &pass)
+            .send()
+            .await
+            .unwrap();
+        let expected = if i % 2 == 0 { 200 } else { 204 };
+        assert_eq!(answer.status().as_u16(), expected, "request {i}");
+        answer.bytes().await.unwrap();
+    }
+    assert_eq!(origin.counts(), (1, 20), "(connections, requests)");
+    app.stop().await;
+
+    let origin = RawOrigin::start(AfterAnswer::CloseSilently).await;
+    let url = format!("http://127.0.0.1:{}", origin.port);
+    let app = TestApp::memory_with(config(&["--origin", &url])).await;
+    let pass = admitted(&app, "/a", "bob").await;
+    for i in 0..10 {
+        let answer = app
+            .client
+            .get(app.url("/a"))
+            .header("cookie", &pass)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 200, "request {i}");
+        assert_eq!(answer.text().await.unwrap(), "ok");
+        // Give the close time to arrive, or not: both must work.
+        if i % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(origin.counts().1, 10, "each request once");
+    app.stop().await;
+}

@@ -218,6 +218,181 @@ async fn an_admitted_buyer_takes_a_pass_and_the_gateway_lets_it_through() {
     }
 }
 
+/// The check is served ahead of the public router's layers (it runs
+/// before every request to the protected site): what those layers gave
+/// it still holds. Every answer carries the security headers and is never
+/// stored; a repeated identity header, an unreadable query and a method
+/// it does not take are the JSON error shape; every method a gateway
+/// forwards is checked alike; below `--base-path` it answers there and
+/// only there.
+#[tokio::test]
+async fn the_check_outside_the_router_keeps_its_guards() {
+    let app = TestApp::memory(&["--queues", "default,other"]).await;
+    let pass = pass_of(&app, "default", "alice").await;
+    let cookie = format!("waitroom_pass={pass}");
+    let send = |method: &str, path: &str, headers: &[(&str, &str)]| {
+        let mut req = client().request(method.parse().unwrap(), app.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send()
+    };
+    let guarded = |r: &reqwest::Response| {
+        let h = r.headers();
+        for (name, value) in [
+            ("cache-control", "no-store"),
+            ("x-frame-options", "DENY"),
+            ("x-content-type-options", "nosniff"),
+            ("referrer-policy", "no-referrer"),
+        ] {
+            assert_eq!(
+                h.get(name).map(|v| v.to_str().unwrap()),
+                Some(value),
+                "{name}"
+            );
+        }
+        assert!(
+            h["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("frame-ancestors 'none'")
+        );
+    };
+    let check = "/api/gate/check?queue=default";
+    // Let through, refused, unknown room: each guarded.
+    let r = send("GET", check, &[("cookie", &cookie)]).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    guarded(&r);
+    let r = send("GET", check, &[]).await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    guarded(&r);
+    let r = send("GET", "/api/gate/check?queue=nope", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    guarded(&r);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "unknown_queue");
+    let r = send("HEAD", "/api/gate/check?queue=nope", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    guarded(&r);
+    // Every method nginx may forward is checked; a valid pass of another
+    // room is not one for this room whatever the method.
+    let other = pass_of(&app, "other", "bob").await;
+    let other = format!("waitroom_pass={other}");
+    for method in [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND",
+    ] {
+        let r = send(method, check, &[("cookie", &cookie)]).await.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{method}");
+        let r = send(method, check, &[("cookie", &other)]).await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{method}");
+        assert_eq!(r.headers()["x-waitroom-reason"], "other_room", "{method}");
+        let r = send(method, check, &[]).await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{method}");
+    }
+    // `TRACE`: 405 with `Allow`, as the router answers it.
+    let r = send("TRACE", check, &[("cookie", &cookie)]).await.unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert!(r.headers().contains_key("allow"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "method_not_allowed");
+    // A repeated identity header is refused before the pass is looked at.
+    let r = send(
+        "GET",
+        check,
+        &[("cookie", &cookie), ("x-user-id", "a"), ("x-user-id", "b")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    guarded(&r);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "duplicate_header");
+    // A room named twice has no one meaning: refused, as JSON.
+    let r = send(
+        "GET",
+        "/api/gate/check?queue=default&queue=other",
+        &[("cookie", &cookie)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_check_query");
+    // A path that only looks like the check's is not checked.
+    for path in ["/api/gate/check/", "/api/gate/checks?queue=default"] {
+        let r = send("GET", path, &[("cookie", &cookie)]).await.unwrap();
+        assert!(!r.headers().contains_key("x-waitroom-visitor"), "{path}");
+    }
+    app.stop().await;
+
+    // Below a base path: there, and only there.
+    let app = TestApp::memory(&["--base-path", "/shop"]).await;
+    let r = client()
+        .post(app.url("/shop/api/queues/default/entries"))
+        .header("x-user-id", "carol")
+        .send()
+        .await
+        .unwrap();
+    let ticket = r.json::<Value>().await.unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = client()
+        .get(app.url("/shop/api/queues/default/pass"))
+        .header("x-user-id", "carol")
+        .header("x-queue-ticket", &ticket)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let pass = r.json::<Value>().await.unwrap()["pass"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cookie = format!("waitroom_pass={pass}");
+    let r = send_to(&app, "/shop/api/gate/check?queue=default", &cookie).await;
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["x-waitroom-visitor"], "carol");
+    guarded(&r);
+    let r = send_to(
+        &app,
+        "/shop/api/gate/check?queue=default",
+        "waitroom_pass=forged",
+    )
+    .await;
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(
+        r.headers()["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/shop/?queue=default"),
+        "the waiting page is below the base path"
+    );
+    for outside in [
+        "/api/gate/check?queue=default",
+        "/shopx/api/gate/check?queue=default",
+    ] {
+        let r = send_to(&app, outside, &cookie).await;
+        assert_eq!(r.status().as_u16(), 404, "{outside}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "not_found", "{outside}");
+    }
+    app.stop().await;
+}
+
+async fn send_to(app: &TestApp, path: &str, cookie: &str) -> reqwest::Response {
+    client()
+        .get(app.url(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+}
+
 fn now() -> u64 {
     waitroom::clock::now_ms() / 1000
 }
