@@ -344,11 +344,13 @@ mod tests {
             );
             *per_tenth.entry(silent.as_millis() / 100).or_insert(0) += 1;
         }
-        // Spread: no tenth of a second holds most of them (at exactly one
-        // period after the pass, all of them would).
+        // Spread: at exactly one period after the pass, all of them would
+        // fall in one tenth of a second. A loaded machine's late timers
+        // pile some into the last tenths (half of them in one was seen in
+        // CI), so the bound is three quarters, over at least three tenths.
         let busiest = per_tenth.values().max().copied().unwrap_or(0);
         assert!(
-            busiest <= STREAMS as usize / 2,
+            busiest <= STREAMS as usize * 3 / 4 && per_tenth.len() >= 3,
             "keep-alives bunched (tenths of a second: streams): {per_tenth:?}"
         );
     }
