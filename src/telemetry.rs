@@ -29,14 +29,26 @@ pub fn render() -> String {
         .unwrap_or_default()
 }
 
-/// Logs to stderr at `RUST_LOG` (default `info`).
+/// Logs to stderr at `RUST_LOG` (default `info`): a level, or
+/// `target=level` pairs separated by commas (`waitroom=debug,redis=warn`).
+/// That list is all `RUST_LOG` takes here: span and field filters would
+/// need tracing-subscriber's `EnvFilter`, whose regular-expression engine
+/// was the largest part of a minimal build that nothing else needed.
+/// A value that does not parse is ignored (`info`), as before.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(filter)
         .with_target(false)
+        .finish()
+        .with(filter)
         .try_init();
 }
 
