@@ -12,6 +12,7 @@
 //!
 //! - `queue` holds the rules, knowing neither Redis nor HTTP (uses nothing);
 //!   `clock` is the one wall clock; `telemetry` sets up logs and metrics;
+//!   [`tls`] is the TLS client both outgoing `https://` paths share;
 //! - [`store`] keeps the state, Redis or memory (uses `queue`, `clock`);
 //! - [`identity`] says who a request is for; [`brand`] reads operators'
 //!   page branding (`--page-dir`); [`pass`] signs and verifies the
@@ -23,7 +24,7 @@
 //!   queue events out to this instance's streams (both use `queue`,
 //!   `store`);
 //! - [`challenge`] (join challenges), [`lottery`] (the draw of a scheduled
-//!   opening), [`webhook`] (audit-log delivery) and [`fairness`] (signed
+//!   opening), [`webhook`] (audit-log delivery; also `tls`) and [`fairness`] (signed
 //!   receipts, the public admission log; it signs with `pass`'s key ring)
 //!   use `queue`, `store`, `clock`;
 //! - [`gate`] guards entry tokens for order services, framework-free (uses
@@ -40,7 +41,7 @@
 //! - [`front`] is the built-in reverse proxy (`--origin`, `[[rooms]]`):
 //!   waitroom's own paths under one reserved prefix, every other path
 //!   forwarded to the room's origin with a valid pass, the waiting page
-//!   without one (uses `queue`, `clock`, `error`, `http`, `pass`);
+//!   without one (uses `queue`, `clock`, `error`, `http`, `pass`, `tls`);
 //! - [`config`] is the configuration file, environment and command line,
 //!   in that order of precedence, and the cargo features a build has
 //!   (`config::features`: a flag needing a missing one is refused) (uses `queue`,
@@ -75,6 +76,8 @@ pub mod server;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
+#[cfg(feature = "https-webhooks")]
+pub mod tls;
 pub mod webhook;
 
 use std::time::Duration;

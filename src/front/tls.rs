@@ -10,7 +10,6 @@
 //! and its path are unchanged (`forward.rs`).
 
 use std::path::Path;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -20,9 +19,6 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client as HyperClient, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
-use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tower::Service;
 
 use super::forward::{Timeouts, origin_unreachable};
@@ -30,7 +26,7 @@ use super::rooms::RoomSpec;
 use crate::error::ApiError;
 
 /// A certificate `--origin-ca` trusts, DER.
-pub type Certificate = CertificateDer<'static>;
+pub type Certificate = crate::tls::Certificate;
 
 /// The client of the `https://` origins: pooled like the plain one, and
 /// its connector for the upgrades' connections of their own.
@@ -41,37 +37,15 @@ pub struct OriginTls {
     timeouts: Timeouts,
 }
 
-/// Reads `--origin-ca`: every PEM certificate in the file, each checked to
-/// be a usable trust anchor, so a wrong file stops the start rather than
-/// every request.
+/// Reads `--origin-ca` (see [`crate::tls::read_ca`]).
 pub fn read_origin_ca(path: &Path) -> Result<Vec<Certificate>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not PEM: {e}"))?;
-    if certs.is_empty() {
-        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
-    }
-    let mut store = RootCertStore::empty();
-    for (i, cert) in certs.iter().enumerate() {
-        store
-            .add(cert.clone())
-            .map_err(|e| format!("certificate {} is not usable: {e}", i + 1))?;
-    }
-    Ok(certs)
+    crate::tls::read_ca(path)
 }
 
 impl OriginTls {
     /// The built-in roots plus `ca`; connects within `timeouts.connect`.
     pub fn new(timeouts: Timeouts, ca: Vec<Certificate>) -> Self {
-        let mut roots = RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        roots.add_parsable_certificates(ca);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let config = crate::tls::client_config(ca);
         let mut tcp = HttpConnector::new();
         tcp.set_connect_timeout(Some(timeouts.connect));
         tcp.set_nodelay(true);

@@ -7,22 +7,16 @@
 //! `reqwest::Client` built before someone installs one process-wide. This
 //! client names its `ring` provider itself and touches nothing global.
 //!
-//! Trust: the Mozilla root list compiled in (`webpki-roots`), so a fresh
-//! Debian or distroless image needs no `ca-certificates` package and every
-//! instance trusts the same roots whatever its host; plus, per hook, the
-//! certificates of its `ca=` file, for receivers behind a private CA.
+//! Trust (`crate::tls`): the Mozilla root list compiled in plus, per hook,
+//! the certificates of its `ca=` file, for receivers behind a private CA.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use super::WebhookSpec;
 
@@ -33,46 +27,23 @@ pub(crate) const HTTPS: bool = true;
 pub(crate) const NO_HTTPS: &str = "";
 
 /// A trusted certificate of a hook's `ca=` file, DER.
-pub type Certificate = CertificateDer<'static>;
+pub type Certificate = crate::tls::Certificate;
 
 /// One hook's client (its roots are its own).
 pub(crate) type HookClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// Reads a `ca=` file: every PEM certificate in it, each checked to be a
-/// usable trust anchor, so a wrong file stops the start rather than
-/// every delivery.
-pub(crate) fn read_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not PEM: {e}"))?;
-    if certs.is_empty() {
-        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
-    }
-    let mut store = RootCertStore::empty();
-    for (i, cert) in certs.iter().enumerate() {
-        store
-            .add(cert.clone())
-            .map_err(|e| format!("certificate {} is not usable: {e}", i + 1))?;
-    }
-    Ok(certs)
+/// Reads a `ca=` file (see [`crate::tls::read_ca`]).
+pub(crate) fn read_ca(path: &Path) -> Result<Vec<Certificate>, String> {
+    crate::tls::read_ca(path)
 }
 
 /// The client for `hook`: the built-in roots plus the hook's CA, HTTP/1.1,
 /// no redirects followed (a redirect is a failed attempt), connections
 /// kept for reuse a little while.
 pub(crate) fn client(hook: &WebhookSpec) -> HookClient {
-    let mut roots = RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(ca) = &hook.ca {
-        // Checked when the flag was parsed (`read_ca`).
-        roots.add_parsable_certificates(ca.certs.iter().cloned());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    // The CA was checked when the hook was read (`read_ca`).
+    let extra = hook.ca.iter().flat_map(|ca| ca.certs.iter().cloned());
+    let tls = crate::tls::client_config(extra);
     let mut tcp = super::connect::tcp();
     tcp.enforce_http(false);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -87,6 +58,7 @@ pub(crate) fn client(hook: &WebhookSpec) -> HookClient {
 mod tests {
     use super::super::connect::describe;
     use super::*;
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A TLS server on loopback answering every request `204`, with a

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("queue", &[]),
     ("clock", &[]),
     ("telemetry", &[]),
+    ("tls", &[]),
     ("store", &["queue", "clock"]),
     ("identity", &["queue"]),
     ("brand", &["queue"]),
@@ -25,7 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("push", &["queue", "store"]),
     ("challenge", &["queue", "store", "clock"]),
     ("lottery", &["queue", "store", "clock"]),
-    ("webhook", &["queue", "store", "clock"]),
+    ("webhook", &["queue", "store", "clock", "tls"]),
     ("fairness", &["queue", "store", "clock", "pass"]),
     ("gate", &["queue", "store", "identity"]),
     ("orders", &["queue", "store", "gate"]),
@@ -57,7 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("server", &["http", "error", "push"]),
-    ("front", &["queue", "clock", "error", "http", "pass"]),
+    ("front", &["queue", "clock", "error", "http", "pass", "tls"]),
     (
         "config",
         &[

@@ -39,7 +39,7 @@ async fn kill_the_master_during_admission(wait_replicas: u32) -> Loss {
     // The server's warnings (why a call failed closed) go with the test's
     // output, which is shown only when it fails.
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("waitroom=warn")
+        .with_max_level(tracing::Level::WARN)
         .with_test_writer()
         .try_init();
     let mut group = SentinelGroup::start(2, 1000);
