@@ -39,17 +39,17 @@ pub fn init_tracing() {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, fmt};
 
     let filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|v| v.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
-    let _ = tracing_subscriber::fmt()
+    let log = fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .finish()
-        .with(filter)
-        .try_init();
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry().with(log).try_init();
 }
 
 /// The HTTP trace layer: tower-http's, with a span that records the method
