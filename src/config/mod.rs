@@ -91,8 +91,10 @@ pub struct Config {
 
     /// Replicas that must acknowledge a join and an admission pass (Redis
     /// `WAIT`) before it is answered or published, so a master that dies
-    /// right after cannot take them along. 0: no wait (asynchronous
-    /// replication, as Redis does by default).
+    /// right after cannot take them along. Behind Sentinel, set it to the
+    /// number of replicas: Sentinel may promote any of them, and a write
+    /// fewer acknowledged can be lost (a warning at start says so). 0: no
+    /// wait (asynchronous replication, as Redis does by default).
     #[arg(long, env = "WAITROOM_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub redis_wait_replicas: u32,
 

@@ -413,3 +413,36 @@ fn sentinel_urls_are_checked_at_start() {
     let err = parse("redis+sentinel://s1/main", true).expect_err("not a cluster");
     assert!(err.contains("--redis-cluster"), "{err}");
 }
+
+/// `WAIT n` counts any `n` replicas and Sentinel may promote any of them,
+/// so fewer than all can lose what was answered (docs/faults.md: a master
+/// paused past the down-after time resumes with the other replica still
+/// acknowledging). An instance started that way says so once, naming the
+/// number that loses nothing; one waiting for every replica does not.
+#[tokio::test]
+async fn fewer_wait_replicas_than_sentinel_replicas_is_warned_at_start() {
+    crate::needs_redis!();
+    let group = SentinelGroup::start(2, 5000);
+    let url = group.url();
+    let client = reqwest::Client::new();
+    let warning = "may promote a replica that did not acknowledge";
+    for (wait, warned) in [("1", true), ("2", false)] {
+        let prefix = unique_prefix("wait-cover");
+        let app = crate::common::BinApp::spawn(&[
+            "--redis-url",
+            &url,
+            "--redis-wait-replicas",
+            wait,
+            "--key-prefix",
+            &prefix,
+        ])
+        .await;
+        // A join answered: the store was opened (and checked) before.
+        app.enter(&client, "u1").await;
+        let log = app.log.lock().unwrap().clone();
+        let says = log
+            .iter()
+            .any(|l| l.contains(warning) && l.contains("set --redis-wait-replicas 2"));
+        assert_eq!(says, warned, "--redis-wait-replicas {wait}: {log:#?}");
+    }
+}

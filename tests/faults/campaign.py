@@ -41,7 +41,10 @@ KINDS = ["memory", "sentinel", "cluster"]
 # plus 5 s for admission passes and the client's own reconnect after a
 # stream it was on died with its instance.
 CONVERGENCE_BOUND_S = 15.0
-DEFAULT_WAIT = {"memory": 0, "sentinel": 1, "cluster": 0}
+# Sentinel: every replica (2), since Sentinel may promote any of them and
+# `WAIT 1` of 2 loses what only the other one acknowledged (docs/faults.md,
+# "Sentinel: WAIT must cover every replica"); `--wait-replicas 1` shows it.
+DEFAULT_WAIT = {"memory": 0, "sentinel": 2, "cluster": 0}
 
 
 class Cluster:

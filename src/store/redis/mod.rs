@@ -181,6 +181,52 @@ async fn send_durable(
     Ok(value)
 }
 
+/// Says at start when `--redis-wait-replicas` cannot keep its promise on
+/// this master. `WAIT n` counts any `n` replicas, and Sentinel may promote
+/// any replica: with fewer than all of them, a write one replica holds can
+/// be lost to the promotion of another. The window is real, not
+/// theoretical: a master paused past `down-after-milliseconds` resumes
+/// still a master, with the replica not yet moved to the new one
+/// acknowledging its writes until a sentinel demotes it (the fault
+/// campaign's Sentinel runs, docs/faults.md). A warning, not a refusal:
+/// fewer is a legitimate trade (a replica down then does not stop
+/// writes), but the operator must know it is one. Read once from the
+/// master's `INFO replication` (`connected_slaves`); a read that fails
+/// says nothing.
+async fn check_wait_covers_replicas(conn: &Conn, topology: &Topology, wait: u32) {
+    let mut conn = conn.clone();
+    let mut info = redis::cmd("INFO");
+    info.arg("replication");
+    let Ok(Ok(info)) =
+        tokio::time::timeout(RESPONSE_TIMEOUT, info.query_async::<String>(&mut conn)).await
+    else {
+        return;
+    };
+    let Some(replicas) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse::<u32>().ok())
+    else {
+        return;
+    };
+    if replicas < wait {
+        tracing::warn!(
+            replicas,
+            wait,
+            "--redis-wait-replicas {wait}: the master has {replicas} replicas attached now; \
+             joins and admissions answer 503 until {wait} acknowledge"
+        );
+    } else if replicas > wait && matches!(topology, Topology::Sentinel(_)) {
+        tracing::warn!(
+            replicas,
+            wait,
+            "--redis-wait-replicas {wait} with {replicas} replicas behind Sentinel: a failover may \
+             promote a replica that did not acknowledge, and lose what was answered; \
+             set --redis-wait-replicas {replicas} to lose nothing"
+        );
+    }
+}
+
 impl From<RedisError> for StoreError {
     fn from(e: RedisError) -> Self {
         if e.is_io_error()
@@ -218,6 +264,9 @@ impl RedisStore {
         // Not bounded by CALL_TIMEOUT: a Redis still loading its AOF at
         // start is waited for by the connection's own retries.
         let conn = Conn::connect(&options.topology, RESPONSE_TIMEOUT, durable).await?;
+        if durable && !options.topology.sharded() {
+            check_wait_covers_replicas(&conn, &options.topology, options.wait_replicas).await;
+        }
         let publishing = Publishing {
             sharded: options.topology.sharded(),
             pass_in_script: options.wait_replicas == 0,
