@@ -106,7 +106,7 @@ struct PassBody {
     ),
     responses(
         (status = 200, description = "The pass (for `Accept: application/json`); the cookie is set too.", body = PassBody),
-        (status = 303, description = "The pass cookie is set; `Location` is the return URL."),
+        (status = 303, description = "The pass cookie is set; `Location` is the return URL. A browser (`Accept: text/html`, not JSON) whose pass cannot be given now (a missing or bad ticket, not admitted, the store away) is sent back to the return URL too, without a cookie: the gateway there shows it the waiting page again."),
         (status = 400, description = "`invalid_return`: not a path nor a URL on a protected origin.", body = ErrorBody),
         (status = 401, description = "`missing_ticket`, `invalid_ticket`, `foreign_ticket`, `ticket_expired`, `ticket_user_mismatch`.", body = ErrorBody),
         (status = 404, description = "`unknown_queue`.", body = ErrorBody),
@@ -119,14 +119,46 @@ async fn take_pass(
     Client(client): Client,
     Query(query): Query<PassQuery>,
     headers: HeaderMap,
-    member: Member,
+    member: Result<Member, ApiError>,
 ) -> Result<Response, ApiError> {
     let settings = state.settings();
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let wants_json = accept.contains("application/json");
     let target = crate::pass::validate_return(
         query.return_to.as_deref().unwrap_or("/"),
         &settings.protected_origins,
     )
-    .map_err(|e| ApiError::bad_request(ErrorCode::InvalidReturn, e.to_string()))?;
+    .map_err(|e| ApiError::bad_request(ErrorCode::InvalidReturn, e.to_string()));
+    // A browser that cannot have its pass now is not left on a JSON error:
+    // it goes back where it was going, where the gateway (or the built-in
+    // proxy) shows the waiting page, which knows how to wait. Only an
+    // unusable return URL is answered in place (there is nowhere safe to
+    // send it).
+    let browser = !wants_json && accept.contains("text/html");
+    let refuse = |e: ApiError, target: &ReturnTo| {
+        // A return URL that is this route again (under any prefix) would
+        // bounce the browser between the two until it gives up.
+        let loops = target
+            .as_str()
+            .split('?')
+            .next()
+            .is_some_and(|path| path.contains("/api/queues/") && path.ends_with("/pass"));
+        if browser && !loops {
+            tracing::debug!(error = %e, "pass refused; the browser goes back");
+            Ok(back_without_pass(target))
+        } else {
+            Err(e)
+        }
+    };
+    let member = match (member, &target) {
+        (Ok(member), _) => member,
+        (Err(e), Ok(target)) => return refuse(e, target),
+        (Err(e), Err(_)) => return Err(e),
+    };
+    let target = target?;
     let limits = settings.sessions.for_queue(&member.queue);
     let started = state
         .store()
@@ -137,15 +169,19 @@ async fn take_pass(
             &SessionId::generate(),
             limits,
         )
-        .await?;
+        .await;
     let (id, exp_ms) = match started {
-        SessionStart::Started { id, exp_ms } | SessionStart::Live { id, exp_ms } => (id, exp_ms),
-        SessionStart::NotAdmitted => {
-            return Err(ApiError::conflict(
+        Ok(SessionStart::Started { id, exp_ms } | SessionStart::Live { id, exp_ms }) => {
+            (id, exp_ms)
+        }
+        Ok(SessionStart::NotAdmitted) => {
+            let e = ApiError::conflict(
                 ErrorCode::NotAdmitted,
                 "not admitted: wait for your turn (or your entry has expired or was used)",
-            ));
+            );
+            return refuse(e, &target);
         }
+        Err(e) => return refuse(e.into(), &target),
     };
     let now = now_ms() / 1000;
     let claims = PassClaims {
@@ -158,10 +194,6 @@ async fn take_pass(
     let token = state.passes().issue(&claims);
     let cookie = pass_cookie(&state, &token, claims.exp.saturating_sub(now), &client);
     tracing::info!(queue = %claims.room, session = %claims.jti, "pass issued");
-    let wants_json = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/json"));
     let mut response = if wants_json {
         Json(PassBody {
             pass: token,
@@ -177,6 +209,16 @@ async fn take_pass(
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response)
+}
+
+/// `303` back to `target` with no pass, never cached (the next visit may
+/// well get one).
+fn back_without_pass(target: &ReturnTo) -> Response {
+    let mut response = see_other(target);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 fn see_other(target: &ReturnTo) -> Response {

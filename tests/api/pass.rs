@@ -673,6 +673,18 @@ async fn live_passes_outlast_a_dead_store_and_new_ones_wait_for_it() {
         (code, body["error"].as_str()),
         (503, Some("store_unavailable"))
     );
+    // A browser is sent back to the site (the waiting page), not to JSON.
+    let r = client()
+        .get(app.url("/api/queues/default/pass?return=/cart"))
+        .header("x-user-id", "bob")
+        .header("x-queue-ticket", &bob)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.headers()["location"], "/cart");
+    assert!(r.headers().get("set-cookie").is_none());
     app.stop().await;
 }
 
@@ -710,4 +722,57 @@ async fn a_rotated_key_still_accepts_its_passes_and_publishes_both() {
     assert_eq!((code, why.as_str()), (401, "unknown_key"));
     fresh.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A browser sent to the pass route when it cannot have one (no ticket, a
+/// forged one, not admitted yet, the store away) is not left on a JSON
+/// error: it goes back to where it was going, with no cookie, and the
+/// gateway there shows it the waiting page. A bad return URL, a JSON
+/// caller and a return URL that is the pass route itself (a loop) still
+/// get the error.
+#[tokio::test]
+async fn a_browser_refused_a_pass_goes_back_to_the_waiting_page_not_to_json() {
+    const HTML: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
+    let browse = |app: &TestApp, ticket: Option<&str>, back: &str| {
+        let back: String = form_urlencoded::byte_serialize(back.as_bytes()).collect();
+        let mut r = client()
+            .get(app.url(&format!("/api/queues/default/pass?return={back}")))
+            .header("x-user-id", "bob")
+            .header("accept", HTML);
+        if let Some(ticket) = ticket {
+            r = r.header("x-queue-ticket", ticket);
+        }
+        async move { r.send().await.unwrap() }
+    };
+    let back_home = |r: &reqwest::Response| {
+        r.status().as_u16() == 303
+            && r.headers()["location"] == "/product/42?size=9"
+            && r.headers().get("set-cookie").is_none()
+            && r.headers()["cache-control"] == "no-store"
+    };
+    for app in both(IDLE).await {
+        let _alice = pass_of(&app, "default", "alice").await;
+        // Bob waits behind alice (admission is idle in IDLE): not admitted.
+        let bob = join(&app, "default", "bob").await;
+        for ticket in [Some(bob.as_str()), None, Some("forged.ticket")] {
+            let r = browse(&app, ticket, "/product/42?size=9").await;
+            assert!(
+                back_home(&r),
+                "{ticket:?}: {} {:?}",
+                r.status(),
+                r.headers()
+            );
+        }
+        // Nowhere safe to send it: the error, as JSON.
+        let r = browse(&app, Some(&bob), "https://evil.example/").await;
+        assert_eq!(r.status().as_u16(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "invalid_return");
+        // The pass route as its own return URL would loop: the error.
+        let r = browse(&app, Some(&bob), "/api/queues/default/pass").await;
+        assert_eq!(r.status().as_u16(), 409);
+        // A JSON caller keeps its error.
+        let (code, body) = take_pass(&app, "default", "bob", &bob, "/").await;
+        assert_eq!((code, body["error"].as_str()), (409, Some("not_admitted")));
+    }
 }
