@@ -13,6 +13,7 @@ mod challenge;
 mod client_limits;
 mod cluster;
 mod cluster_failover;
+mod cluster_rebuild;
 mod config_file;
 mod console;
 mod eta_range;

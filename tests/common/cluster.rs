@@ -45,23 +45,7 @@ impl ClusterProcess {
         };
         let deadline = Instant::now() + START_WITHIN;
         for _ in 0..masters * (1 + replicas) {
-            loop {
-                assert!(Instant::now() < deadline, "cluster nodes did not start");
-                let port = free_port();
-                // The cluster bus listens on port + 10000: it must be free too.
-                if port > 55_000
-                    || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err()
-                {
-                    continue;
-                }
-                if let Some(child) = me.spawn_node(port) {
-                    me.nodes.push(Node {
-                        port,
-                        child: Some(child),
-                    });
-                    break;
-                }
-            }
+            me.add_node(deadline);
         }
         let addrs: Vec<String> = me
             .nodes
@@ -83,6 +67,87 @@ impl ClusterProcess {
         );
         me.wait_until_settled(masters, replicas, deadline);
         me
+    }
+
+    /// One master that holds every slot, no replica (`redis-cli --cluster
+    /// create` wants three masters: the slots are assigned by hand).
+    pub fn start_single() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-cluster-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut me = Self {
+            nodes: Vec::new(),
+            dir,
+            node_timeout_ms: 2000,
+        };
+        let deadline = Instant::now() + START_WITHIN;
+        let port = me.add_node(deadline);
+        let added: Option<String> = query(
+            port,
+            redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383),
+        );
+        assert_eq!(added.as_deref(), Some("OK"), "CLUSTER ADDSLOTSRANGE");
+        me.wait_until_settled(1, 0, deadline);
+        me
+    }
+
+    /// Starts one more node on a free port (its bus port free too); its
+    /// port.
+    fn add_node(&mut self, deadline: Instant) -> u16 {
+        loop {
+            assert!(Instant::now() < deadline, "cluster nodes did not start");
+            let port = free_port();
+            // The cluster bus listens on port + 10000: it must be free too.
+            if port > 55_000 || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+                continue;
+            }
+            if let Some(child) = self.spawn_node(port) {
+                self.nodes.push(Node {
+                    port,
+                    child: Some(child),
+                });
+                return port;
+            }
+        }
+    }
+
+    /// Makes the node on `port` name itself `announced` in `CLUSTER SLOTS`
+    /// and redirections (`cluster-announce-port`), so clients that found it
+    /// through a seed connect to `announced` (a proxy in front of it), and
+    /// waits until it does.
+    pub fn announce_port(&self, port: u16, announced: u16) {
+        let set: Option<String> = query(
+            port,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("cluster-announce-port")
+                .arg(announced),
+        );
+        assert_eq!(
+            set.as_deref(),
+            Some("OK"),
+            "CONFIG SET cluster-announce-port"
+        );
+        let deadline = Instant::now() + START_WITHIN;
+        wait_until(
+            deadline,
+            START_WITHIN,
+            "the node announced its new port",
+            || {
+                query::<Vec<(i64, i64, Vec<redis::Value>)>>(port, redis::cmd("CLUSTER").arg("SLOTS"))
+                .is_some_and(|slots| {
+                    !slots.is_empty()
+                        && slots.iter().all(|(.., master)| {
+                            matches!(master.get(1), Some(redis::Value::Int(p)) if *p == i64::from(announced))
+                        })
+                })
+            },
+        );
+    }
+
+    /// Ports of the nodes that run.
+    pub fn ports(&self) -> Vec<u16> {
+        self.live_ports()
     }
 
     /// Starts a node on `port` with its config file in the cluster's

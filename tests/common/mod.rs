@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod proxy;
 pub mod redis_proc;
 pub mod sentinel;
 

@@ -10,6 +10,10 @@
 //! connection, which routes each call by the slot of its first key, follows
 //! `MOVED`/`ASK` and refreshes its slot map after a failover. Every key of
 //! one call shares the queue's hash tag, so a call never spans two slots.
+//! redis-rs never repairs a cluster connection whose calls only time out
+//! (a node connection open but silent, a slot refresh that never ends), so
+//! it is kept behind one shared slot (`cluster.rs`) and built anew from the
+//! seeds after a few calls in a row timed out over a few seconds.
 //!
 //! The two commands that are not routed by a key — `WAIT` and the
 //! publication of a deferred admission pass — are sent explicitly to the
@@ -21,16 +25,17 @@
 //! land on a fresh connection (or on the promoted replica after a
 //! failover), where it answers at once, for a write it never saw.
 
+mod cluster;
 mod sentinel;
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use cluster::ClusterConn;
 use sentinel::SentinelConn;
 pub(super) use sentinel::{Endpoint, Locator};
 
@@ -164,14 +169,8 @@ impl SentinelUrl {
 pub(super) enum Conn {
     Single(ConnectionManager),
     Sentinel(SentinelConn),
-    Cluster {
-        /// Follows redirects and retries: every ordinary call.
-        conn: ClusterConnection,
-        /// Never retries: a script and its `WAIT` (with
-        /// `--redis-wait-replicas`); a failure is answered `503` and the
-        /// caller tries again.
-        durable: Option<ClusterConnection>,
-    },
+    /// Built anew when its calls keep timing out (`cluster.rs`).
+    Cluster(ClusterConn),
 }
 
 /// A cluster client builder with the adapter's timeouts.
@@ -210,19 +209,9 @@ impl Conn {
             Topology::Sentinel(url) => {
                 Ok(Conn::Sentinel(SentinelConn::connect(url, timeout).await?))
             }
-            Topology::Cluster(seeds) => {
-                let client = cluster_builder(seeds, timeout).build()?;
-                let durable = if durable {
-                    let once = cluster_builder(seeds, timeout).retries(0).build()?;
-                    Some(once.get_async_connection().await?)
-                } else {
-                    None
-                };
-                Ok(Conn::Cluster {
-                    conn: client.get_async_connection().await?,
-                    durable,
-                })
-            }
+            Topology::Cluster(seeds) => Ok(Conn::Cluster(
+                ClusterConn::connect(seeds, timeout, durable).await?,
+            )),
         }
     }
 
@@ -250,19 +239,15 @@ impl Conn {
                 // Sent again only when the master refused the script as a
                 // replica (`READONLY`): then neither command took effect.
                 Conn::Sentinel(c) => c.req_packed_commands(&pipe, 0, 2).await,
-                Conn::Cluster { durable, .. } => {
-                    let durable = durable
-                        .as_mut()
-                        .expect("connected with a durable connection");
+                Conn::Cluster(c) => {
                     let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
-                    durable
-                        .route_pipeline(
-                            pipe.clone(),
-                            0,
-                            2,
-                            SingleNodeRoutingInfo::SpecificNode(route),
-                        )
-                        .await
+                    c.route_pipeline_durable(
+                        pipe.clone(),
+                        0,
+                        2,
+                        SingleNodeRoutingInfo::SpecificNode(route),
+                    )
+                    .await
                 }
             };
             let reply = values.and_then(|mut v| {
@@ -295,7 +280,7 @@ impl Conn {
     pub(super) async fn publish(&mut self, channel: &str, msg: &str) -> RedisResult<i64> {
         let name = match self {
             Conn::Single(_) | Conn::Sentinel(_) => "PUBLISH",
-            Conn::Cluster { .. } => "SPUBLISH",
+            Conn::Cluster(_) => "SPUBLISH",
         };
         let mut cmd = redis::cmd(name);
         cmd.arg(channel).arg(msg);
@@ -310,7 +295,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(c).await,
             Conn::Sentinel(c) => cmd.query_async(c).await,
-            Conn::Cluster { conn: c, .. } => {
+            Conn::Cluster(c) => {
                 let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 let value = c.route_command(cmd, routing).await?;
@@ -325,7 +310,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
-            Conn::Cluster { conn: c, .. } => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -338,7 +323,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster { conn: c, .. } => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -346,7 +331,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Sentinel(c) => c.get_db(),
-            Conn::Cluster { conn: c, .. } => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
         }
     }
 }
