@@ -31,18 +31,23 @@ pub struct ClusterProcess {
 }
 
 impl ClusterProcess {
+    /// No node yet; their files go in a temp dir of its own.
+    fn empty(node_timeout_ms: u64) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-cluster-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            nodes: Vec::new(),
+            dir,
+            node_timeout_ms,
+        }
+    }
+
     /// Starts `masters` masters with `replicas` replicas each.
     /// `node_timeout_ms` is `cluster-node-timeout`: how long a silent master
     /// takes to be failed over (small in failover tests).
     pub fn start(masters: usize, replicas: usize, node_timeout_ms: u64) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("waitroom-cluster-{:016x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut me = Self {
-            nodes: Vec::new(),
-            dir,
-            node_timeout_ms,
-        };
+        let mut me = Self::empty(node_timeout_ms);
         let deadline = Instant::now() + START_WITHIN;
         for _ in 0..masters * (1 + replicas) {
             me.add_node(deadline);
@@ -72,14 +77,7 @@ impl ClusterProcess {
     /// One master that holds every slot, no replica (`redis-cli --cluster
     /// create` wants three masters: the slots are assigned by hand).
     pub fn start_single() -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("waitroom-cluster-{:016x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut me = Self {
-            nodes: Vec::new(),
-            dir,
-            node_timeout_ms: 2000,
-        };
+        let mut me = Self::empty(2000);
         let deadline = Instant::now() + START_WITHIN;
         let port = me.add_node(deadline);
         let added: Option<String> = query(
