@@ -9,7 +9,7 @@
 //! passes costs signature checks again, never memory.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::Mutex;
 
 use super::PassClaims;
@@ -19,40 +19,70 @@ const SHARDS: usize = 16;
 /// ~400 bytes and its claims).
 const SHARD_CAPACITY: usize = 4096;
 
+/// A shard: the token's keyed hash to the token itself (compared on every
+/// hit, so two tokens of one hash never share claims) and its claims.
+type Shard = HashMap<u64, (Box<str>, PassClaims), BuildHasherDefault<Prehashed>>;
+
 pub(super) struct Cache {
     hasher: RandomState,
-    shards: [Mutex<HashMap<Box<str>, PassClaims>>; SHARDS],
+    shards: [Mutex<Shard>; SHARDS],
 }
 
 impl Default for Cache {
     fn default() -> Self {
         Self {
             hasher: RandomState::new(),
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            shards: std::array::from_fn(|_| Mutex::new(Shard::default())),
         }
     }
 }
 
 impl Cache {
-    fn shard(&self, token: &str) -> &Mutex<HashMap<Box<str>, PassClaims>> {
-        let hash = self.hasher.hash_one(token) as usize;
-        &self.shards[hash % SHARDS]
+    /// The token hashed once (a pass is a few hundred bytes: hashing it is
+    /// most of a hit's cost), its shard chosen and its map keyed by that.
+    fn locate(&self, token: &str) -> (u64, &Mutex<Shard>) {
+        let hash = self.hasher.hash_one(token);
+        (hash, &self.shards[hash as usize % SHARDS])
     }
 
     pub(super) fn get(&self, token: &str) -> Option<PassClaims> {
-        self.shard(token)
-            .lock()
-            .expect("pass cache lock")
-            .get(token)
-            .cloned()
+        let (hash, shard) = self.locate(token);
+        let shard = shard.lock().expect("pass cache lock");
+        match shard.get(&hash) {
+            Some((cached, claims)) if **cached == *token => Some(claims.clone()),
+            _ => None,
+        }
     }
 
     pub(super) fn insert(&self, token: &str, claims: &PassClaims) {
-        let mut shard = self.shard(token).lock().expect("pass cache lock");
+        let (hash, shard) = self.locate(token);
+        let mut shard = shard.lock().expect("pass cache lock");
         if shard.len() >= SHARD_CAPACITY {
             shard.clear();
         }
-        shard.insert(token.into(), claims.clone());
+        shard.insert(hash, (token.into(), claims.clone()));
+    }
+}
+
+/// The hasher of a map whose keys are already keyed hashes (`RandomState`,
+/// so an attacker cannot aim tokens at one bucket): passes them through.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed here; anything else still spreads.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
 
@@ -79,5 +109,27 @@ mod tests {
         cache.insert("last", &claims);
         assert_eq!(cache.get("last"), Some(claims));
         assert_eq!(cache.get("never"), None);
+    }
+
+    /// Keyed by the token's hash, but a hit needs the very token: another
+    /// one under the same hash (a collision) misses and is verified.
+    #[test]
+    fn a_hit_needs_the_very_token() {
+        let cache = Cache::default();
+        let claims = PassClaims {
+            sub: UserId::parse("v").unwrap(),
+            room: QueueName::parse("q").unwrap(),
+            iat: 0,
+            exp: 1,
+            jti: SessionId::generate(),
+        };
+        let (hash, shard) = cache.locate("forged");
+        shard
+            .lock()
+            .unwrap()
+            .insert(hash, ("genuine".into(), claims.clone()));
+        assert_eq!(cache.get("forged"), None);
+        cache.insert("genuine", &claims);
+        assert_eq!(cache.get("genuine"), Some(claims));
     }
 }
