@@ -37,6 +37,7 @@ class Place:
         self.key, self.epoch = key, epoch
         self.join = None          # the acknowledging join record
         self.lottery = False      # joined into a lottery's pre-queue
+        self.lottery_unknown = False  # may have: a pre-queue join whose answer was lost
         self.obs = []             # (t_send, t_recv, source, state, rec)
         self.events = []          # stream events (t, name, body)
         self.tokens = {}          # token -> first seen t
@@ -44,6 +45,12 @@ class Place:
         self.expires_from = {}    # token -> earliest time it can have lapsed
         self.admitted_at = None   # store ms of the admitting pass (ready event)
         self.fast_track = False
+        # When the place may have been made: the send time of the first
+        # join attempt that could have made it. A join answered 503, or
+        # never answered, may still have run; the acknowledging join may
+        # then be a repeat one (200) of a place made seconds earlier.
+        self.first_attempt_w0 = None
+        self.attempts_t0 = []     # send times (t) of those attempts and of the acknowledging join
         self.leave_sent = None
         self.spent_sent = None    # first order/claim request with its token
         self.presence = []        # times the buyer was certainly present
@@ -82,6 +89,7 @@ def check(path):
     res = Result(meta, recs)
     places, epochs = build_places(recs, res)
     check_durability(places, meta, res)
+    mark_unanswered_lottery_joins(places, recs, res)
     check_fifo(places, res, recs, meta.get("wait_replicas", 0))
     check_rate(places, recs, meta, res, epochs)
     check_exactly_once(places, recs, res)
@@ -163,6 +171,9 @@ def build_places(recs, res):
     epoch = 0
     epochs = [0.0]
     by_user = {}  # (q, user) -> current place key
+    # (q, user) -> send times (w0; and (w0, t0)) of join attempts without an
+    # answer since their last acknowledged join: any of them may have run.
+    unanswered, unanswered_t = {}, {}
     for r in recs:
         op = r["op"]
         if r.get("store_wiped") and (op == "supervisor_restart" or r.get("phase") == "start"):
@@ -181,10 +192,22 @@ def build_places(recs, res):
                     p = places[key] = Place(key, epoch)
                     p.join = r
                     p.lottery = body.get("status") == "PRE_QUEUE"
-                    p.fast_track = body.get("status") == "READY"
+                    # Admitted at once by this very join (201: it made the
+                    # place). A 200 READY is a place made earlier, by an
+                    # attempt whose answer was lost, and admitted since.
+                    p.fast_track = body.get("status") == "READY" and r.get("code") == 201
+                    earlier = unanswered.get((q, user), [])
+                    p.first_attempt_w0 = min(earlier + [r["w0"]])
+                    p.attempts_t0 = [t for _, t in unanswered_t.get((q, user), [])] + [r["t0"]]
                     res.stats["joins_acked"] += 1
+                unanswered.pop((q, user), None)
+                unanswered_t.pop((q, user), None)
                 by_user[(q, user)] = key
                 add_obs(p, r, "join")
+            elif r.get("code") not in (400, 401, 403, 404, 409, 422, 429):
+                # 503, a timeout, a reset: it may have run.
+                unanswered.setdefault((q, user), []).append(r["w0"])
+                unanswered_t.setdefault((q, user), []).append((r["w0"], r["t0"]))
             continue
         key = (q, user, r.get("entry"))
         p = places.get(key)
@@ -297,6 +320,37 @@ def overlaps(a_from, a_to, b_from, b_to):
     return a_from <= b_to and b_from <= a_to
 
 
+def mark_unanswered_lottery_joins(places, recs, res):
+    """A join to a queue whose lottery is scheduled and not yet drawn puts
+    the buyer in the pre-queue, and the draw then places them in a random
+    order (the README's lottery order). A buyer whose pre-queue join went
+    unanswered (503 or a timeout that still ran) and who is first seen in
+    line later, through a repeat join (200), was never seen as PRE_QUEUE:
+    counted here as a lottery entrant when any of their join attempts was
+    sent between the schedule and the first time any pre-queue entrant of
+    the queue was read in line (the draw done by then). Such a place may
+    be either (its attempt may have run after the draw), so FIFO compares
+    it with nobody."""
+    scheduled = {}
+    for r in recs:
+        if r["op"] == "schedule_lottery" and r.get("code") == 200:
+            scheduled[r["q"]] = min(scheduled.get(r["q"], r["t0"]), r["t0"])
+    drawn = {}
+    for p in places.values():
+        if p.lottery:
+            seen = [o[1] for o in p.obs if o[3][0] in ("WAITING", "READY")]
+            if seen:
+                drawn[p.key[0]] = min(drawn.get(p.key[0], seen[0]), min(seen))
+    for p in places.values():
+        q = p.key[0]
+        if p.lottery or q not in scheduled or p.join.get("code") != 200:
+            continue
+        until = drawn.get(q, float("inf"))
+        if any(scheduled[q] <= t < until for t in p.attempts_t0):
+            p.lottery_unknown = True
+            res.exceptions["lottery entrant or not (a join during the draw, its answer lost)"] += 1
+
+
 def check_fifo(places, res, recs=(), wait=1):
     """No buyer admitted while one ahead of it still waited. Two proofs,
     each a sweep in time order: (1) a place seen READY, then a store read
@@ -304,7 +358,8 @@ def check_fifo(places, res, recs=(), wait=1):
     admitting passes' store times, where streams saw both."""
     by_queue = defaultdict(list)
     for p in places.values():
-        by_queue[(p.key[0], p.epoch)].append(p)
+        if not p.lottery_unknown:
+            by_queue[(p.key[0], p.epoch)].append(p)
     for (q, _), ps in by_queue.items():
         marks = []  # (t, order, kind, place): READY seen (0) sorts before a read sent then (1)
         for p in ps:
@@ -404,7 +459,7 @@ def admission_interval(p):
     lo = max([o[4].get("w0", o[4]["w"]) for o in p.obs
               if o[2] in STORE_READS and o[3][0] in ("WAITING", "PRE_QUEUE")
               and o[4].get("w0", o[4]["w"]) <= hi]
-             + [p.join["w0"]])
+             + [p.first_attempt_w0])
     return lo, hi
 
 
@@ -562,8 +617,17 @@ def check_durability(places, meta, res):
                          and o[3][0] == "WAITING"), None)
             if back:
                 p.lost_admission = True
-                record_loss(res, p, "admission", wait, memory, back[1], ready[1],
-                            "READY, then a read said WAITING")
+                acked = next((o for o in obs if o[1] < back[0] and acknowledged_ready(o)), None)
+                if acked:
+                    record_loss(res, p, "admission", wait, memory, back[1], acked[1],
+                                "READY, then a read said WAITING")
+                else:
+                    # Seen only by reads: an admission the store ran but
+                    # never acknowledged (its WAIT failed), read on the
+                    # master before a failover dropped it. WAIT covers what
+                    # was answered or published (docs/production.md); a
+                    # read of the unacknowledged is counted, not a breach.
+                    res.losses["unacknowledged admission read, then lost"] += 1
                 continue
         if not ended:
             continue
@@ -598,6 +662,21 @@ def check_durability(places, meta, res):
             p.lost_admission = True
         record_loss(res, p, what, wait, memory, t_end, (ready or obs[0])[1],
                     f"acknowledged, then ended ({ended[2]}) with no leave, order, expiry or absence")
+
+
+def acknowledged_ready(o):
+    """Whether observation `o` is the store acknowledging an admission:
+    a stream's event from a published pass (`admittedAt`: with WAIT, a
+    pass is published only once replicas hold it) or a join that made its
+    place admitted at once (201 READY, answered after its WAIT). A READY
+    read by a poll, a repeat join or a stream's re-read is not one."""
+    _, _, src, st, r = o
+    if st[0] != "READY":
+        return False
+    body = r.get("body") if isinstance(r.get("body"), dict) else {}
+    if src == "event":
+        return body.get("admittedAt") is not None
+    return src == "join" and r.get("code") == 201
 
 
 def record_loss(res, p, what, wait, memory, t_seen, t_acked, how):
