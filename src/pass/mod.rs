@@ -207,14 +207,14 @@ impl PassService {
     /// Verifies a pass at `now` (seconds): its header and signature (or a
     /// cache hit of an earlier verification), `iat` not in the future,
     /// `exp` not past, its session not ended.
-    pub fn verify(&self, token: &str, now: u64) -> Result<PassClaims, PassRejection> {
+    pub fn verify(&self, token: &str, now: u64) -> Result<Arc<PassClaims>, PassRejection> {
         if token.len() > MAX_PASS_LEN {
             return Err(PassRejection::Oversized);
         }
         let claims = match self.verified.get(token) {
             Some(claims) => claims,
             None => {
-                let claims = self.verify_signature(token, now)?;
+                let claims = Arc::new(self.verify_signature(token, now)?);
                 self.verified.insert(token, &claims);
                 claims
             }
@@ -237,7 +237,7 @@ impl PassService {
         token: &str,
         room: &QueueName,
         now: u64,
-    ) -> Result<PassClaims, PassRejection> {
+    ) -> Result<Arc<PassClaims>, PassRejection> {
         let claims = self.verify(token, now)?;
         if claims.room != *room {
             return Err(PassRejection::OtherRoom);
@@ -308,9 +308,9 @@ mod tests {
         let passes = service();
         let c = claims("drop", 1000, 1600);
         let token = passes.issue(&c);
-        assert_eq!(passes.verify(&token, 1000), Ok(c.clone()));
+        assert_eq!(passes.verify(&token, 1000), Ok(Arc::new(c.clone())));
         // Twice: the second from the cache, the same answer.
-        assert_eq!(passes.verify(&token, 1599), Ok(c.clone()));
+        assert_eq!(passes.verify(&token, 1599), Ok(Arc::new(c.clone())));
         assert_eq!(passes.verify(&token, 1600), Err(PassRejection::Expired));
         let room = QueueName::parse("drop").unwrap();
         assert!(passes.verify_for(&token, &room, 1200).is_ok());

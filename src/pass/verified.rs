@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::PassClaims;
 
@@ -21,7 +21,7 @@ const SHARD_CAPACITY: usize = 4096;
 
 /// A shard: the token's keyed hash to the token itself (compared on every
 /// hit, so two tokens of one hash never share claims) and its claims.
-type Shard = HashMap<u64, (Box<str>, PassClaims), BuildHasherDefault<Prehashed>>;
+type Shard = HashMap<u64, (Box<str>, Arc<PassClaims>), BuildHasherDefault<Prehashed>>;
 
 pub(super) struct Cache {
     hasher: RandomState,
@@ -45,22 +45,22 @@ impl Cache {
         (hash, &self.shards[hash as usize % SHARDS])
     }
 
-    pub(super) fn get(&self, token: &str) -> Option<PassClaims> {
+    pub(super) fn get(&self, token: &str) -> Option<Arc<PassClaims>> {
         let (hash, shard) = self.locate(token);
         let shard = shard.lock().expect("pass cache lock");
         match shard.get(&hash) {
-            Some((cached, claims)) if **cached == *token => Some(claims.clone()),
+            Some((cached, claims)) if **cached == *token => Some(Arc::clone(claims)),
             _ => None,
         }
     }
 
-    pub(super) fn insert(&self, token: &str, claims: &PassClaims) {
+    pub(super) fn insert(&self, token: &str, claims: &Arc<PassClaims>) {
         let (hash, shard) = self.locate(token);
         let mut shard = shard.lock().expect("pass cache lock");
         if shard.len() >= SHARD_CAPACITY {
             shard.clear();
         }
-        shard.insert(hash, (token.into(), claims.clone()));
+        shard.insert(hash, (token.into(), Arc::clone(claims)));
     }
 }
 
@@ -94,13 +94,13 @@ mod tests {
     #[test]
     fn stays_bounded() {
         let cache = Cache::default();
-        let claims = PassClaims {
+        let claims = Arc::new(PassClaims {
             sub: UserId::parse("v").unwrap(),
             room: QueueName::parse("q").unwrap(),
             iat: 0,
             exp: 1,
             jti: SessionId::generate(),
-        };
+        });
         for i in 0..(SHARDS * SHARD_CAPACITY * 2) {
             cache.insert(&format!("t{i}"), &claims);
         }
@@ -116,13 +116,13 @@ mod tests {
     #[test]
     fn a_hit_needs_the_very_token() {
         let cache = Cache::default();
-        let claims = PassClaims {
+        let claims = Arc::new(PassClaims {
             sub: UserId::parse("v").unwrap(),
             room: QueueName::parse("q").unwrap(),
             iat: 0,
             exp: 1,
             jti: SessionId::generate(),
-        };
+        });
         let (hash, shard) = cache.locate("forged");
         shard
             .lock()

@@ -766,7 +766,7 @@ async fn an_operator_ends_a_session_and_the_proxy_refuses_it_within_seconds() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let id = app.state.passes().verify(token, now).unwrap().jti;
+    let id = app.state.passes().verify(token, now).unwrap().jti.clone();
     let ended = app
         .client
         .delete(app.admin_url(&format!("/api/admin/sessions/{id}")))

@@ -573,7 +573,7 @@ async fn return_urls_are_never_open_redirects() {
 async fn an_operator_ends_a_session_and_every_instance_refuses_its_pass() {
     for app in both(IDLE).await {
         let pass = pass_of(&app, "default", "alice").await;
-        let id = app.state.passes().verify(&pass, now()).unwrap().jti;
+        let id = app.state.passes().verify(&pass, now()).unwrap().jti.clone();
         let token = app.state.admin_token().to_owned();
         let r = client()
             .delete(app.admin_url(&format!("/api/admin/sessions/{id}")))
