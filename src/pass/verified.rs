@@ -91,16 +91,20 @@ mod tests {
     use super::*;
     use crate::queue::{QueueName, SessionId, UserId};
 
-    #[test]
-    fn stays_bounded() {
-        let cache = Cache::default();
-        let claims = Arc::new(PassClaims {
+    fn claims() -> Arc<PassClaims> {
+        Arc::new(PassClaims {
             sub: UserId::parse("v").unwrap(),
             room: QueueName::parse("q").unwrap(),
             iat: 0,
             exp: 1,
             jti: SessionId::generate(),
-        });
+        })
+    }
+
+    #[test]
+    fn stays_bounded() {
+        let cache = Cache::default();
+        let claims = claims();
         for i in 0..(SHARDS * SHARD_CAPACITY * 2) {
             cache.insert(&format!("t{i}"), &claims);
         }
@@ -116,13 +120,7 @@ mod tests {
     #[test]
     fn a_hit_needs_the_very_token() {
         let cache = Cache::default();
-        let claims = Arc::new(PassClaims {
-            sub: UserId::parse("v").unwrap(),
-            room: QueueName::parse("q").unwrap(),
-            iat: 0,
-            exp: 1,
-            jti: SessionId::generate(),
-        });
+        let claims = claims();
         let (hash, shard) = cache.locate("forged");
         shard
             .lock()
