@@ -1,0 +1,156 @@
+"""The checker's own tests: synthetic histories, each small enough to read,
+for the rules whose cases came from real runs (docs/faults.md). Each rule
+is tested both ways: what it must still call a violation, and what the
+README allows.
+
+  python3 -m unittest tests/faults/test_checker.py
+"""
+
+import base64
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import checker  # noqa: E402
+
+BASE_W = 1_800_000_000_000  # wall ms at t = 0
+
+
+def ticket(q, user, entry):
+    raw = f"{q}\n{user}\n{entry}\n{BASE_W + 10**7}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=") + ".sig"
+
+
+def rec(op, t, t0=None, **kw):
+    r = {"op": op, "t": t, "w": BASE_W + int(t * 1000)}
+    if t0 is not None:
+        r.update(t0=t0, w0=BASE_W + int(t0 * 1000))
+    r.update(kw)
+    return r
+
+
+def join(t0, t, user, entry, code, status, q="default", **body):
+    return rec("join", t, t0, q=q, buyer=user, code=code, inst=0,
+               body={"status": status, "ticket": ticket(q, user, entry), **body})
+
+
+def poll(t0, t, user, entry, status, q="default", **body):
+    return rec("poll", t, t0, q=q, buyer=user, entry=entry, code=200, inst=0,
+               body={"status": status, **body})
+
+
+def run(recs, wait=2):
+    meta = rec("meta", 0.0, kind="sentinel", wait_replicas=wait, batch=2, interval_ms=300,
+               token_ttl=4, abandon_after=12)
+    recs = [meta] + recs
+    res = checker.Result(meta, recs)
+    places, epochs = checker.build_places(recs, res)
+    checker.check_durability(places, meta, res)
+    checker.mark_unanswered_lottery_joins(places, recs, res)
+    checker.check_fifo(places, res, recs, wait)
+    checker.check_rate(places, recs, meta, res, epochs)
+    checker.check_exactly_once(places, recs, res)
+    return res, places
+
+
+def kinds(res):
+    return sorted(v["invariant"] for v in res.violations)
+
+
+class Acknowledgement(unittest.TestCase):
+    """A READY only read, then WAITING: an unacknowledged admission read on
+    a replaced master, counted; a READY from a published pass, then
+    WAITING: an acknowledged admission lost, a violation."""
+
+    def lost_after(self, ready):
+        return [
+            join(1.0, 1.01, "a", 1, 201, "WAITING"),
+            ready,
+            poll(3.0, 3.01, "a", 1, "WAITING", rank=0),
+        ]
+
+    def test_a_read_ready_then_waiting_is_counted_not_a_breach(self):
+        res, _ = run(self.lost_after(poll(2.0, 2.01, "a", 1, "READY", entryToken="tok")))
+        self.assertEqual(kinds(res), [])
+        self.assertEqual(res.losses["unacknowledged admission read, then lost"], 1)
+
+    def test_a_published_ready_then_waiting_is_a_durability_breach(self):
+        ready = rec("event", 2.01, q="default", buyer="a", entry=1, event="ready", inst=0,
+                    body={"status": "READY", "entryToken": "tok",
+                          "admittedAt": BASE_W + 2000})
+        res, _ = run(self.lost_after(ready))
+        self.assertIn("durability", kinds(res))
+
+
+class RepeatJoin(unittest.TestCase):
+    """`201 READY` is a fast track made by that join; `200 READY` is a place
+    an earlier, unanswered attempt made: its admission may be any time
+    since that attempt."""
+
+    def test_a_201_ready_is_a_fast_track_at_its_join(self):
+        _, places = run([join(5.0, 5.02, "a", 1, 201, "READY", entryToken="t1")])
+        p = places[("default", "a", 1)]
+        self.assertTrue(p.fast_track)
+        self.assertEqual(checker.admission_interval(p), (BASE_W + 5000, BASE_W + 5020))
+
+    def test_a_200_ready_after_an_unanswered_attempt_spans_from_that_attempt(self):
+        recs = [
+            rec("join", 3.0, 1.0, q="default", buyer="a", code=503, inst=0,
+                body={"error": "store_unavailable"}),
+            join(5.0, 5.02, "a", 1, 200, "READY", entryToken="t1"),
+        ]
+        _, places = run(recs)
+        p = places[("default", "a", 1)]
+        self.assertFalse(p.fast_track)
+        self.assertEqual(checker.admission_interval(p), (BASE_W + 1000, BASE_W + 5020))
+
+    def test_many_fast_tracks_in_one_window_still_break_the_rate(self):
+        recs = [join(5.0 + i * 0.01, 5.005 + i * 0.01, f"u{i}", i + 1, 201, "READY",
+                     entryToken=f"t{i}") for i in range(20)]
+        res, _ = run(recs)
+        self.assertIn("rate", kinds(res))
+
+    def test_repeat_joins_after_an_outage_are_not_placed_in_the_window(self):
+        recs = []
+        for i in range(20):
+            recs.append(rec("join", 3.0, 1.0, q="default", buyer=f"u{i}", code=503, inst=0,
+                            body={"error": "store_unavailable"}))
+        recs += [join(5.0 + i * 0.01, 5.005 + i * 0.01, f"u{i}", i + 1, 200, "READY",
+                      entryToken=f"t{i}") for i in range(20)]
+        res, _ = run(recs)
+        self.assertNotIn("rate", kinds(res))
+
+
+class LotteryDraw(unittest.TestCase):
+    """A repeat join whose unanswered attempt was sent while the draw was
+    pending may be a lottery entrant: compared with nobody. Without such
+    an attempt, the same order is a FIFO breach."""
+
+    def history(self, attempt_t0):
+        sched = rec("schedule_lottery", 1.01, 1.0, q="drop", code=200, inst=0,
+                    body={"state": "scheduled"}, opensAt=BASE_W + 2000)
+        early = join(1.5, 1.51, "early", 1, 201, "PRE_QUEUE", q="drop")
+        drawn = poll(3.0, 3.01, "early", 1, "WAITING", q="drop", rank=3)
+        late = [rec("join", attempt_t0 + 0.5, attempt_t0, q="drop", buyer="late", code=503,
+                    inst=0, body={"error": "store_unavailable"}),
+                join(6.0, 6.01, "late", 9, 200, "READY", q="drop", entryToken="tl")]
+        # The buyer ahead still waits after the late one was seen READY.
+        ahead = [join(2.5, 2.51, "ahead", 5, 201, "WAITING", q="drop"),
+                 poll(6.5, 6.51, "ahead", 5, "WAITING", q="drop", rank=0)]
+        return [sched, early, drawn] + ahead + late
+
+    def test_an_attempt_during_the_draw_makes_the_place_uncomparable(self):
+        res, places = run(self.history(attempt_t0=2.5))
+        self.assertTrue(places[("drop", "late", 9)].lottery_unknown)
+        self.assertEqual(kinds(res), [])
+
+    def test_an_attempt_after_the_draw_is_ordered_as_any_join(self):
+        res, places = run(self.history(attempt_t0=4.0))
+        self.assertFalse(places[("drop", "late", 9)].lottery_unknown)
+        self.assertIn("fifo", kinds(res))
+
+
+if __name__ == "__main__":
+    unittest.main()
