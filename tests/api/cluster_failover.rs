@@ -334,3 +334,125 @@ async fn wait_replicas_on_one_redis_fails_closed_until_a_replica_holds_the_write
     assert_eq!(tokens.len(), 1, "the fast-track token is on the replica");
     app.stop().await;
 }
+
+/// With `--redis-wait-replicas`, the token API's claim and consume are
+/// answered only once a replica holds them, as joins are: a consume a
+/// failover lost would give the token back for a second order (the fault
+/// campaign saw a claim succeed after its token's consume, past a master
+/// killed before it replicated). With the replica frozen both fail closed
+/// (`503`); thawed, each answer means the replica already has it.
+#[tokio::test]
+async fn with_wait_replicas_claims_and_consumes_are_answered_once_a_replica_holds_them() {
+    crate::needs_redis!();
+    const SERVICE: &str = "service-token-for-wait-0123456789";
+    let master = crate::common::RedisProcess::start(false);
+    let replica = crate::common::RedisProcess::start(false);
+    let client = redis::Client::open(replica.url()).unwrap();
+    let mut r = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    crate::common::eventually(Duration::from_secs(10), "the replica syncs", || {
+        let mut r = r.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut r)
+                .await
+                .ok()?;
+            info.contains("master_link_status:up").then_some(())
+        }
+    })
+    .await;
+    let options = RedisOptions {
+        topology: Topology::Single(master.url()),
+        wait_replicas: 1,
+    };
+    let prefix = unique_prefix("wait-claims");
+    let store = Arc::new(RedisStore::open(&options, &prefix).await.unwrap());
+    let app = TestApp::spawn_with(
+        config(&[
+            "--key-prefix",
+            &prefix,
+            "--ticket-secret",
+            "wait-claims-secret-0123456789abc",
+            "--service-token",
+            SERVICE,
+            // The lease of the claim that ran but was refused lapses soon.
+            "--claim-lease-secs",
+            "1",
+        ]),
+        store,
+    )
+    .await;
+    let token = crate::common::ready(&app, "buyer").await;
+    let post = |path: &'static str, body: serde_json::Value| {
+        let request = app
+            .client
+            .post(app.admin_url(path))
+            .bearer_auth(SERVICE)
+            .json(&body);
+        async move {
+            let r = request.send().await.unwrap();
+            let code = r.status().as_u16();
+            (code, r.json::<serde_json::Value>().await.unwrap_or_default())
+        }
+    };
+    let token_key = format!("{prefix}:{{default}}:token:buyer");
+    let on_replica = |field: &'static str| {
+        let mut r = r.clone();
+        let key = token_key.clone();
+        async move {
+            let v: Option<String> = redis::cmd("HGET")
+                .arg(&key)
+                .arg(field)
+                .query_async(&mut r)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    let claim_body = serde_json::json!({"userId": "buyer", "token": token});
+
+    replica.freeze();
+    let (code, body) = post("/api/tokens/claim", claim_body.clone()).await;
+    assert_eq!((code, body["error"].as_str()), (503, Some("store_unavailable")));
+    replica.thaw();
+    // The claim the master ran holds the lease until it lapses or a retry
+    // of the same order takes it; a claim answered now is on the replica.
+    let claim = crate::common::eventually(Duration::from_secs(10), "a claim", || {
+        let post = post("/api/tokens/claim", claim_body.clone());
+        async move {
+            let (code, body) = post.await;
+            (code == 200).then_some(body)
+        }
+    })
+    .await;
+    let claim_id = claim["claimId"].as_str().unwrap().to_owned();
+    // The API's claim id is the stored one and its lease's end.
+    assert_eq!(
+        on_replica("claim").await.as_deref(),
+        claim_id.split('.').next(),
+        "the answered claim is on the replica"
+    );
+
+    let consume_body =
+        serde_json::json!({"userId": "buyer", "queue": "default", "claimId": claim_id});
+    replica.freeze();
+    let (code, body) = post("/api/tokens/consume", consume_body.clone()).await;
+    assert_eq!((code, body["error"].as_str()), (503, Some("store_unavailable")));
+    replica.thaw();
+    // The master deleted the token; once the replica has caught up it has
+    // too, and a consume answered 204 would have meant that at once.
+    crate::common::eventually(Duration::from_secs(10), "the replica drops the token", || {
+        let gone = on_replica("claim");
+        async move { gone.await.is_none().then_some(()) }
+    })
+    .await;
+    let (code, _) = post("/api/tokens/claim", claim_body).await;
+    assert_eq!(code, 401, "a consumed token is no one's");
+    app.stop().await;
+}

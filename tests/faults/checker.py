@@ -360,10 +360,29 @@ def check_fifo(places, res, recs=(), wait=1):
     for p in places.values():
         if not p.lottery_unknown:
             by_queue[(p.key[0], p.epoch)].append(p)
+    # With WAIT, a READY only *read* (a poll, a repeat join, a stream's
+    # re-read) may be an admission the store ran but never acknowledged,
+    # read on an old master a failover then replaced: it proves an
+    # admission only once its token is confirmed — shown by a published
+    # pass or a 201 READY, or spent (a claim, an order, a consume answered:
+    # with WAIT those are answered only once replicas hold them).
+    confirmed = set()
+    if wait > 0:
+        for r in recs:
+            if r.get("token") and (r["op"], r.get("code")) in (
+                    ("claim", 200), ("order", 201), ("consume", 204)):
+                confirmed.add(r["token"])
+        for p in places.values():
+            confirmed.update(o[3][1] for o in p.obs if acknowledged_ready(o))
     for (q, _), ps in by_queue.items():
         marks = []  # (t, order, kind, place): READY seen (0) sorts before a read sent then (1)
         for p in ps:
             t = p.first_ready()
+            if wait > 0:
+                seen = [o[1] for o in p.obs if o[3][0] == "READY" and o[3][1] in confirmed]
+                if t is not None and not seen:
+                    res.exceptions["READY read, never confirmed (with WAIT)"] += 1
+                t = min(seen) if seen else None
             if t is not None and not p.lost_admission:
                 marks.append((t, 0, p))
             for t0, t1, src, st, _ in p.obs:
@@ -516,6 +535,14 @@ def check_exactly_once(places, recs, res):
         elif len(p.tokens) > 1 and not p.lost_admission:
             res.violate("exactly-once", f"{p.key} was shown {len(p.tokens)} different tokens",
                         [p.key], min(p.tokens.values()), max(p.tokens.values()))
+    # Without WAIT a failover may lose a consume like any last write: the
+    # token is then live again on the promoted replica (docs/production.md).
+    # With WAIT a consume is answered only once replicas hold it.
+    no_wait = meta_wait(recs) == 0
+
+    def lost_by_failover(t_from, t_to):
+        return no_wait and any(overlaps(f, to, t_from - 1.0, t_to) for f, to, _, _ in spans)
+
     bought = defaultdict(list)  # token -> [(t, how)]
     consumed_at = {}
     sold = defaultdict(int)
@@ -553,7 +580,9 @@ def check_exactly_once(places, recs, res):
                 # lease ends (claim.lua); a release leaves it READY till then.
                 lease = (recs[0].get("claim_lease_s") or 5) if recs else 5
                 p.expires_by[tok] = max(p.expires_by.get(tok, 0), r["t"] + lease + 1.0)
-            if tok in consumed_at:
+            if tok in consumed_at and lost_by_failover(consumed_at[tok], r["t"]):
+                res.exceptions["a consume lost in a failover without WAIT"] += 1
+            elif tok in consumed_at:
                 res.violate("exactly-once", f"{op} succeeded with {p.key}'s token after it was "
                             f"consumed at {consumed_at[tok]:.3f}", [p.key], consumed_at[tok], r["t"])
         if op == "order" and code == 201:
@@ -577,7 +606,9 @@ def check_exactly_once(places, recs, res):
                 if isinstance(prod, dict) and prod.get("stock", 0) < 0:
                     res.violate("exactly-once", f"stock read below zero: {prod}", [], r["t"], None)
     for tok, buys in bought.items():
-        if len(buys) > 1:
+        if len(buys) > 1 and lost_by_failover(buys[0][0], buys[1][0]):
+            res.exceptions["a consume lost in a failover without WAIT"] += 1
+        elif len(buys) > 1:
             p = owner.get(tok)
             res.violate("exactly-once", f"one token bought {len(buys)} times: {buys}",
                         [p.key] if p else [], buys[0][0], buys[1][0])

@@ -123,6 +123,70 @@ class RepeatJoin(unittest.TestCase):
         self.assertNotIn("rate", kinds(res))
 
 
+class ConsumeLostInAFailover(unittest.TestCase):
+    """A token claimed again after its consume: without WAIT, a master
+    fault in between may have lost the consume (counted); with WAIT (a
+    consume is answered only once replicas hold it) it is a breach."""
+
+    def history(self):
+        tok = "tok-a"
+        return [
+            join(1.0, 1.01, "a", 1, 201, "READY", entryToken=tok, tokenExpiresInSeconds=30),
+            rec("claim", 2.01, 2.0, q="default", buyer="a", entry=1, code=200, inst=0,
+                token=tok, body={"claimId": "c1.9"}),
+            rec("consume", 2.11, 2.1, q="default", buyer="a", entry=1, code=204, inst=0,
+                token=tok, claim="c1.9", body=None),
+            rec("fault", 2.3, phase="start", id=1, fault="master_kill", target="redis:1"),
+            rec("fault", 4.0, phase="end", id=1, fault="master_kill", target="redis:1"),
+            rec("claim", 5.01, 5.0, q="default", buyer="a", entry=1, code=200, inst=0,
+                token=tok, body={"claimId": "c2.9"}),
+        ]
+
+    def test_without_wait_it_is_counted(self):
+        res, _ = run(self.history(), wait=0)
+        self.assertEqual(kinds(res), [])
+        self.assertEqual(res.exceptions["a consume lost in a failover without WAIT"], 1)
+
+    def test_with_wait_it_is_a_breach(self):
+        res, _ = run(self.history(), wait=2)
+        self.assertEqual(kinds(res), ["exactly-once"])
+
+    def test_without_wait_and_without_a_fault_it_is_a_breach(self):
+        recs = [r for r in self.history() if r["op"] != "fault"]
+        res, _ = run(recs, wait=0)
+        self.assertEqual(kinds(res), ["exactly-once"])
+
+
+class UnconfirmedReady(unittest.TestCase):
+    """With WAIT, a READY only read (never published, never spent) may be
+    an unacknowledged admission on a replaced master: it proves nothing
+    for FIFO. The same READY with its token spent is an admission."""
+
+    def history(self, spent):
+        recs = [
+            join(1.0, 1.01, "a", 1, 201, "WAITING"),
+            join(1.1, 1.11, "b", 2, 201, "WAITING"),
+            poll(2.0, 2.01, "b", 2, "READY", entryToken="tb", tokenExpiresInSeconds=4),
+            poll(2.5, 2.51, "a", 1, "WAITING", rank=0),
+        ]
+        if spent:
+            recs.append(rec("claim", 2.61, 2.6, q="default", buyer="b", entry=2, code=200,
+                            inst=0, token="tb", body={"claimId": "c.1"}))
+        return recs
+
+    def test_a_read_only_ready_is_not_proof(self):
+        res, _ = run(self.history(spent=False), wait=2)
+        self.assertEqual(kinds(res), [])
+
+    def test_a_spent_ready_is(self):
+        res, _ = run(self.history(spent=True), wait=2)
+        self.assertEqual(kinds(res), ["fifo"])
+
+    def test_without_wait_any_ready_is(self):
+        res, _ = run(self.history(spent=False), wait=0)
+        self.assertEqual(kinds(res), ["fifo"])
+
+
 class LotteryDraw(unittest.TestCase):
     """A repeat join whose unanswered attempt was sent while the draw was
     pending may be a lottery entrant: compared with nobody. Without such
@@ -135,7 +199,10 @@ class LotteryDraw(unittest.TestCase):
         drawn = poll(3.0, 3.01, "early", 1, "WAITING", q="drop", rank=3)
         late = [rec("join", attempt_t0 + 0.5, attempt_t0, q="drop", buyer="late", code=503,
                     inst=0, body={"error": "store_unavailable"}),
-                join(6.0, 6.01, "late", 9, 200, "READY", q="drop", entryToken="tl")]
+                join(6.0, 6.01, "late", 9, 200, "READY", q="drop", entryToken="tl"),
+                # Spent: a confirmed admission, not a read of a lost one.
+                rec("claim", 6.11, 6.1, q="drop", buyer="late", entry=9, code=200, inst=0,
+                    token="tl", body={"claimId": "c.1"})]
         # The buyer ahead still waits after the late one was seen READY.
         ahead = [join(2.5, 2.51, "ahead", 5, 201, "WAITING", q="drop"),
                  poll(6.5, 6.51, "ahead", 5, "WAITING", q="drop", rank=0)]

@@ -2,6 +2,15 @@
 //! `renew_claim.lua`), and its commit (`consume.lua`) or rollback
 //! (`release.lua`), each one atomic step on the user's token hash; and
 //! whose a live token is (`token_holder.lua`, a read of the token index).
+//!
+//! With `--redis-wait-replicas`, a claim, its renewal and its consume are
+//! answered only once the replicas hold them, as joins and admissions are:
+//! a consume a failover lost would give the token back (a second order on
+//! it), and a lost claim or renewal would free the lease while its order
+//! is still being committed (the fault campaign saw the first: a claim
+//! succeeding after its token's consume, past a master killed before it
+//! replicated). A release stays as it is: losing one only keeps the lease
+//! until it runs out.
 
 use async_trait::async_trait;
 
@@ -20,7 +29,7 @@ impl ClaimStore for RedisStore {
     ) -> StoreResult<ClaimOutcome> {
         let claim_id = EntryToken::generate();
         let reply: Vec<String> = self
-            .run_for(&self.scripts.claim, queue, &[user], Vec::new(), |inv| {
+            .run_durable(&self.scripts.claim, queue, &[user], Vec::new(), |inv| {
                 inv.arg(user.as_str())
                     .arg(presented)
                     .arg(lease_ms)
@@ -58,7 +67,7 @@ impl ClaimStore for RedisStore {
     async fn consume(&self, queue: &QueueName, user: &UserId, claim_id: &str) -> StoreResult<bool> {
         let stock = vec![self.keys(queue).stock(), self.keys(queue).audit()];
         let n: i64 = self
-            .run_for(&self.scripts.consume, queue, &[user], stock, |inv| {
+            .run_durable(&self.scripts.consume, queue, &[user], stock, |inv| {
                 inv.arg(user.as_str()).arg(claim_id);
             })
             .await?;
@@ -88,7 +97,7 @@ impl ClaimStore for RedisStore {
         lease_ms: u64,
     ) -> StoreResult<bool> {
         let n: i64 = self
-            .run_for(
+            .run_durable(
                 &self.scripts.renew_claim,
                 queue,
                 &[user],
