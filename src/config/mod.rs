@@ -89,9 +89,10 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_REDIS_CLUSTER")]
     pub redis_cluster: bool,
 
-    /// Replicas that must acknowledge a join and an admission pass (Redis
-    /// `WAIT`) before it is answered or published, so a master that dies
-    /// right after cannot take them along. Behind Sentinel, set it to the
+    /// Replicas that must acknowledge a join, an admission pass, a claim
+    /// and its consume (Redis `WAIT`) before it is answered or published,
+    /// so a master that dies right after cannot take them along. Behind
+    /// Sentinel, set it to the
     /// number of replicas: Sentinel may promote any of them, and a write
     /// fewer acknowledged can be lost (a warning at start says so). 0: no
     /// wait (asynchronous replication, as Redis does by default).

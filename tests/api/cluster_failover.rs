@@ -398,7 +398,10 @@ async fn with_wait_replicas_claims_and_consumes_are_answered_once_a_replica_hold
         async move {
             let r = request.send().await.unwrap();
             let code = r.status().as_u16();
-            (code, r.json::<serde_json::Value>().await.unwrap_or_default())
+            (
+                code,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
         }
     };
     let token_key = format!("{prefix}:{{default}}:token:buyer");
@@ -419,7 +422,10 @@ async fn with_wait_replicas_claims_and_consumes_are_answered_once_a_replica_hold
 
     replica.freeze();
     let (code, body) = post("/api/tokens/claim", claim_body.clone()).await;
-    assert_eq!((code, body["error"].as_str()), (503, Some("store_unavailable")));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (503, Some("store_unavailable"))
+    );
     replica.thaw();
     // The claim the master ran holds the lease until it lapses or a retry
     // of the same order takes it; a claim answered now is on the replica.
@@ -443,14 +449,21 @@ async fn with_wait_replicas_claims_and_consumes_are_answered_once_a_replica_hold
         serde_json::json!({"userId": "buyer", "queue": "default", "claimId": claim_id});
     replica.freeze();
     let (code, body) = post("/api/tokens/consume", consume_body.clone()).await;
-    assert_eq!((code, body["error"].as_str()), (503, Some("store_unavailable")));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (503, Some("store_unavailable"))
+    );
     replica.thaw();
     // The master deleted the token; once the replica has caught up it has
     // too, and a consume answered 204 would have meant that at once.
-    crate::common::eventually(Duration::from_secs(10), "the replica drops the token", || {
-        let gone = on_replica("claim");
-        async move { gone.await.is_none().then_some(()) }
-    })
+    crate::common::eventually(
+        Duration::from_secs(10),
+        "the replica drops the token",
+        || {
+            let gone = on_replica("claim");
+            async move { gone.await.is_none().then_some(()) }
+        },
+    )
     .await;
     let (code, _) = post("/api/tokens/claim", claim_body).await;
     assert_eq!(code, 401, "a consumed token is no one's");
