@@ -286,6 +286,11 @@ def ordered_before(a, b):
     return a.key[2] < b.key[2]
 
 
+# How long after a restock went unanswered it may still run: an instance
+# paused with it in hand (the nemesis pauses for at most 10 s) runs it on
+# resuming.
+RESTOCK_HELD_S = 15.0
+
 MASTER_LOSS = ("master_kill", "master_kill_lagging", "redis_pause")
 
 
@@ -544,6 +549,7 @@ def check_exactly_once(places, recs, res):
         return no_wait and any(overlaps(f, to, t_from - 1.0, t_to) for f, to, _, _ in spans)
 
     bought = defaultdict(list)  # token -> [(t, how)]
+    restock_pending_until = 0.0
     consumed_at = {}
     sold = defaultdict(int)
     stock_epoch = None
@@ -551,11 +557,18 @@ def check_exactly_once(places, recs, res):
         op, code = r["op"], r.get("code")
         tok = r.get("token")
         if op == "restock" and meta_shared(recs):
-            if code == 200:
+            if code == 200 and r["t"] >= restock_pending_until:
                 stock_epoch = {"stock": r.get("stock"), "after": r["t"], "sold": 0}
                 sold = stock_epoch
             else:
-                stock_epoch = None  # unknown outcome: the sum below is not checked
+                # An unknown outcome, or an answered restock while an
+                # unanswered one may still land: a paused instance holds the
+                # request and runs it when it resumes (an `inst_pause` lasts
+                # at most 10 s), resetting the stock after later sales.
+                # The sum below is not checked until a restock after that.
+                stock_epoch = None
+                if code != 200:
+                    restock_pending_until = max(restock_pending_until, r["t"] + RESTOCK_HELD_S)
         if op == "products" and isinstance(r.get("body"), list):
             pass
         if op not in ("order", "claim", "consume"):

@@ -187,6 +187,35 @@ class UnconfirmedReady(unittest.TestCase):
         self.assertEqual(kinds(res), ["fifo"])
 
 
+class HeldRestock(unittest.TestCase):
+    """Units sold past a restock: a breach, unless a restock that went
+    unanswered (an instance paused with it in hand) may have landed after
+    it and reset the stock again."""
+
+    def history(self, unanswered):
+        recs = []
+        if unanswered:
+            recs.append(rec("restock", 5.0, 0.5, op_product="p", stock=3, code=None, inst=0,
+                            err="TimeoutError"))
+        recs.append(rec("restock", 6.01, 6.0, stock=3, code=200, inst=1,
+                        body={"queue": "default", "stock": 3}))
+        for i in range(4):
+            tok = f"t{i}"
+            recs += [join(1.0 + i * 0.01, 1.005 + i * 0.01, f"u{i}", i + 1, 201, "READY",
+                          entryToken=tok, tokenExpiresInSeconds=30),
+                     rec("order", 7.01 + i, 7.0 + i, q="default", buyer=f"u{i}", entry=i + 1,
+                         code=201, inst=1, token=tok, qty=1, body={"status": "CONFIRMED"})]
+        return recs
+
+    def test_more_sold_than_restocked_is_a_breach(self):
+        res, _ = run(self.history(unanswered=False))
+        self.assertEqual(kinds(res), ["exactly-once"])
+
+    def test_not_while_an_unanswered_restock_may_still_land(self):
+        res, _ = run(self.history(unanswered=True))
+        self.assertEqual(kinds(res), [])
+
+
 class LotteryDraw(unittest.TestCase):
     """A repeat join whose unanswered attempt was sent while the draw was
     pending may be a lottery entrant: compared with nobody. Without such
