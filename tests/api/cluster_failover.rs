@@ -303,26 +303,7 @@ async fn wait_replicas_on_one_redis_fails_closed_until_a_replica_holds_the_write
     assert_eq!(code, 503, "no replica to acknowledge: {body}");
 
     let replica = crate::common::RedisProcess::start(false);
-    let client = redis::Client::open(replica.url()).unwrap();
-    let mut r = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    crate::common::eventually(Duration::from_secs(10), "the replica syncs", || {
-        let mut r = r.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut r)
-                .await
-                .ok()?;
-            info.contains("master_link_status:up").then_some(())
-        }
-    })
-    .await;
+    let mut r = follow(&replica, &master).await;
     let (code, body) = app.enter("default", "followed").await;
     assert_eq!(code, 201, "{body}");
     // Acknowledged means on the replica already, not soon.
@@ -347,26 +328,7 @@ async fn with_wait_replicas_claims_and_consumes_are_answered_once_a_replica_hold
     const SERVICE: &str = "service-token-for-wait-0123456789";
     let master = crate::common::RedisProcess::start(false);
     let replica = crate::common::RedisProcess::start(false);
-    let client = redis::Client::open(replica.url()).unwrap();
-    let mut r = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    crate::common::eventually(Duration::from_secs(10), "the replica syncs", || {
-        let mut r = r.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut r)
-                .await
-                .ok()?;
-            info.contains("master_link_status:up").then_some(())
-        }
-    })
-    .await;
+    let r = follow(&replica, &master).await;
     let options = RedisOptions {
         topology: Topology::Single(master.url()),
         wait_replicas: 1,
@@ -468,4 +430,33 @@ async fn with_wait_replicas_claims_and_consumes_are_answered_once_a_replica_hold
     let (code, _) = post("/api/tokens/claim", claim_body).await;
     assert_eq!(code, 401, "a consumed token is no one's");
     app.stop().await;
+}
+
+/// Makes `replica` a replica of `master` and waits until it is in sync: a
+/// connection to the replica, to read what it holds.
+async fn follow(
+    replica: &crate::common::RedisProcess,
+    master: &crate::common::RedisProcess,
+) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(replica.url()).unwrap();
+    let mut r = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    crate::common::eventually(Duration::from_secs(10), "the replica syncs", || {
+        let mut r = r.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut r)
+                .await
+                .ok()?;
+            info.contains("master_link_status:up").then_some(())
+        }
+    })
+    .await;
+    r
 }
