@@ -259,7 +259,7 @@ fn pass_cookie(
     cookie.build().to_string()
 }
 
-#[derive(Deserialize, utoipa::IntoParams)]
+#[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct CheckQuery {
     /// The room (queue) the protected site belongs to. Optional when the
@@ -322,11 +322,12 @@ impl CheckQuery {
 )]
 pub(super) async fn check(
     State(state): State<AppState>,
-    Query(query): Query<CheckQuery>,
     // The whole request, moved rather than its headers cloned: this runs
-    // before every request to the protected site.
+    // before every request to the protected site. Its query is read the
+    // one way `check_lean` reads it.
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let query = CheckQuery::from_query(request.uri().query())?;
     answer_check(&state, &query, request.headers())
 }
 
