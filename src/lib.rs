@@ -36,8 +36,10 @@
 //! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
 //!   routes, extractors (the order gate's `EntryPass` too), request limits
 //!   (uses the modules above but `tasks` and `webhook`);
-//! - [`server`] owns the connections: the two listeners, the lean stream
-//!   writer, caps, shutdown (uses `http`, `error`, `push`);
+//! - [`server`] owns the connections: the buyers' and operators'
+//!   listeners, the gateway listener (`--gate-addr`, on threads of its
+//!   own), the lean stream writer, caps, shutdown (uses `http`, `error`,
+//!   `push`);
 //! - [`front`] is the built-in reverse proxy (`--origin`, `[[rooms]]`):
 //!   waitroom's own paths under one reserved prefix, every other path
 //!   forwarded to the room's origin with a valid pass, the waiting page
@@ -90,12 +92,15 @@ pub use app::{App, StartError};
 pub use config::Config;
 pub use http::AppState;
 
-/// The two listeners of an instance: buyers on `public` (`--addr`),
+/// The listeners of an instance: buyers on `public` (`--addr`),
 /// operators on `admin` (`--admin-addr`: metrics, the admin API, the token
-/// API), so the operator surfaces need not be reachable where buyers are.
+/// API), so the operator surfaces need not be reachable where buyers are,
+/// and gateways on `gate` (`--gate-addr`, when set: the gateway check
+/// alone).
 pub struct Listeners {
     pub public: TcpListener,
     pub admin: TcpListener,
+    pub gate: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -106,7 +111,20 @@ impl Listeners {
         config.validate()?;
         let public = bind_public(config.addr, config.listen_backlog)?;
         let admin = bind_admin(config.admin_addr).await?;
-        Ok(Self { public, admin })
+        let gate = match config.gate_addr {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                StartError::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("--gate-addr {addr}: {e}"),
+                ))
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            public,
+            admin,
+            gate,
+        })
     }
 }
 
@@ -205,6 +223,7 @@ pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
     let Listeners {
         public: listener,
         admin,
+        gate,
     } = listeners;
     let shutdown = state.shutdown().clone();
     let state_gate = state.gate().clone();
@@ -229,6 +248,17 @@ pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
         http::admin_router(state.clone()),
         server::Listener::Operator,
     ));
+    let gateways = match gate {
+        Some(gate) => {
+            tracing::info!(addr = %gate.local_addr()?, "gateway listener (the gateway check)");
+            Some(tokio::spawn(server::serve_gate(
+                state.clone(),
+                settings.clone(),
+                gate,
+            )))
+        }
+        None => None,
+    };
     let router = app.public_router();
     let served = server::serve(state, settings, listener, router, server::Listener::Public).await;
     shutdown.cancel();
@@ -249,6 +279,11 @@ pub async fn serve(app: App, listeners: Listeners) -> Result<(), StartError> {
     let operators = operators
         .await
         .map_err(|e| std::io::Error::other(format!("operator listener: {e}")))?;
+    if let Some(gateways) = gateways {
+        gateways
+            .await
+            .map_err(|e| std::io::Error::other(format!("gateway listener: {e}")))??;
+    }
     served?;
     Ok(operators?)
 }

@@ -120,6 +120,7 @@ macro_rules! keys {
 pub const KEYS: &[Key] = keys![
     "server.addr" => addr,
     "server.admin_addr" => admin_addr,
+    "server.gate_addr" => gate_addr,
     "server.listen_backlog" => listen_backlog,
     "server.base_path" => base_path,
     "server.idle_timeout_secs" => idle_timeout_secs,

@@ -65,6 +65,16 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
 
+    /// Address of the gateway listener: the gateway check alone
+    /// (`/api/gate/check`, no base path) for nginx `auth_request`, Caddy
+    /// `forward_auth`, Traefik `ForwardAuth` or HAProxy, on a port of its
+    /// own: the same answer as on --addr at a fraction of the cost per
+    /// request, and only the total connections capped (a gateway is one
+    /// address holding many). Unset: no such listener (the check is still
+    /// served on --addr).
+    #[arg(long, env = "WAITROOM_GATE_ADDR")]
+    pub gate_addr: Option<SocketAddr>,
+
     /// Connections the kernel may hold for `--addr` before they are
     /// accepted (the listen backlog). A sale opens with thousands of
     /// connects in the same millisecond; past the backlog the kernel drops

@@ -159,6 +159,11 @@ impl Config {
         {
             return bad("--admin-addr must differ from --addr");
         }
+        if let Some(gate) = self.gate_addr.filter(|a| a.port() != 0)
+            && (gate == self.addr || Some(gate) == self.admin_addr)
+        {
+            return bad("--gate-addr must differ from --addr and --admin-addr");
+        }
         if self.max_streams == Some(0) {
             return bad("--max-streams must be at least 1");
         }

@@ -158,12 +158,38 @@ pub fn router(state: AppState) -> Router {
         format!("{}{}", state.settings().base_path, pass::CHECK_PATH).into();
     Router::new().fallback_service(tower::service_fn(move |request: Request| {
         if request.uri().path() == &*check_path && pass::is_check_method(request.method()) {
-            let answer = pass::check_lean(&state, &request);
+            let answer = pass::check_lean(&state, &request, pass::Reader::Anyone);
             futures::future::Either::Left(std::future::ready(Ok(answer)))
         } else {
             futures::future::Either::Right(app.clone().oneshot(request))
         }
     }))
+}
+
+/// What the gateway listener (`--gate-addr`) answers, request by request
+/// and without a router (`crate::server::gate` calls it for each): the
+/// gateway check at [`pass::CHECK_PATH`], as the public listener answers
+/// it (`pass::check_lean`) but for the page's security headers on a `200`,
+/// which no gateway passes on; no base path (gateways reach the instance
+/// directly, as operators do); any other path is `404 not_found`. The request's body is never read: a gateway's
+/// subrequest has none.
+pub fn gate_answer<B>(state: &AppState, request: &axum::http::Request<B>) -> Response {
+    let mut response = if request.uri().path() != pass::CHECK_PATH {
+        ApiError::not_found(ErrorCode::NotFound, "no such resource").into_response()
+    } else if pass::is_check_method(request.method()) {
+        return pass::check_lean(state, request, pass::Reader::Gateway);
+    } else {
+        // `TRACE`, `CONNECT`: refused as the public router refuses them.
+        let mut refused = ApiError::MethodNotAllowed.into_response();
+        const ALLOW: axum::http::HeaderValue =
+            axum::http::HeaderValue::from_static("GET,HEAD,POST,PUT,PATCH,DELETE,OPTIONS");
+        refused
+            .headers_mut()
+            .insert(axum::http::header::ALLOW, ALLOW);
+        refused
+    };
+    security::apply(response.headers_mut(), true);
+    response
 }
 
 /// What the operator listener (`--admin-addr`) serves; any other path is

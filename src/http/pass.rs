@@ -339,6 +339,15 @@ pub(super) fn is_check_method(method: &Method) -> bool {
     !matches!(*method, Method::TRACE | Method::CONNECT)
 }
 
+/// Who reads a check's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reader {
+    /// Anyone: the public listener, where a browser may ask too.
+    Anyone,
+    /// A gateway: the gateway listener (`--gate-addr`).
+    Gateway,
+}
+
 /// The gateway check served outside the public router's layers (see
 /// `super::router`): it runs before every request to the protected site,
 /// and the layers are for waitroom's own API (cookie names, cross-origin
@@ -347,7 +356,18 @@ pub(super) fn is_check_method(method: &Method) -> bool {
 /// every answer carries the security headers and `Cache-Control:
 /// no-store`, bad input is the JSON error shape, and `HEAD` gets the
 /// head alone.
-pub(super) fn check_lean(state: &AppState, request: &axum::extract::Request) -> Response {
+///
+/// `Reader::Gateway` (the gateway listener, whose only clients are
+/// gateways): a `200` carries the check's own headers and `no-store`, not
+/// the page's security headers. No gateway hands an accepting answer to
+/// the browser (nginx and HAProxy read it, Caddy and Traefik copy named
+/// headers from it), while a refusal may be passed on as it is (Caddy,
+/// Traefik), so refusals keep every header.
+pub(super) fn check_lean<B>(
+    state: &AppState,
+    request: &axum::http::Request<B>,
+    reader: Reader,
+) -> Response {
     let headers = request.headers();
     // One name per header line: a repeat is two lines of one name.
     let names = headers.iter().map(|(name, _)| name.as_str());
@@ -360,7 +380,14 @@ pub(super) fn check_lean(state: &AppState, request: &axum::extract::Request) -> 
             .and_then(|query| answer_check(state, &query, headers)),
     };
     let mut response = answer.unwrap_or_else(IntoResponse::into_response);
-    super::security::apply(response.headers_mut(), true);
+    if reader == Reader::Gateway && response.status() == StatusCode::OK {
+        const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, NO_STORE);
+    } else {
+        super::security::apply(response.headers_mut(), true);
+    }
     if *request.method() == Method::HEAD {
         let (parts, _) = response.into_parts();
         return Response::from_parts(parts, axum::body::Body::empty());

@@ -66,8 +66,11 @@
 //! beyond its cap (`admit.rs`).
 
 mod admit;
+mod gate;
 mod handover;
 mod lean;
+
+pub use gate::serve as serve_gate;
 
 use std::sync::Arc;
 use std::time::Duration;

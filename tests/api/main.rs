@@ -25,6 +25,7 @@ mod front_refused;
 mod front_sessions;
 #[cfg(feature = "https-webhooks")]
 mod front_tls;
+mod gate_listener;
 mod gone;
 mod group_commit;
 mod held;

@@ -478,6 +478,8 @@ pub struct TestApp {
     pub addr: SocketAddr,
     /// The operator listener: `/metrics`, `/api/admin/*`, `/api/tokens/*`.
     pub admin_addr: SocketAddr,
+    /// The gateway listener (`--gate-addr`): the gateway check alone.
+    pub gate_addr: SocketAddr,
     pub state: AppState,
     /// The instance's validated configuration.
     pub config: Config,
@@ -504,18 +506,22 @@ impl TestApp {
         let addr = listener.local_addr().unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin_addr = admin.local_addr().unwrap();
+        let gate = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gate_addr = gate.local_addr().unwrap();
         let tasks = TaskTracker::new();
         let serving = built;
         tasks.spawn(async move {
             let listeners = waitroom::Listeners {
                 public: listener,
                 admin,
+                gate: Some(gate),
             };
             waitroom::serve(serving, listeners).await.expect("serve");
         });
         Self {
             addr,
             admin_addr,
+            gate_addr,
             state,
             config,
             client: reqwest::Client::builder()

@@ -87,6 +87,7 @@ async function waitFor(url, what, ms = 20_000) {
 async function backends() {
   const originPort = await freePort();
   const waitroomPort = await freePort();
+  const gatePort = await freePort();
   const originLog = path.join(work, `origin-${originPort}.jsonl`);
   const origin = run('origin', process.execPath, [
     path.join(ROOT, 'tests/front/origin.mjs'), '--port', String(originPort), '--log', originLog,
@@ -94,6 +95,7 @@ async function backends() {
   const waitroom = run('waitroom', BIN, [
     '--addr', `127.0.0.1:${waitroomPort}`,
     '--admin-addr', `127.0.0.1:${await freePort()}`,
+    '--gate-addr', `127.0.0.1:${gatePort}`,
     '--base-path', '/waitroom',
     '--trusted-proxies', '127.0.0.1/32',
     '--cookie-secure', 'never',
@@ -106,13 +108,14 @@ async function backends() {
   ]);
   await waitFor(`http://127.0.0.1:${originPort}/__origin/stats`, 'the shop');
   await waitFor(`http://127.0.0.1:${waitroomPort}/healthz`, 'waitroom');
-  return { originPort, waitroomPort, originLog, stop: () => { origin.child.kill(); waitroom.child.kill(); } };
+  return { originPort, waitroomPort, gatePort, originLog, stop: () => { origin.child.kill(); waitroom.child.kill(); } };
 }
 
 /** The committed file with its addresses replaced. */
-function siteConfig(file, { gatewayPort, originPort, waitroomPort }) {
+function siteConfig(file, { gatewayPort, originPort, waitroomPort, gatePort }) {
   const text = readFileSync(path.join(ROOT, file), 'utf8')
     .replaceAll('127.0.0.1:8080', `127.0.0.1:${waitroomPort}`)
+    .replaceAll('127.0.0.1:8081', `127.0.0.1:${gatePort}`)
     .replaceAll('127.0.0.1:3000', `127.0.0.1:${originPort}`);
   if (file.endsWith('Caddyfile')) return text.replace('http://:80', `http://127.0.0.1:${gatewayPort}`);
   return text.replace('listen 80;', `listen 127.0.0.1:${gatewayPort};`);
