@@ -36,10 +36,9 @@
 //! - [`http`] is the API: its state ([`AppState`], typed `HttpSettings`),
 //!   routes, extractors (the order gate's `EntryPass` too), request limits
 //!   (uses the modules above but `tasks` and `webhook`);
-//! - [`server`] owns the connections: the buyers' and operators'
-//!   listeners, the gateway listener (`--gate-addr`, on threads of its
-//!   own), the lean stream writer, caps, shutdown (uses `http`, `error`,
-//!   `push`);
+//! - [`server`] owns the connections: the buyers', operators' and
+//!   gateways' (`--gate-addr`) listeners, their serving threads, the lean
+//!   stream writer, caps, shutdown (uses `http`, `error`, `push`);
 //! - [`front`] is the built-in reverse proxy (`--origin`, `[[rooms]]`):
 //!   waitroom's own paths under one reserved prefix, every other path
 //!   forwarded to the room's origin with a valid pass, the waiting page

@@ -26,6 +26,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -230,7 +231,8 @@ impl Upstream {
     }
 }
 
-/// Idle HTTP/1.1 connections to the origins, most recently used last.
+/// Idle HTTP/1.1 connections to the origins, most recently used last,
+/// kept per serving thread.
 ///
 /// Each connection is driven by a task of its own (hyper's client
 /// connection); a request takes one out, and its response body gives it
@@ -238,10 +240,22 @@ impl Upstream {
 /// is only ever reused at a message boundary, and the hot path spawns
 /// nothing. A connection whose answer is dropped half-read is not given
 /// back (hyper closes it).
+///
+/// **Per thread.** A connection's task runs on the runtime of the thread
+/// that opened it (`crate::server`'s serving threads each run one), and
+/// a request handed to a connection of another thread's wakes that
+/// thread twice per exchange. So a thread takes back only the
+/// connections it opened: 1.42× the proxied requests per second of one
+/// shared pool, measured
+/// (docs/benchmarks/proxy-20261202T1930Z.md), for at most
+/// [`IDLE_PER_ORIGIN`] idle connections per origin on each thread.
 #[derive(Default)]
 struct Pool {
-    idle: Mutex<HashMap<Box<str>, VecDeque<Idle>>>,
+    idle: Mutex<HashMap<ThreadId, IdleByOrigin>>,
 }
+
+/// One thread's idle connections, by origin.
+type IdleByOrigin = HashMap<Box<str>, VecDeque<Idle>>;
 
 struct Idle {
     sender: SendRequest<Body>,
@@ -284,11 +298,14 @@ impl Pool {
         }
     }
 
-    /// The most recently used idle connection to `origin` that is still
-    /// open and ready; older and closed ones are dropped on the way.
+    /// The most recently used idle connection to `origin` this thread
+    /// opened that is still open and ready; older and closed ones are
+    /// dropped on the way.
     fn take(&self, origin: &str) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let waiting = idle.get_mut(origin)?;
+        let waiting = idle
+            .get_mut(&std::thread::current().id())?
+            .get_mut(origin)?;
         while let Some(candidate) = waiting.pop_back() {
             if candidate.since.elapsed() < IDLE_TIMEOUT && candidate.sender.is_ready() {
                 return Some(candidate.sender);
@@ -317,7 +334,11 @@ impl Pool {
 
     fn keep(&self, origin: Box<str>, sender: SendRequest<Body>) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let waiting = idle.entry(origin).or_default();
+        let waiting = idle
+            .entry(std::thread::current().id())
+            .or_default()
+            .entry(origin)
+            .or_default();
         // The oldest are at the front: those past their time, and any
         // beyond the bound, go.
         while waiting

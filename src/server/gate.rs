@@ -18,16 +18,10 @@
 //! `--connections-per-address` would count against it; here only the
 //! total is capped (`--max-connections`).
 //!
-//! **Threads of its own.** The rest of the instance runs on tokio's
-//! work-stealing runtime, whose cross-thread wake-ups cost a request this
-//! small more than the request itself: 7.5 µs of CPU per check there
-//! against 5.3 µs on a single-threaded runtime, measured under the same
-//! load (docs/benchmarks/gate-listener-20261202T1900Z.md). So the
-//! listener accepts on the instance's runtime and hands each connection,
-//! in turn, to one of its own threads (one per core, up to
-//! [`MAX_THREADS`]), each a single-threaded runtime serving what it was
-//! handed. They share the instance's state (the pass service, the
-//! catalog) and the shutdown token, and end with it.
+//! **Threads of its own.** Like the other listeners, it serves each
+//! connection on one of its own single-threaded runtimes
+//! ([`super::workers`]): a request this small costs more in cross-thread
+//! wake-ups than in work on a work-stealing runtime.
 //!
 //! **Deadlines without a timer per request.** A connection that sends
 //! nothing within `--first-byte-timeout-secs`, or no new request for
@@ -52,21 +46,16 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
-use super::admit::{Admission, Admitted, Held, Limits};
+use super::admit::{Admission, Admitted, Limits};
+use super::workers::Workers;
 use super::{HEAD_TIMEOUT, Settings, TURN_AWAY_AT_ONCE, turn_away};
 use crate::http::{ApiError, AppState};
-
-/// Most threads the gateway listener serves on (one per core up to this).
-const MAX_THREADS: usize = 8;
-
-/// An accepted connection on its way to a serving thread, with its slot.
-type Handed = (std::net::TcpStream, Held);
 
 /// Serves the gateway check on `listener` until the state's shutdown
 /// fires and every connection has finished (a request in flight is
 /// answered; anything still open `drain + 5 s` after shutdown is
-/// dropped). Accepts here, serves on threads of its own (see the module
-/// doc), handing connections out in turn.
+/// dropped). Accepts here, serves on the listener's own threads
+/// ([`super::workers`]).
 pub async fn serve(
     state: AppState,
     settings: Settings,
@@ -84,30 +73,9 @@ pub async fn serve(
         idle: settings.idle_timeout,
     };
     let drain = settings.drain + Duration::from_secs(5);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(MAX_THREADS);
-    let mut workers = Vec::with_capacity(threads);
-    let mut stopped = Vec::with_capacity(threads);
-    for n in 0..threads {
-        let (hand, incoming) = tokio::sync::mpsc::unbounded_channel::<Handed>();
-        let (done, finished) = tokio::sync::oneshot::channel::<()>();
-        let state = state.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        std::thread::Builder::new()
-            .name(format!("waitroom-gate-{n}"))
-            .spawn(move || {
-                runtime.block_on(work(state, incoming, deadlines, drain));
-                let _ = done.send(());
-            })?;
-        workers.push(hand);
-        stopped.push(finished);
-    }
+    let mut workers = Workers::start("waitroom-gate", drain)?;
     let refusals = TaskTracker::new();
     let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
-    let mut next = 0;
     loop {
         let (socket, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -129,56 +97,17 @@ pub async fn serve(
             continue;
         };
         let _ = socket.set_nodelay(true);
-        // Out of this runtime's reactor, into the serving thread's.
-        let Ok(socket) = socket.into_std() else {
-            continue;
-        };
-        next = (next + 1) % workers.len();
-        // A worker that is gone (it panicked) drops what it is handed.
-        let _ = workers[next].send((socket, held));
-    }
-    drop(listener);
-    // Closing the hand-over ends each worker's loop: it finishes what it
-    // serves within the drain window, then its thread ends.
-    drop(workers);
-    refusals.close();
-    refusals.wait().await;
-    for finished in stopped {
-        finished
-            .await
-            .map_err(|_| std::io::Error::other("a gateway listener thread panicked"))?;
-    }
-    Ok(())
-}
-
-/// One serving thread: the connections it is handed, each a task of its
-/// runtime, until the hand-over closes; then what is open gets `drain`.
-async fn work(
-    state: AppState,
-    mut incoming: tokio::sync::mpsc::UnboundedReceiver<Handed>,
-    deadlines: Deadlines,
-    drain: Duration,
-) {
-    let connections = TaskTracker::new();
-    let shutdown = state.shutdown().clone();
-    while let Some((socket, held)) = incoming.recv().await {
-        let Ok(socket) = tokio::net::TcpStream::from_std(socket) else {
-            continue;
-        };
-        let state = state.clone();
-        let stopping = shutdown.clone();
-        connections.spawn(async move {
+        let (state, stopping) = (state.clone(), shutdown.clone());
+        workers.hand(socket, move |socket| async move {
             let _held = held;
             serve_connection(state, socket, deadlines, stopping).await;
         });
     }
-    connections.close();
-    if tokio::time::timeout(drain, connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("gateway connections still open after the drain window; closing them");
-    }
+    drop(listener);
+    refusals.close();
+    workers.finish().await?;
+    refusals.wait().await;
+    Ok(())
 }
 
 /// How long a connection may wait for its first request, and between two.
