@@ -195,7 +195,7 @@ done
 
 stamp=$(date -u +%Y%m%dT%H%MZ)
 report="docs/benchmarks/proxy-$stamp.md"
-python3 - "$TMP" "$report" "GEN=$GEN CONNS=$CONNS THREADS=$THREADS DURATION=$DURATION REPEATS=$REPEATS" "$(nproc)" "$load_before / $(cut -d' ' -f1-3 /proc/loadavg)" "$(git rev-parse --short HEAD)" <<'PY'
+python3 - "$TMP" "$report" "GEN=$GEN CONNS=$CONNS THREADS=$THREADS DURATION=$DURATION REPEATS=$REPEATS" "$(nproc)" "$load_before / $(cut -d' ' -f1-3 /proc/loadavg)" "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo " with uncommitted changes to src/")" <<'PY'
 import statistics, sys
 tmp, report, settings, cores, load, commit = sys.argv[1:]
 def read(name):

@@ -247,7 +247,7 @@ impl Upstream {
 /// thread twice per exchange. So a thread takes back only the
 /// connections it opened: 1.42× the proxied requests per second of one
 /// shared pool, measured
-/// (docs/benchmarks/proxy-20261202T1930Z.md), for at most
+/// (docs/benchmarks/serving-threads-20261202T1930Z.md), for at most
 /// [`IDLE_PER_ORIGIN`] idle connections per origin on each thread.
 #[derive(Default)]
 struct Pool {
