@@ -12,8 +12,9 @@
 //! wrapping and the router. None of that concerns a gateway, which sends
 //! bodiless heads on a pool of kept-alive connections and never opens a
 //! stream. Here hyper serves the socket directly and each request is one
-//! call of [`crate::http::gate_answer`]: the same answer, byte for byte,
-//! as the public listener's check. A gateway is also one client address
+//! call of [`crate::http::gate_answer`]: the public listener's answer,
+//! but for the page's security headers on a `200`, which no gateway
+//! passes on. A gateway is also one client address
 //! holding many connections, which the public listener's
 //! `--connections-per-address` would count against it; here only the
 //! total is capped (`--max-connections`).
@@ -43,13 +44,11 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-use tokio_util::task::TaskTracker;
 
-use super::admit::{Admission, Admitted, Limits};
+use super::admit::Limits;
 use super::workers::Workers;
-use super::{HEAD_TIMEOUT, Settings, TURN_AWAY_AT_ONCE, turn_away};
-use crate::http::{ApiError, AppState};
+use super::{Acceptor, HEAD_TIMEOUT, Settings};
+use crate::http::AppState;
 
 /// Serves the gateway check on `listener` until the state's shutdown
 /// fires and every connection has finished (a request in flight is
@@ -62,40 +61,23 @@ pub async fn serve(
     listener: TcpListener,
 ) -> std::io::Result<()> {
     let shutdown = state.shutdown().clone();
-    let admission = Admission::new(Limits {
-        max_connections: settings.max_connections,
-        per_address: None,
-        proxies: state.trusted_proxies().clone(),
-        reserve: None,
-    });
+    // No per-address count (`per_address: None`): only the cap.
+    let acceptor = Acceptor::new(
+        listener,
+        Limits {
+            max_connections: settings.max_connections,
+            per_address: None,
+            proxies: state.trusted_proxies().clone(),
+            reserve: None,
+        },
+    );
     let deadlines = Deadlines {
         first_byte: settings.first_byte_timeout.min(settings.idle_timeout),
         idle: settings.idle_timeout,
     };
     let drain = settings.drain + Duration::from_secs(5);
     let mut workers = Workers::start("waitroom-gate", drain)?;
-    let refusals = TaskTracker::new();
-    let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
-    loop {
-        let (socket, peer) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "gateway listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        // No per-address count (`per_address: None`): only the cap.
-        let Admitted::Open(held) = admission.admit(peer) else {
-            metrics::counter!("waitroom_connections_refused_total").increment(1);
-            if let Ok(slot) = turning_away.clone().try_acquire_owned() {
-                refusals.spawn(turn_away(socket, ApiError::ServerBusy, slot));
-            }
-            continue;
-        };
+    while let Some((socket, _, held, _)) = acceptor.next(&shutdown).await {
         let _ = socket.set_nodelay(true);
         let (state, stopping) = (state.clone(), shutdown.clone());
         workers.hand(socket, move |socket| async move {
@@ -103,8 +85,7 @@ pub async fn serve(
             serve_connection(state, socket, deadlines, stopping).await;
         });
     }
-    drop(listener);
-    refusals.close();
+    let refusals = acceptor.close();
     workers.finish().await?;
     refusals.wait().await;
     Ok(())

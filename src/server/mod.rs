@@ -82,6 +82,7 @@ mod workers;
 
 pub use gate::serve as serve_gate;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,13 +92,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::timeout::RequestBodyDeadlineLayer;
 
 use crate::error::ErrorCode;
 use crate::http::ApiError;
 use crate::http::AppState;
-use admit::{Admission, Admitted, Limits, ReserveConfig};
+use admit::{Admission, Admitted, Held, Knock, Limits, ReserveConfig};
 use handover::{HandoverIo, Shared, Timeouts, Tracked};
 
 /// How long a client may take to send a request head, from its first
@@ -199,11 +201,9 @@ pub async fn serve(
         .layer(RequestBodyDeadlineLayer::new(settings.body_timeout))
         .service(router.clone());
     let shutdown = state.shutdown().clone();
-    let refusals = TaskTracker::new();
     let drain = settings.drain + Duration::from_secs(5);
     let mut workers = workers::Workers::start(kind.thread_name(), drain)?;
-    let admission = Admission::new(kind.limits(&state, &settings));
-    let turning_away = Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE));
+    let acceptor = Acceptor::new(listener, kind.limits(&state, &settings));
     let route = Arc::new(lean::stream_route(&state.settings().base_path));
     let timeouts = Timeouts {
         // A connection that has sent nothing yet is at least as idle as a
@@ -215,36 +215,7 @@ pub async fn serve(
     // hyper's own bound, for connections whose framing the IO lost: an
     // idle wait and a head after it.
     let backstop = timeouts.idle.max(timeouts.first_byte) + timeouts.head;
-    loop {
-        let (socket, peer) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let (held, knock) = match admission.admit(peer) {
-            Admitted::Open(held) => (held, None),
-            Admitted::Knocking(held, knock) => (held, Some(knock)),
-            refused => {
-                let answer = if matches!(refused, Admitted::AddressFull) {
-                    metrics::counter!("waitroom_address_connections_refused_total").increment(1);
-                    address_full()
-                } else {
-                    metrics::counter!("waitroom_connections_refused_total").increment(1);
-                    ApiError::ServerBusy
-                };
-                if let Ok(slot) = turning_away.clone().try_acquire_owned() {
-                    refusals.spawn(turn_away(socket, answer, slot));
-                }
-                continue;
-            }
-        };
+    while let Some((socket, peer, held, knock)) = acceptor.next(&shutdown).await {
         let router = router.clone();
         let app = app.clone();
         let stopping = shutdown.clone();
@@ -290,11 +261,75 @@ pub async fn serve(
             }
         });
     }
-    drop(listener);
-    refusals.close();
+    let refusals = acceptor.close();
     workers.finish().await?;
     refusals.wait().await;
     Ok(())
+}
+
+/// A listener's door: takes the next connection and admits it, or turns
+/// it away (answered, closed) when it is over the listener's caps.
+struct Acceptor {
+    listener: TcpListener,
+    admission: Admission,
+    /// The answers being written to connections turned away.
+    refusals: TaskTracker,
+    turning_away: Arc<Semaphore>,
+}
+
+impl Acceptor {
+    fn new(listener: TcpListener, limits: Limits) -> Self {
+        Self {
+            listener,
+            admission: Admission::new(limits),
+            refusals: TaskTracker::new(),
+            turning_away: Arc::new(Semaphore::new(TURN_AWAY_AT_ONCE)),
+        }
+    }
+
+    /// The next connection admitted: its socket, peer, slot and (over the
+    /// operator listener's cap) knock; `None` once `shutdown` fires.
+    async fn next(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Option<(TcpStream, SocketAddr, Held, Option<Arc<Knock>>)> {
+        loop {
+            let (socket, peer) = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let answer = match self.admission.admit(peer) {
+                Admitted::Open(held) => return Some((socket, peer, held, None)),
+                Admitted::Knocking(held, knock) => return Some((socket, peer, held, Some(knock))),
+                Admitted::AddressFull => {
+                    metrics::counter!("waitroom_address_connections_refused_total").increment(1);
+                    address_full()
+                }
+                Admitted::Busy => {
+                    metrics::counter!("waitroom_connections_refused_total").increment(1);
+                    ApiError::ServerBusy
+                }
+            };
+            if let Ok(slot) = self.turning_away.clone().try_acquire_owned() {
+                self.refusals.spawn(turn_away(socket, answer, slot));
+            }
+        }
+    }
+
+    /// Stops taking connections (the listening socket closes); the
+    /// answers still being written to those turned away, to wait for.
+    fn close(self) -> TaskTracker {
+        self.refusals.close();
+        self.refusals
+    }
 }
 
 /// The answer to a connection over its address's share.
