@@ -733,7 +733,11 @@ async fn a_browsing_visitor_keeps_the_only_slot_and_going_idle_hands_it_to_the_n
     assert!(is_product(&html, "2"), "{html}");
     assert_eq!(seen_at(&shop, bob_page), 1);
     // Ann's pass is refused: the waiting page again, and the shop never
-    // sees her request.
+    // sees her request. Her slot is free at her idle deadline; her pass is
+    // refused once the sessions task has logged the end and read it back
+    // (each second: `tasks::sessions::EVERY`), as documented ("within
+    // about a second"), so her next request comes after one such tick.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let (code, html) = visit(&app, ann_page, "ann", &pass).await;
     assert_eq!(code, 200, "{html}");
     assert!(

@@ -12,12 +12,9 @@ use tokio::net::TcpStream;
 
 use crate::common::{TestApp, skip_redis};
 
+/// Follows no redirect: the tests read each one.
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
+    crate::front::no_redirects()
 }
 
 /// The pass of `user`, admitted at once (the queue's first).

@@ -16,12 +16,9 @@ use waitroom::store::redis::RedisStore;
 
 use crate::common::{IDLE, RedisProcess, TestApp, config, eventually};
 
+/// Follows no redirect: the tests read each one.
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
+    crate::front::no_redirects()
 }
 
 async fn both(args: &[&str]) -> Vec<TestApp> {
