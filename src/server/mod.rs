@@ -1,12 +1,15 @@
 //! The connections the API is served on: the accept loop, and the two
 //! paths an event stream can take.
 //!
-//! **Two listeners, one loop.** [`serve`] runs for the public listener
+//! **Three listeners, one door.** [`serve`] runs for the public listener
 //! (buyers: `crate::http::router`) and for the operator listener (metrics,
 //! the admin and token APIs: `crate::http::admin_router`), each with its
 //! own connection cap, the same limits and the same shutdown token. A
 //! router without the events route never hands a connection to the lean
-//! writer, so the operator listener is plain hyper.
+//! writer, so the operator listener is plain hyper. The gateway listener
+//! (`--gate-addr`, `gate.rs`) serves the gateway check alone, without a
+//! router. All three take connections through one `Acceptor` (the caps
+//! and the refusals).
 //!
 //! **Serving threads.** Each listener accepts on the instance's runtime
 //! (its caps and refusals are decided there) and hands every connection
