@@ -168,7 +168,7 @@ pub fn router(state: AppState) -> Router {
 
 /// What the gateway listener (`--gate-addr`) answers, request by request
 /// and without a router (`crate::server::gate` calls it for each): the
-/// gateway check at [`pass::CHECK_PATH`], as the public listener answers
+/// gateway check at `/api/gate/check` (`pass::CHECK_PATH`), as the public listener answers
 /// it (`pass::check_lean`) but for the page's security headers on a `200`,
 /// which no gateway passes on; no base path (gateways reach the instance
 /// directly, as operators do); any other path is `404 not_found`. The request's body is never read: a gateway's

@@ -54,7 +54,7 @@ use crate::http::AppState;
 /// fires and every connection has finished (a request in flight is
 /// answered; anything still open `drain + 5 s` after shutdown is
 /// dropped). Accepts here, serves on the listener's own threads
-/// ([`super::workers`]).
+/// (`workers.rs`).
 pub async fn serve(
     state: AppState,
     settings: Settings,
