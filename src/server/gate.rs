@@ -72,11 +72,10 @@ pub async fn serve(
         },
     );
     let deadlines = Deadlines {
-        first_byte: settings.first_byte_timeout.min(settings.idle_timeout),
+        first_byte: settings.first_byte_wait(),
         idle: settings.idle_timeout,
     };
-    let drain = settings.drain + Duration::from_secs(5);
-    let mut workers = Workers::start("waitroom-gate", drain)?;
+    let mut workers = Workers::start("waitroom-gate", settings.drain_window())?;
     while let Some((socket, _, held, _)) = acceptor.next(&shutdown).await {
         let _ = socket.set_nodelay(true);
         let (state, stopping) = (state.clone(), shutdown.clone());
@@ -85,10 +84,7 @@ pub async fn serve(
             serve_connection(state, socket, deadlines, stopping).await;
         });
     }
-    let refusals = acceptor.close();
-    workers.finish().await?;
-    refusals.wait().await;
-    Ok(())
+    acceptor.close(workers).await
 }
 
 /// How long a connection may wait for its first request, and between two.

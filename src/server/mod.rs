@@ -153,6 +153,20 @@ pub struct Settings {
     pub admin_reserved_connections: usize,
 }
 
+impl Settings {
+    /// How long a connection that has sent nothing yet may stay silent:
+    /// it is at least as idle as a kept-alive one, so never longer.
+    fn first_byte_wait(&self) -> Duration {
+        self.first_byte_timeout.min(self.idle_timeout)
+    }
+
+    /// How long connections get to finish after shutdown: the drain
+    /// window, then 5 s more before what is left is dropped.
+    fn drain_window(&self) -> Duration {
+        self.drain + Duration::from_secs(5)
+    }
+}
+
 impl Listener {
     /// The name of its serving threads.
     fn thread_name(self) -> &'static str {
@@ -204,14 +218,11 @@ pub async fn serve(
         .layer(RequestBodyDeadlineLayer::new(settings.body_timeout))
         .service(router.clone());
     let shutdown = state.shutdown().clone();
-    let drain = settings.drain + Duration::from_secs(5);
-    let mut workers = workers::Workers::start(kind.thread_name(), drain)?;
+    let mut workers = workers::Workers::start(kind.thread_name(), settings.drain_window())?;
     let acceptor = Acceptor::new(listener, kind.limits(&state, &settings));
     let route = Arc::new(lean::stream_route(&state.settings().base_path));
     let timeouts = Timeouts {
-        // A connection that has sent nothing yet is at least as idle as a
-        // kept-alive one: never kept longer.
-        first_byte: settings.first_byte_timeout.min(settings.idle_timeout),
+        first_byte: settings.first_byte_wait(),
         idle: settings.idle_timeout,
         head: HEAD_TIMEOUT,
     };
@@ -264,10 +275,7 @@ pub async fn serve(
             }
         });
     }
-    let refusals = acceptor.close();
-    workers.finish().await?;
-    refusals.wait().await;
-    Ok(())
+    acceptor.close(workers).await
 }
 
 /// A listener's door: takes the next connection and admits it, or turns
@@ -327,11 +335,18 @@ impl Acceptor {
         }
     }
 
-    /// Stops taking connections (the listening socket closes); the
-    /// answers still being written to those turned away, to wait for.
-    fn close(self) -> TaskTracker {
-        self.refusals.close();
-        self.refusals
+    /// Stops taking connections (the listening socket closes at once),
+    /// then waits for `workers` to finish what they serve and for the
+    /// answers still being written to those turned away.
+    async fn close(self, workers: workers::Workers) -> std::io::Result<()> {
+        let Self {
+            listener, refusals, ..
+        } = self;
+        drop(listener);
+        refusals.close();
+        workers.finish().await?;
+        refusals.wait().await;
+        Ok(())
     }
 }
 

@@ -11,28 +11,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{TestApp, skip_redis};
+use crate::pass::pass_of;
 
 /// Follows no redirect: the tests read each one.
 fn client() -> reqwest::Client {
     crate::front::no_redirects()
-}
-
-/// The pass of `user`, admitted at once (the queue's first).
-async fn pass_of(app: &TestApp, queue: &str, user: &str) -> String {
-    let (code, body) = app.enter(queue, user).await;
-    assert!(code == 200 || code == 201, "{code} {body}");
-    let ticket = body["ticket"].as_str().unwrap().to_owned();
-    let r = client()
-        .get(app.url(&format!("/api/queues/{queue}/pass?return=/")))
-        .header("x-user-id", user)
-        .header("x-queue-ticket", &ticket)
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
-    body["pass"].as_str().unwrap().to_owned()
 }
 
 async fn send(

@@ -58,7 +58,7 @@ async fn take_pass(
 }
 
 /// The pass of an admitted `user` (READY at once: the first joiner).
-async fn pass_of(app: &TestApp, queue: &str, user: &str) -> String {
+pub(crate) async fn pass_of(app: &TestApp, queue: &str, user: &str) -> String {
     let ticket = join(app, queue, user).await;
     let (code, body) = take_pass(app, queue, user, &ticket, "/").await;
     assert_eq!(code, 200, "{body}");
