@@ -591,6 +591,15 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from(secs));
         }
+        if matches!(self, Self::PayloadTooLarge) {
+            // The body was refused unread, so the connection closes after
+            // this answer: saying so keeps a client from pooling it and
+            // sending its next request on a closing socket.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
         response
     }
 }
