@@ -50,7 +50,8 @@ pub use lottery::{
     PreEntry, PreJoin, draw_in_steps, new_draw_id,
 };
 pub use sessions::{
-    ENDED_PAGE, EndedPage, EndedSession, SessionLimits, SessionPolicy, SessionStart, SessionStore,
+    ENDED_PAGE, ENDED_SLOT_HOLD_MS, EndedPage, EndedSession, SessionLimits, SessionPolicy,
+    SessionStart, SessionStore,
 };
 pub use settings::SettingsStore;
 pub use stock::{StockState, StockStore};

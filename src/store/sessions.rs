@@ -6,12 +6,13 @@
 //! sees it free in between and lets in no more than the free slots. A
 //! session lives while it is used: activity (reported in batches, never
 //! per request) moves its deadline to `idle` from now, up to the pass's
-//! expiry; past its deadline it is *ended* and its slot is free for the
-//! next in line. An operator may end one at once. Every ended session goes
-//! into the queue's ended log, which every instance reads in the
-//! background into its local set ([`crate::pass::EndedSessions`]), so a
-//! pass whose session ended is refused everywhere, with no store call on a
-//! checked request.
+//! expiry; past its deadline it is *ended*. An operator may end one at
+//! once. Every ended session goes into the queue's ended log, which every
+//! instance reads in the background into its local set
+//! ([`crate::pass::EndedSessions`]), so a pass whose session ended is
+//! refused everywhere, with no store call on a checked request. Its slot
+//! frees for the next in line only [`ENDED_SLOT_HOLD_MS`] after the end
+//! is logged, once every instance refuses the pass.
 
 use async_trait::async_trait;
 
@@ -103,6 +104,16 @@ pub struct EndedPage {
 /// Ended sessions read at most per call.
 pub const ENDED_PAGE: usize = 1000;
 
+/// How long a session's slot stays taken after its end is logged, ms.
+/// Every instance reads the ended log once a second
+/// (`crate::tasks::sessions`) and refuses the pass from then on; freeing
+/// the slot at once would let admission hand it to the next buyer while
+/// instances that have not read the end yet still let the old pass
+/// through, two visitors in one slot. Two reads' worth covers a late
+/// tick. A session's slot is also held this long past its idle deadline,
+/// so admission never frees it before the end is logged.
+pub const ENDED_SLOT_HOLD_MS: u64 = 2_000;
+
 /// Sessions: start, activity, idle end, an operator's end, the count of
 /// live ones and the ended log.
 #[async_trait]
@@ -129,10 +140,12 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> StoreResult<usize>;
 
     /// Ends the sessions past their deadline (a bounded number per call),
-    /// freeing their slots and logging them; the number ended.
+    /// logging them; their slots free [`ENDED_SLOT_HOLD_MS`] later. The
+    /// number ended.
     async fn sweep_sessions(&self, queue: &QueueName) -> StoreResult<usize>;
 
-    /// Ends session `id` now (an operator); false if it was not live.
+    /// Ends session `id` now (an operator), its slot free
+    /// [`ENDED_SLOT_HOLD_MS`] later; false if it was not live.
     async fn end_session(&self, queue: &QueueName, id: &SessionId) -> StoreResult<bool>;
 
     /// Sessions live in `queue` (deadline not past).

@@ -700,53 +700,88 @@ fn is_product(html: &str, id: &str) -> bool {
 async fn a_browsing_visitor_keeps_the_only_slot_and_going_idle_hands_it_to_the_next() {
     let shop = Shop::start();
     let app = front_of(&shop, &ONE_AT_A_TIME).await;
+    one_slot_passes_from_an_idle_visitor_to_the_next(&shop, &app, &app).await;
+    app.stop().await;
+}
+
+/// Two instances on one Redis: Ann browses on one, Bob waits on the other,
+/// and each refuses Ann's pass by the time Bob, let in, reaches the shop.
+#[tokio::test]
+async fn across_instances_an_idle_visitors_slot_passes_on_only_once_every_instance_refuses_her() {
+    crate::needs_redis!();
+    let shop = Shop::start();
+    let origin = shop.origin();
+    let prefix = crate::common::unique_prefix("front-idle");
+    let mut args = vec!["--origin", origin.as_str(), "--key-prefix", &prefix];
+    args.extend_from_slice(&ONE_AT_A_TIME);
+    let store = || async {
+        std::sync::Arc::new(
+            waitroom::store::redis::RedisStore::connect(&crate::common::redis_url(), &prefix)
+                .await
+                .unwrap(),
+        )
+    };
+    let a = TestApp::spawn_with(config(&args), store().await).await;
+    let b = TestApp::spawn_with(config(&args), store().await).await;
+    one_slot_passes_from_an_idle_visitor_to_the_next(&shop, &a, &b).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Ann (on `ann_at`) holds the only slot while she browses, Bob (on
+/// `bob_at`) waits; once she stops, her session idles out and Bob gets in;
+/// by then her pass is refused on both instances: the slot is never
+/// shared, not even for the second in which an instance has not yet read
+/// her session's end.
+async fn one_slot_passes_from_an_idle_visitor_to_the_next(
+    shop: &Shop,
+    ann_at: &TestApp,
+    bob_at: &TestApp,
+) {
     let ann_page = "/product/1?who=ann";
     let bob_page = "/product/2?who=bob";
-    let pass = admitted(&app, ann_page, "ann").await;
+    let pass = admitted(ann_at, ann_page, "ann").await;
 
     // Ann browses for twice the idle time: her session lives, so the only
     // slot stays hers and Bob waits on the waiting page.
-    let (code, html) = visit(&app, bob_page, "bob", "").await;
+    let (code, html) = visit(bob_at, bob_page, "bob", "").await;
     assert_eq!(code, 200);
     assert!(is_waiting_page(&html), "{html}");
     let started = std::time::Instant::now();
     while started.elapsed() < Duration::from_secs(4) {
-        let (code, html) = visit(&app, ann_page, "ann", &pass).await;
+        let (code, html) = visit(ann_at, ann_page, "ann", &pass).await;
         assert_eq!(code, 200, "{html}");
         assert!(is_product(&html, "1"), "ann refused while browsing: {html}");
-        let (code, html) = visit(&app, bob_page, "bob", "").await;
+        let (code, html) = visit(bob_at, bob_page, "bob", "").await;
         assert_eq!(code, 200, "bob let on while the room is full: {html}");
         assert!(is_waiting_page(&html), "{html}");
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     assert_eq!(
-        seen_at(&shop, bob_page),
+        seen_at(shop, bob_page),
         0,
         "bob reached the shop while waiting"
     );
 
     // Ann goes idle: her session ends, Bob is admitted and reaches the shop.
-    let seen_ann = seen_at(&shop, ann_page);
-    let bob_pass = admitted(&app, bob_page, "bob").await;
-    let (code, html) = visit(&app, bob_page, "bob", &bob_pass).await;
+    let seen_ann = seen_at(shop, ann_page);
+    let bob_pass = admitted(bob_at, bob_page, "bob").await;
+    let (code, html) = visit(bob_at, bob_page, "bob", &bob_pass).await;
     assert_eq!(code, 200);
     assert!(is_product(&html, "2"), "{html}");
-    assert_eq!(seen_at(&shop, bob_page), 1);
-    // Ann's pass is refused: the waiting page again, and the shop never
-    // sees her request. Her slot is free at her idle deadline; her pass is
-    // refused once the sessions task has logged the end and read it back
-    // (each second: `tasks::sessions::EVERY`), as documented ("within
-    // about a second"), so her next request comes after one such tick.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let (code, html) = visit(&app, ann_page, "ann", &pass).await;
-    assert_eq!(code, 200, "{html}");
-    assert!(
-        is_waiting_page(&html),
-        "ann's idle pass let through: {html}"
-    );
-    assert_eq!(seen_at(&shop, ann_page), seen_ann);
+    assert_eq!(seen_at(shop, bob_page), 1);
+    // At once, on either instance, Ann's pass is refused: the waiting page
+    // again, and the shop never sees her request.
+    for app in [bob_at, ann_at] {
+        let (code, html) = visit(app, ann_page, "ann", &pass).await;
+        assert_eq!(code, 200, "{html}");
+        assert!(
+            is_waiting_page(&html),
+            "ann's idle pass let through while bob holds the slot: {html}"
+        );
+    }
+    assert_eq!(seen_at(shop, ann_page), seen_ann);
     assert!(shop.all_with_pass(), "{:?}", shop.requests());
-    app.stop().await;
 }
 
 #[tokio::test]

@@ -98,7 +98,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "session end (session_end.lua, one named)",
-        "exists 1, hdel 2, hget 2, time 1, xadd 1, zrem 2, zscore 1",
+        "exists 1, hdel 2, hget 2, time 1, xadd 1, zadd 1, zrem 1, zscore 1",
     ),
     (
         "fairness append (fair_append.lua, 64 leaves to an empty log)",

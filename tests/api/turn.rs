@@ -114,8 +114,10 @@ async fn two_instances_make_one_pass_an_interval_between_them() {
         (7..=12).contains(&passes),
         "{passes} passes in 10 intervals from one"
     );
+    // A loaded machine may run a pass late (the loop does not catch up a
+    // missed interval), as the pass count's own lower bound allows.
     assert!(
-        (16..=22).contains(&admitted),
+        (13..=22).contains(&admitted),
         "{admitted} admitted in 10 intervals of 2"
     );
     b.stop().await;

@@ -110,9 +110,9 @@ impl QueueData {
         self.line.len()
     }
 
-    /// Buyers holding an unexpired token or a live session.
+    /// Buyers holding an unexpired token or a session's slot.
     pub fn active(&self) -> usize {
-        self.expiry.len() + self.sessions.len()
+        self.expiry.len() + self.sessions.slots()
     }
 
     pub fn next_entry(&mut self) -> u64 {
@@ -121,9 +121,11 @@ impl QueueData {
     }
 
     /// Ends every token whose expiry has come, and every session past its
-    /// deadline (its slot is free).
+    /// deadline (its slot held a while yet); frees the held slots whose
+    /// time has come.
     pub fn expire_tokens(&mut self, now: u64) {
         self.sessions.end_idle(now);
+        self.sessions.release_held(now);
         while let Some(&(at, id)) = self.expiry.first() {
             if at > now {
                 break;

@@ -1,6 +1,8 @@
 //! Sessions in the memory store: a queue's live sessions beside its
 //! tokens, under the queue's lock, so starting one spends the token in the
-//! same step and admission counts both (`QueueData::active`).
+//! same step and admission counts both (`QueueData::active`), with the
+//! slots of ended sessions until their hold is over
+//! ([`crate::store::ENDED_SLOT_HOLD_MS`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -9,7 +11,8 @@ use async_trait::async_trait;
 use super::MemoryStore;
 use crate::queue::{QueueName, SessionId, UserId};
 use crate::store::{
-    ENDED_PAGE, EndedPage, EndedSession, SessionLimits, SessionStart, SessionStore, StoreResult,
+    ENDED_PAGE, ENDED_SLOT_HOLD_MS, EndedPage, EndedSession, SessionLimits, SessionStart,
+    SessionStore, StoreResult,
 };
 
 /// One live session.
@@ -19,8 +22,9 @@ struct Live {
     deadline: u64,
 }
 
-/// A queue's sessions: the live ones, by deadline and by user, and the
-/// ended log (entry number, session), kept while their passes last.
+/// A queue's sessions: the live ones, by deadline and by user, the
+/// ended log (entry number, session), kept while their passes last, and
+/// when each ended session's slot frees.
 #[derive(Default)]
 pub(super) struct Sessions {
     live: HashMap<SessionId, Live>,
@@ -28,12 +32,27 @@ pub(super) struct Sessions {
     by_user: HashMap<UserId, SessionId>,
     ended: VecDeque<(u64, EndedSession)>,
     ended_seq: u64,
+    held_until: VecDeque<u64>,
 }
 
 impl Sessions {
-    /// Live sessions (each holds a slot under `maxActive`).
+    /// Live sessions.
     pub fn len(&self) -> usize {
         self.live.len()
+    }
+
+    /// Slots under `maxActive` the sessions hold: the live ones and those
+    /// ended less than the hold ago (see `release_held`).
+    pub fn slots(&self) -> usize {
+        self.live.len() + self.held_until.len()
+    }
+
+    /// Frees the slots of sessions whose hold is over by `now`.
+    pub fn release_held(&mut self, now: u64) {
+        // Pushed at `now + hold` in order, so the front frees first.
+        while self.held_until.front().is_some_and(|&until| until <= now) {
+            self.held_until.pop_front();
+        }
     }
 
     /// Ends every session whose deadline has come by `now`; how many.
@@ -49,8 +68,8 @@ impl Sessions {
         n
     }
 
-    /// Ends `id`: out of the live set, into the ended log. False if it was
-    /// not live.
+    /// Ends `id`: out of the live set, into the ended log, its slot held
+    /// for [`ENDED_SLOT_HOLD_MS`]. False if it was not live.
     fn end(&mut self, id: &SessionId, now: u64) -> bool {
         let Some(live) = self.live.remove(id) else {
             return false;
@@ -63,6 +82,7 @@ impl Sessions {
         while self.ended.front().is_some_and(|(_, e)| e.exp_ms <= now) {
             self.ended.pop_front();
         }
+        self.held_until.push_back(now + ENDED_SLOT_HOLD_MS);
         self.ended_seq += 1;
         self.ended.push_back((
             self.ended_seq,

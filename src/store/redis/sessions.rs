@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use super::{RedisStore, bounded};
 use crate::queue::{QueueName, SessionId, UserId};
 use crate::store::{
-    ENDED_PAGE, EndedPage, EndedSession, SessionLimits, SessionStart, SessionStore, StoreError,
-    StoreResult,
+    ENDED_PAGE, ENDED_SLOT_HOLD_MS, EndedPage, EndedSession, SessionLimits, SessionStart,
+    SessionStore, StoreError, StoreResult,
 };
 
 /// How long ended entries are kept: the longest session allowed (a day),
@@ -48,7 +48,8 @@ impl SessionStore for RedisStore {
                         .arg(entry)
                         .arg(id.as_str())
                         .arg(limits.idle_ms)
-                        .arg(limits.max_ms);
+                        .arg(limits.max_ms)
+                        .arg(ENDED_SLOT_HOLD_MS);
                 },
             )
             .await?;
@@ -87,7 +88,7 @@ impl SessionStore for RedisStore {
                 &[],
                 vec![sessions, info],
                 |inv| {
-                    inv.arg(idle_ms);
+                    inv.arg(idle_ms).arg(ENDED_SLOT_HOLD_MS);
                     for id in ids {
                         inv.arg(id.as_str());
                     }
@@ -165,7 +166,7 @@ impl RedisStore {
                 &[],
                 self.keys(queue).sessions().to_vec(),
                 |inv| {
-                    inv.arg(only).arg(ENDED_KEEP_MS);
+                    inv.arg(only).arg(ENDED_KEEP_MS).arg(ENDED_SLOT_HOLD_MS);
                 },
             )
             .await?;

@@ -9,12 +9,15 @@
 -- ARGV[3] '' to end the sessions past their deadline (at most 500 a call),
 --         or the id of one session to end now
 -- ARGV[4] how long ended entries are kept, ms (the longest session life)
+-- ARGV[5] hold ms: how long the slot stays taken after the end is logged,
+--         so every instance (reading the log once a second) refuses the
+--         pass before admission gives the slot to someone else
 -- Returns the number of sessions ended.
--- Atomic so a session leaves the live set, frees its user's slot and is
--- logged as ended in one step: no instance can count it live after its
--- slot was given away, nor miss it in the log.
+-- Atomic so a session leaves the live set, sets its user's slot to free
+-- and is logged as ended in one step: no instance can count it live after
+-- its slot was given away, nor miss it in the log.
 -- Cost: O(ended × log n), bounded by the 500.
-local only, keep = ARGV[3], tonumber(ARGV[4])
+local only, keep, hold = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_ms()
 
 local function finish(id)
@@ -29,9 +32,10 @@ local function finish(id)
     redis.call('HDEL', KEYS[11], user)
   end
   -- The slot is the session's unless the user holds a token again (a new
-  -- admission after a new join): that one keeps it.
+  -- admission after a new join): that one keeps it. Otherwise it frees
+  -- hold ms from now (admit.lua drops it then).
   if redis.call('EXISTS', K.tokprefix .. user) == 0 then
-    redis.call('ZREM', K.active, user)
+    redis.call('ZADD', K.active, 'XX', now + hold, user)
   end
   redis.call('XADD', KEYS[12], 'MINID', '~', string.format('%d', now - keep), '*',
     'id', id, 'exp', exp)

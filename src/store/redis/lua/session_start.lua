@@ -6,6 +6,9 @@
 -- KEYS[12] sessions:users HASH user -> id of their live session
 -- ARGV[3] user  ARGV[4] the entry id the buyer's ticket stands for
 -- ARGV[5] the new session's id  ARGV[6] idle ms  ARGV[7] longest life ms
+-- ARGV[8] hold ms: the slot in `active` is scored this long past the
+--         deadline, so admission frees it only after session_end.lua has
+--         logged the end (or if no instance sweeps at all)
 -- Returns {'live', id, expiry} (their session already runs: the same one
 -- again), {'started', id, expiry} (new: the token is spent, its slot in
 -- `active` is now the session's), or {'not_admitted'} (no live token of
@@ -15,7 +18,7 @@
 -- token starts one session only.
 -- Cost: a handful of O(1)/O(log n) commands.
 local user, entry, id = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local idle, life = tonumber(ARGV[6]), tonumber(ARGV[7])
+local idle, life, hold = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
 local live = redis.call('HGET', KEYS[12], user)
 if live then
@@ -32,7 +35,7 @@ end
 local exp = now + life
 local deadline = math.min(now + idle, exp)
 redis.call('DEL', K.token)
-redis.call('ZADD', K.active, deadline, user)
+redis.call('ZADD', K.active, deadline + hold, user)
 redis.call('ZADD', KEYS[10], deadline, id)
 redis.call('HSET', KEYS[11], id, string.format('%d %s', exp, user))
 redis.call('HSET', KEYS[12], user, id)

@@ -2,17 +2,18 @@
 -- KEYS[1..8], ARGV[1..2]: see common.lua
 -- KEYS[9]  sessions      ZSET id -> deadline ms (session_start.lua)
 -- KEYS[10] sessions:info HASH id -> "<expiry ms> <user>"
--- ARGV[3] idle ms  ARGV[4..] the ids seen active since the last report
+-- ARGV[3] idle ms  ARGV[4] hold ms (session_start.lua)
+-- ARGV[5..] the ids seen active since the last report
 -- Returns how many deadlines moved: each live session's deadline becomes
 -- idle ms from now, never past its expiry; its user's slot in `active`
--- moves with it (admit.lua frees the slot at that score).
+-- moves with it, hold ms later (admit.lua frees the slot at that score).
 -- Atomic so a session past its deadline is never revived (the sweep may
 -- have freed its slot already) and the two scores never disagree.
 -- Cost: O(ids × log n); an instance sends at most one batch a second.
-local idle = tonumber(ARGV[3])
+local idle, hold = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 local moved = 0
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local id = ARGV[i]
   local deadline = tonumber(redis.call('ZSCORE', KEYS[9], id))
   local info = deadline and deadline > now and redis.call('HGET', KEYS[10], id)
@@ -21,7 +22,7 @@ for i = 4, #ARGV do
     local new = math.min(now + idle, tonumber(exp))
     if new > deadline then
       redis.call('ZADD', KEYS[9], new, id)
-      redis.call('ZADD', K.active, 'XX', 'GT', new, user)
+      redis.call('ZADD', K.active, 'XX', 'GT', new + hold, user)
       moved = moved + 1
     end
   end
