@@ -540,8 +540,9 @@ struct EndedBody {
     queue: String,
 }
 
-/// Ends a session now: its slot is free for the next in line, and its pass
-/// is refused by every instance within about a second.
+/// Ends a session now: its pass is refused by every instance within about
+/// a second, and its slot goes to the next in line two seconds after the
+/// end (once every instance refuses the pass).
 #[utoipa::path(
     delete,
     path = "/api/admin/sessions/{id}",
