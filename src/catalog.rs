@@ -8,7 +8,7 @@
 //! store does not know yet (so a queue named in `--queues`
 //! comes back, at the flags' settings, if the store loses its data). Admission passes do not depend on
 //! this copy being fresh: the store reads a queue's settings inside the
-//! pass itself (see [`Store::put_queue_settings`]); this copy decides which
+//! pass itself (see [`crate::store::SettingsStore::put_queue_settings`]); this copy decides which
 //! queues exist for requests, the admission loop and the streams, and the
 //! policy a join's fast track runs on.
 //!

@@ -64,7 +64,7 @@ impl Pending {
 
 /// Runs `queue`'s draw if its `opensAt` has come and nobody ran it yet.
 /// `None` when there was nothing to do; else what the store did (`Stale`
-/// after [`ATTEMPTS`] changed pre-queues, or while the store's clock is
+/// after `ATTEMPTS` changed pre-queues, or while the store's clock is
 /// still before `opensAt`; `InProgress` while another instance applies
 /// it).
 pub async fn draw_if_due(

@@ -88,7 +88,7 @@ pub struct Config {
     /// (one process only). With --redis-cluster: comma-separated seed nodes
     /// of the cluster (redis://host:port,redis://host:port,...). A master
     /// with replicas behind Redis Sentinel:
-    /// redis+sentinel://[[user]:password@]host:port,host:port,.../master-name[/db]
+    /// `redis+sentinel://[[user]:password@]host:port,host:port,.../master-name[/db]`
     /// (the sentinels, default port 26379; the credentials and db are the
     /// Redis nodes').
     #[arg(long, env = "REDIS_URL")]

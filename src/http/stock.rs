@@ -6,7 +6,7 @@
 //! /api/admin/queues/{queue}/stock`), order services with the service token
 //! (`POST /api/tokens/stock`, after each commit and each restock), and the
 //! demo order service itself with `--stock-from-orders`
-//! ([`report_demo_stock`]). Bad input is `400` and changes nothing.
+//! (`report_demo_stock`). Bad input is `400` and changes nothing.
 
 use axum::Json;
 use axum::extract::State;

@@ -52,7 +52,7 @@ pub enum Mode {
 }
 
 /// Why a request's identity was refused. Each boundary maps it to its own
-/// answer; [`IdentityError::code`] is the JSON error code.
+/// answer (the HTTP API to an error code, `http::identity`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
     /// Header mode: no `X-User-Id` where one is required.

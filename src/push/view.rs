@@ -112,8 +112,8 @@ impl EventId {
     /// The first id of a stream whose state was read at `pass`, for a
     /// client that last saw `floor` (its `Last-Event-ID`): strictly after
     /// the floor, so ids only grow for a buyer across reconnects, restarts
-    /// and instances. A floor beyond [`FLOOR_MAX_PASSES_AHEAD`] or
-    /// [`FLOOR_MAX_N`] is ignored (see there).
+    /// and instances. A floor beyond `FLOOR_MAX_PASSES_AHEAD` or
+    /// `FLOOR_MAX_N` is ignored (see there).
     pub fn first(pass: u64, floor: Option<EventId>) -> Self {
         let start = Self { pass, n: 0 };
         match floor {

@@ -60,7 +60,7 @@
 //! **Limits.** A new connection must send its first byte within
 //! `--first-byte-timeout-secs` (5 s) or is closed unanswered: a socket
 //! that connects and never speaks holds a slot that long, not for the idle
-//! timeout. Heads are capped at [`handover::MAX_HEAD`] (`431`, from
+//! timeout. Heads are capped at `handover::MAX_HEAD` (`431`, from
 //! hyper), must arrive within [`HEAD_TIMEOUT`] of their first byte, and
 //! bodies within the body timeout (`408`). A keep-alive connection idle
 //! (every request answered, no byte of the next) for `--idle-timeout-secs`

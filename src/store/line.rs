@@ -18,7 +18,7 @@ pub struct EnterOutcome {
     pub snapshot: Snapshot,
     /// Nothing changed: the user has no place and a lottery of the queue
     /// waits to be drawn, so the join belongs in its pre-queue
-    /// ([`LotteryStore::pre_join_limited`]). Decided in the join's own step.
+    /// ([`crate::store::LotteryStore::pre_join_limited`]). Decided in the join's own step.
     pub pre_queue: bool,
 }
 
@@ -128,11 +128,11 @@ pub trait LineStore: Send + Sync + 'static {
     /// [`LineStore::enter`], checked against `limits` in the same atomic step:
     /// - a repeat join (the user has a place) past `buyer.grace_ms` spends
     ///   one from the buyer's budget, and is refused with
-    ///   [`LimitKind::Buyer`] when it is spent (the place is kept);
+    ///   [`crate::store::LimitKind::Buyer`] when it is spent (the place is kept);
     /// - a join that would create a place is refused with
-    ///   [`LimitKind::AddressPlaces`] when the address already holds
+    ///   [`crate::store::LimitKind::AddressPlaces`] when the address already holds
     ///   `places` live places in this queue, else with
-    ///   [`LimitKind::AddressJoins`] when the address's join rate is spent;
+    ///   [`crate::store::LimitKind::AddressJoins`] when the address's join rate is spent;
     ///   a created place counts against both. A repeat join never counts
     ///   against the address.
     ///
@@ -158,7 +158,7 @@ pub trait LineStore: Send + Sync + 'static {
 
     /// [`LineStore::status`] after spending one from `user`'s request `budget`
     /// in `queue`, in the same atomic step (one round trip per poll):
-    /// refused with [`LimitKind::Buyer`], reading and touching nothing,
+    /// refused with [`crate::store::LimitKind::Buyer`], reading and touching nothing,
     /// when it is spent.
     async fn status_limited(
         &self,

@@ -144,11 +144,11 @@ pub trait LotteryStore: Send + Sync + 'static {
     }
 
     /// [`LotteryStore::pre_join`], checked against the client `address`'s limits
-    /// in the same atomic step, exactly as [`LineStore::enter_limited`] checks a
+    /// in the same atomic step, exactly as [`crate::store::LineStore::enter_limited`] checks a
     /// new place: a new pre-queue entry is refused with
-    /// [`LimitKind::AddressPlaces`] when the address holds `places` live
+    /// [`crate::store::LimitKind::AddressPlaces`] when the address holds `places` live
     /// places (pre-queue entries count, and keep counting through the draw
-    /// as the places it gives), else with [`LimitKind::AddressJoins`] when
+    /// as the places it gives), else with [`crate::store::LimitKind::AddressJoins`] when
     /// its join rate is spent; a created entry counts against both. A
     /// repeat pre-queue join never counts. A refusal changes nothing.
     async fn pre_join_limited(

@@ -19,7 +19,7 @@ pub trait SettingsStore: Send + Sync + 'static {
     /// and stamping the store clock in one atomic step. With `only_if_new`,
     /// writes nothing when the queue has settings already (instances that
     /// start together seed a queue once). Answers the settings now stored
-    /// and whether they were written. From the next pass on, [`LineStore::admit`]
+    /// and whether they were written. From the next pass on, [`crate::store::LineStore::admit`]
     /// runs on the stored batch, interval, `maxActive`, token TTL and
     /// abandonment, whatever policy its caller passes.
     async fn put_queue_settings(

@@ -33,7 +33,7 @@ pub trait StockStore: Send + Sync + 'static {
     /// the state after it. From then on passes and the fast track admit no
     /// more buyers than [`crate::queue::stock::admissible`] allows. A report
     /// of nothing left marks the queue sold out and publishes
-    /// [`QueueEvent::SoldOut`] once; a later report of units left reopens
+    /// [`crate::store::QueueEvent::SoldOut`] once; a later report of units left reopens
     /// the line for everyone still in it, in their order.
     async fn set_stock(&self, queue: &QueueName, report: StockReport) -> StoreResult<StockState>;
 

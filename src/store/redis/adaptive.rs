@@ -36,7 +36,7 @@ pub(crate) fn keep_ms(window_ms: u64) -> u64 {
 
 /// `adaptive_read.lua`'s reply, `{now, window, from, {buckets…},
 /// failures, {state fields…}}`, read by name (see `decode.rs`); the state's
-/// fields are checked by [`decode_state`].
+/// fields are checked by `decode_state`.
 impl FromRedisValue for AdaptiveRead {
     fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
         let mut r = Reply::of("adaptive_read.lua", value)?;
