@@ -10,8 +10,7 @@
 
 use std::ffi::OsString;
 
-use tokio_util::sync::CancellationToken;
-use waitroom::{config, telemetry};
+use waitroom::config;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -24,43 +23,8 @@ fn main() -> anyhow::Result<()> {
         },
         _ => {
             let loaded = config::load(args, true).unwrap_or_else(|e| e.exit());
-            serve(loaded.config)?;
+            waitroom::run_until_signal(loaded.config)?;
         }
     }
     Ok(())
-}
-
-#[tokio::main]
-async fn serve(config: waitroom::Config) -> anyhow::Result<()> {
-    telemetry::init_tracing();
-    raise_open_file_limit();
-    let listeners = waitroom::Listeners::bind(&config).await?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
-    waitroom::run(config, listeners, shutdown).await?;
-    Ok(())
-}
-
-/// Each open event stream is a socket: use the whole hard limit.
-fn raise_open_file_limit() {
-    if let Ok(limit) = rlimit::increase_nofile_limit(u64::MAX) {
-        tracing::debug!(limit, "open-file limit");
-    }
-}
-
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutting down");
-    shutdown.cancel();
 }

@@ -18,11 +18,19 @@ pub enum Feature {
     /// `https-webhooks`: `https://` webhooks and `https://` origins of the
     /// built-in proxy (rustls, hyper-rustls, webpki-roots).
     HttpsWebhooks,
+    /// `redis-cluster`: the store on a Redis Cluster (`--redis-cluster`),
+    /// redis-rs's async cluster client.
+    RedisCluster,
 }
 
 impl Feature {
     /// Every feature, in `Cargo.toml`'s order.
-    pub const ALL: [Self; 3] = [Self::DemoOrders, Self::SignedIdentity, Self::HttpsWebhooks];
+    pub const ALL: [Self; 4] = [
+        Self::DemoOrders,
+        Self::SignedIdentity,
+        Self::HttpsWebhooks,
+        Self::RedisCluster,
+    ];
 
     /// The feature's name in `Cargo.toml`.
     pub fn name(self) -> &'static str {
@@ -30,6 +38,7 @@ impl Feature {
             Self::DemoOrders => "demo-orders",
             Self::SignedIdentity => "signed-identity",
             Self::HttpsWebhooks => "https-webhooks",
+            Self::RedisCluster => "redis-cluster",
         }
     }
 
@@ -39,6 +48,7 @@ impl Feature {
             Self::DemoOrders => cfg!(feature = "demo-orders"),
             Self::SignedIdentity => cfg!(feature = "signed-identity"),
             Self::HttpsWebhooks => cfg!(feature = "https-webhooks"),
+            Self::RedisCluster => cfg!(feature = "redis-cluster"),
         }
     }
 
@@ -79,6 +89,9 @@ pub fn check(config: &Config) -> Result<(), String> {
     }
     if config.identity == IdentityMode::Signed {
         need(Feature::SignedIdentity, "--identity signed")?;
+    }
+    if config.redis_cluster {
+        need(Feature::RedisCluster, "--redis-cluster")?;
     }
     for hook in &config.webhooks {
         // Parsing refuses these already; a spec built in code comes here.
@@ -235,6 +248,44 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(not(feature = "redis-cluster"))]
+    #[test]
+    fn without_redis_cluster_a_cluster_is_refused_naming_the_feature() {
+        let config = parse(&[
+            "--redis-url",
+            "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+            "--redis-cluster",
+        ]);
+        let e = check(&config).unwrap_err();
+        assert!(
+            e.contains("--redis-cluster") && e.contains("`redis-cluster`"),
+            "{e}"
+        );
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("`redis-cluster`"), "{e}");
+        // A single Redis and Sentinel need no feature.
+        check(&parse(&["--redis-url", "redis://127.0.0.1:6379"])).unwrap();
+        check(&parse(&[
+            "--redis-url",
+            "redis+sentinel://127.0.0.1:26379/m",
+        ]))
+        .unwrap();
+    }
+
+    #[cfg(feature = "redis-cluster")]
+    #[test]
+    fn with_redis_cluster_a_cluster_passes_the_check() {
+        check(
+            &Config::from_args([
+                "--redis-url",
+                "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+                "--redis-cluster",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub struct Config {
 
     /// --redis-url names the seed nodes of a Redis Cluster: commands follow
     /// slot moves and failovers, events use sharded pub/sub (Redis 7+).
+    /// Needs the `redis-cluster` cargo feature (a default one).
     #[arg(long, env = "WAITROOM_REDIS_CLUSTER")]
     pub redis_cluster: bool,
 

@@ -13,7 +13,8 @@ use crate::common::clean_env;
     all(
         feature = "demo-orders",
         feature = "signed-identity",
-        feature = "https-webhooks"
+        feature = "https-webhooks",
+        feature = "redis-cluster"
     ),
     allow(dead_code)
 )]
@@ -41,9 +42,10 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
 fn the_default_build_has_every_feature() {
     let all = cfg!(feature = "demo-orders")
         && cfg!(feature = "signed-identity")
-        && cfg!(feature = "https-webhooks");
+        && cfg!(feature = "https-webhooks")
+        && cfg!(feature = "redis-cluster");
     assert_eq!(
-        waitroom::config::features::enabled().len() == 3,
+        waitroom::config::features::enabled().len() == 4,
         all,
         "{:?}",
         waitroom::config::features::enabled()
@@ -77,18 +79,41 @@ fn without_signed_identity_signed_mode_exits_2_naming_the_flag_and_feature() {
 
 #[cfg(not(feature = "https-webhooks"))]
 #[test]
-fn without_https_webhooks_an_https_hook_exits_2_naming_the_flag_and_feature() {
-    let (code, stderr) = run(&[
-        "--webhook",
-        "name=crm,url=https://crm.example/hook,secret=0123456789abcdef",
-    ]);
+fn without_https_webhooks_an_https_hook_exits_2_naming_the_hook_and_feature() {
+    // Webhooks are configured in the file (`[[webhooks]]`).
+    let dir = std::env::temp_dir().join(format!("waitroom-feat-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("waitroom.toml");
+    std::fs::write(
+        &file,
+        "[[webhooks]]\nname = \"crm\"\nurl = \"https://crm.example/hook\"\nsecret = \"0123456789abcdef\"\n",
+    )
+    .unwrap();
+    let (code, stderr) = run(&["-c", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("--webhook") && stderr.contains("`https-webhooks`"),
+        stderr.contains("crm") && stderr.contains("`https-webhooks`"),
         "{stderr}"
     );
     assert!(
         !stderr.contains("0123456789abcdef"),
         "the secret stays out: {stderr}"
     );
+}
+
+#[cfg(not(feature = "redis-cluster"))]
+#[test]
+fn without_redis_cluster_a_cluster_exits_2_naming_the_flag_and_feature() {
+    let (code, stderr) = run(&[
+        "--redis-url",
+        "redis://127.0.0.1:1,redis://127.0.0.1:2",
+        "--redis-cluster",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--redis-cluster") && stderr.contains("`redis-cluster`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

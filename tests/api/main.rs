@@ -11,8 +11,11 @@ mod admin_listener;
 mod audit;
 mod challenge;
 mod client_limits;
+#[cfg(feature = "redis-cluster")]
 mod cluster;
+#[cfg(feature = "redis-cluster")]
 mod cluster_failover;
+#[cfg(feature = "redis-cluster")]
 mod cluster_rebuild;
 mod config_file;
 mod console;

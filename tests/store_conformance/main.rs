@@ -8,7 +8,9 @@
 //! `conformance!(its_name);`, which makes its three tests
 //! (`<capability>::<case>::{memory, redis, cluster}`). A case without the
 //! line is never called, which `dead_code` reports (and clippy's
-//! `-D warnings` refuses), so no case can be left out of a backend.
+//! `-D warnings` refuses), so no case can be left out of a backend. The
+//! cluster's tests build with the `redis-cluster` cargo feature (a
+//! default one).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -42,6 +44,7 @@ macro_rules! conformance {
                 super::$case(crate::common::store("redis", stringify!($case)).await).await
             }
 
+            #[cfg(feature = "redis-cluster")]
             #[tokio::test]
             async fn cluster() {
                 $crate::needs_redis!();

@@ -20,11 +20,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
-use redis::{Client, PushKind};
+use redis::Client;
+#[cfg(feature = "redis-cluster")]
+use redis::PushKind;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::conn::{Endpoint, Locator, cluster_builder};
+#[cfg(feature = "redis-cluster")]
+use super::conn::cluster_builder;
+use super::conn::{Endpoint, Locator};
 use super::{QueueKeys, RedisStore, Topology, bounded};
 use crate::queue::QueueName;
 use crate::store::{EventStore, QueueEvent, StoreEvent, StoreResult};
@@ -62,8 +66,14 @@ pub(super) fn subscribe(
             // Unreachable: the store connected with this URL.
             Err(e) => tracing::error!(error = %e, "pub/sub: bad sentinel URL"),
         },
+        #[cfg(feature = "redis-cluster")]
         Topology::Cluster(seeds) => {
             tokio::spawn(pump_sharded(seeds, channels, tx));
+        }
+        // Unreachable: the store could not connect without the feature.
+        #[cfg(not(feature = "redis-cluster"))]
+        Topology::Cluster(_) => {
+            tracing::error!("pub/sub: a Redis Cluster needs the `redis-cluster` cargo feature")
         }
     }
     ReceiverStream::new(rx).boxed()
@@ -157,6 +167,7 @@ async fn pump(
 }
 
 /// What ended a sharded subscription session.
+#[cfg(feature = "redis-cluster")]
 enum Ended {
     /// The hub is gone: stop.
     Closed,
@@ -166,6 +177,7 @@ enum Ended {
 
 /// The cluster subscriber: sessions of one RESP3 cluster connection each,
 /// a gap between two sessions announced by `Interrupted` and `Resync`.
+#[cfg(feature = "redis-cluster")]
 async fn pump_sharded(
     seeds: Vec<String>,
     channels: HashMap<String, QueueName>,
@@ -222,6 +234,7 @@ async fn pump_sharded(
 }
 
 /// One cluster connection's subscriptions.
+#[cfg(feature = "redis-cluster")]
 struct Session<'a> {
     conn: redis::cluster_async::ClusterConnection,
     pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
@@ -229,6 +242,7 @@ struct Session<'a> {
     tx: &'a mpsc::Sender<StoreEvent>,
 }
 
+#[cfg(feature = "redis-cluster")]
 impl Session<'_> {
     /// `SSUBSCRIBE`s every queue's channel, one command each (channels of
     /// different slots live on different masters). Re-subscribing is

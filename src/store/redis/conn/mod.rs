@@ -8,7 +8,8 @@
 //! connection to whichever node the sentinels name master, found again
 //! after a failover (`sentinel.rs`); a cluster is redis-rs's async cluster
 //! connection, which routes each call by the slot of its first key, follows
-//! `MOVED`/`ASK` and refreshes its slot map after a failover. Every key of
+//! `MOVED`/`ASK` and refreshes its slot map after a failover (built with the
+//! `redis-cluster` cargo feature). Every key of
 //! one call shares the queue's hash tag, so a call never spans two slots.
 //! redis-rs never repairs a cluster connection whose calls only time out
 //! (a node connection open but silent, a slot refresh that never ends), so
@@ -25,16 +26,20 @@
 //! land on a fresh connection (or on the promoted replica after a
 //! failover), where it answers at once, for a write it never saw.
 
+#[cfg(feature = "redis-cluster")]
 mod cluster;
 mod sentinel;
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+#[cfg(feature = "redis-cluster")]
 use redis::cluster::ClusterClientBuilder;
+#[cfg(feature = "redis-cluster")]
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+#[cfg(feature = "redis-cluster")]
 use cluster::ClusterConn;
 use sentinel::SentinelConn;
 pub(super) use sentinel::{Endpoint, Locator};
@@ -170,10 +175,12 @@ pub(super) enum Conn {
     Single(ConnectionManager),
     Sentinel(SentinelConn),
     /// Built anew when its calls keep timing out (`cluster.rs`).
+    #[cfg(feature = "redis-cluster")]
     Cluster(ClusterConn),
 }
 
 /// A cluster client builder with the adapter's timeouts.
+#[cfg(feature = "redis-cluster")]
 pub(super) fn cluster_builder(seeds: &[String], timeout: Duration) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(timeout)
@@ -209,9 +216,20 @@ impl Conn {
             Topology::Sentinel(url) => {
                 Ok(Conn::Sentinel(SentinelConn::connect(url, timeout).await?))
             }
+            #[cfg(feature = "redis-cluster")]
             Topology::Cluster(seeds) => Ok(Conn::Cluster(
                 ClusterConn::connect(seeds, timeout, durable).await?,
             )),
+            // The configuration refuses `--redis-cluster` in such a build
+            // (config::features); a store opened in code is told here.
+            #[cfg(not(feature = "redis-cluster"))]
+            Topology::Cluster(_) => {
+                let _ = durable;
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a Redis Cluster needs the `redis-cluster` cargo feature, and this build was made without it",
+                )))
+            }
         }
     }
 
@@ -219,6 +237,8 @@ impl Conn {
     /// pipeline on one connection to the master of `key`: the script's
     /// reply, and how many replicas acknowledged it. A script missing from
     /// the node's cache is loaded (on every master) and the pair re-sent.
+    // `key` routes the pair in a cluster; one Redis needs no routing.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(unused_variables))]
     pub(super) async fn eval_and_wait(
         &mut self,
         script: &redis::Script,
@@ -239,6 +259,7 @@ impl Conn {
                 // Sent again only when the master refused the script as a
                 // replica (`READONLY`): then neither command took effect.
                 Conn::Sentinel(c) => c.req_packed_commands(&pipe, 0, 2).await,
+                #[cfg(feature = "redis-cluster")]
                 Conn::Cluster(c) => {
                     let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                     c.route_pipeline_durable(
@@ -280,6 +301,7 @@ impl Conn {
     pub(super) async fn publish(&mut self, channel: &str, msg: &str) -> RedisResult<i64> {
         let name = match self {
             Conn::Single(_) | Conn::Sentinel(_) => "PUBLISH",
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(_) => "SPUBLISH",
         };
         let mut cmd = redis::cmd(name);
@@ -287,6 +309,7 @@ impl Conn {
         self.on_master_of(channel, cmd).await
     }
 
+    #[cfg_attr(not(feature = "redis-cluster"), allow(unused_variables))]
     async fn on_master_of<T: redis::FromRedisValue>(
         &mut self,
         key: &str,
@@ -295,6 +318,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(c).await,
             Conn::Sentinel(c) => cmd.query_async(c).await,
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(c) => {
                 let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
@@ -310,6 +334,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -323,6 +348,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -331,6 +357,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Sentinel(c) => c.get_db(),
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(c) => c.get_db(),
         }
     }
