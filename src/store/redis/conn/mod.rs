@@ -8,9 +8,9 @@
 //! connection to whichever node the sentinels name master, found again
 //! after a failover (`sentinel.rs`); a cluster is redis-rs's async cluster
 //! connection, which routes each call by the slot of its first key, follows
-//! `MOVED`/`ASK` and refreshes its slot map after a failover (built with the
-//! `redis-cluster` cargo feature). Every key of
-//! one call shares the queue's hash tag, so a call never spans two slots.
+//! `MOVED`/`ASK` and refreshes its slot map after a failover (built with
+//! the `redis-cluster` cargo feature). Every key of one call shares the
+//! queue's hash tag, so a call never spans two slots.
 //! redis-rs never repairs a cluster connection whose calls only time out
 //! (a node connection open but silent, a slot refresh that never ends), so
 //! it is kept behind one shared slot (`cluster.rs`) and built anew from the
@@ -43,6 +43,13 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use cluster::ClusterConn;
 use sentinel::SentinelConn;
 pub(super) use sentinel::{Endpoint, Locator};
+
+/// What a build without the `redis-cluster` cargo feature says of a
+/// Cluster topology (the configuration refuses `--redis-cluster` before
+/// that, `config::features`; a store opened in code is told here).
+#[cfg(not(feature = "redis-cluster"))]
+pub(super) const NO_CLUSTER: &str =
+    "a Redis Cluster needs the `redis-cluster` cargo feature, and this build was made without it";
 
 /// The scheme of a `--redis-url` that names sentinels, not a Redis.
 const SENTINEL_SCHEME: &str = "redis+sentinel://";
@@ -220,14 +227,12 @@ impl Conn {
             Topology::Cluster(seeds) => Ok(Conn::Cluster(
                 ClusterConn::connect(seeds, timeout, durable).await?,
             )),
-            // The configuration refuses `--redis-cluster` in such a build
-            // (config::features); a store opened in code is told here.
             #[cfg(not(feature = "redis-cluster"))]
             Topology::Cluster(_) => {
                 let _ = durable;
                 Err(redis::RedisError::from((
                     redis::ErrorKind::Client,
-                    "a Redis Cluster needs the `redis-cluster` cargo feature, and this build was made without it",
+                    NO_CLUSTER,
                 )))
             }
         }

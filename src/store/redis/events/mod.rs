@@ -62,9 +62,7 @@ pub(super) fn subscribe(
         }
         // Unreachable: the store could not connect without the feature.
         #[cfg(not(feature = "redis-cluster"))]
-        Topology::Cluster(_) => {
-            tracing::error!("pub/sub: a Redis Cluster needs the `redis-cluster` cargo feature")
-        }
+        Topology::Cluster(_) => tracing::error!("pub/sub: {}", super::conn::NO_CLUSTER),
     }
     ReceiverStream::new(rx).boxed()
 }
