@@ -195,6 +195,11 @@ async fn enter(
         .snapshot
         .entry
         .ok_or_else(|| ApiError::Internal("the store answered a join without an entry".into()))?;
+    // The buyer's polls that follow send it back: the store need not
+    // read the entry's time again.
+    state
+        .entry_times()
+        .remember(&queue, &user, &outcome.snapshot);
     let answer = Answer {
         entry,
         status: QueueStatus::new(&outcome.snapshot, state.forecast(&queue)),

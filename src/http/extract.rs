@@ -15,7 +15,7 @@ use super::AppState;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::error::ErrorCode;
-use crate::queue::{QueueName, Snapshot, TicketError, UserId};
+use crate::queue::{QueueName, Snapshot, Standing, TicketError, UserId};
 use crate::store::StoreError;
 
 pub use super::cookies::{TICKET_COOKIE, TICKET_COOKIE_SECURE};
@@ -86,10 +86,15 @@ pub struct Member {
 }
 
 impl Member {
-    /// The buyer's standing, marking them seen, after spending one from
-    /// their request budget (`limit.rs`) in the same store step: `429`
-    /// while this instance holds a refusal of theirs (the store is not
-    /// asked), or when the store finds the budget spent.
+    /// The buyer's standing, after spending one from their request
+    /// budget (`limit.rs`) in the same store step: `429` while this
+    /// instance holds a refusal of theirs (the store is not asked), or
+    /// when the store finds the budget spent. A buyer found in line is
+    /// marked seen by the presence loop's next write, with everyone else
+    /// present ([`crate::push::Hub::note_seen`]), not by this call: a
+    /// poll's store step stays a read and its budget. The entry time this
+    /// instance last answered for the ticket's entry goes with the read,
+    /// so the store need not read it again (`entry_times.rs`).
     pub async fn read_budgeted(
         &self,
         state: &AppState,
@@ -97,11 +102,21 @@ impl Member {
     ) -> Result<Snapshot, ApiError> {
         let limits = state.limits();
         limits.before_read(&self.queue, &self.user)?;
-        state
-            .store()
-            .status_limited(&self.queue, &self.user, true, Some(limits.budget()))
+        let (store, times) = (state.store(), state.entry_times());
+        let known = times.get(&self.queue, &self.user, self.entry);
+        let snapshot = store
+            .status_known(&self.queue, &self.user, Some(limits.budget()), known)
             .await?
-            .map_err(|limited| limits.refused(&self.queue, &self.user, address, limited))
+            .map_err(|limited| limits.refused(&self.queue, &self.user, address, limited))?;
+        if matches!(snapshot.standing, Standing::Waiting { .. }) {
+            times.remember(&self.queue, &self.user, &snapshot);
+            if !state.hub().note_seen(&self.queue, &self.user) {
+                store
+                    .touch(&self.queue, std::slice::from_ref(&self.user))
+                    .await?;
+            }
+        }
+        Ok(snapshot)
     }
 
     /// Authenticates a request for `queue_raw` (the path segment) carrying

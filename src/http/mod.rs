@@ -12,6 +12,7 @@ mod brand;
 mod challenge;
 mod console;
 mod entries;
+mod entry_times;
 mod events;
 mod fairness;
 pub mod gate;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{ClientInfo, TrustedProxies};
 use super::cookies::CookieSecure;
+use super::entry_times::EntryTimes;
 use super::limit::RequestLimits;
 use crate::brand::PageDir;
 use crate::catalog::Catalog;
@@ -103,6 +104,8 @@ pub struct Services {
 #[derive(Clone)]
 pub struct AppState {
     inner: Arc<Services>,
+    /// The entry times this instance answered with (`entry_times.rs`).
+    entry_times: Arc<EntryTimes>,
 }
 
 impl AppState {
@@ -110,7 +113,13 @@ impl AppState {
     pub fn new(services: Services) -> Self {
         Self {
             inner: Arc::new(services),
+            entry_times: Arc::default(),
         }
+    }
+
+    /// The entry times this instance answered with, for the next polls.
+    pub fn entry_times(&self) -> &EntryTimes {
+        &self.entry_times
     }
 
     /// What the handlers read of the configuration.

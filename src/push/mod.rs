@@ -5,8 +5,10 @@
 //! (Redis pub/sub, or an in-process channel for the memory store) and is
 //! applied to every local stream in one sweep. Around that, a refresh loop
 //! re-reads exact standings in batches on a jittered, rank-dependent
-//! schedule, and a presence loop marks streaming users as seen with one
-//! write per queue.
+//! schedule, and a presence loop marks users as seen with one write per
+//! queue: those streaming, and those whose polls found them in line since
+//! the last write ([`Hub::note_seen`]), so a poll's store call writes no
+//! presence of its own.
 
 mod admissions;
 mod mailbox;
@@ -15,7 +17,7 @@ mod session;
 mod sources;
 mod view;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -46,6 +48,16 @@ const REFRESH_TICK: Duration = Duration::from_millis(200);
 const REFRESH_BATCH: usize = 2_000;
 /// Most users marked as seen in one store call.
 const TOUCH_BATCH: usize = 5_000;
+/// How often the presence loop looks for queues due a presence write
+/// (each queue is written at its own abandonment window's pace).
+const PRESENCE_TICK: Duration = Duration::from_millis(100);
+/// The abandonment window a queue without one is touched for: presence
+/// is kept all the same, so an operator who turns abandonment on mid-sale
+/// drops nobody who is there.
+const DEFAULT_WINDOW_MS: u64 = 40_000;
+/// Most polling users per queue held for the next presence write; past it
+/// a poll's caller marks its user seen itself ([`Hub::note_seen`]).
+const NOTED_MAX: usize = 500_000;
 
 /// Per-instance push state: the streams and the observed admission rates.
 /// Shared as an `Arc<Hub>`: the state, the push loop and every open
@@ -75,6 +87,9 @@ struct QueueHub {
     admitted: Mutex<AdmissionWindow>,
     /// The last pass heard of ran while an operator held admission.
     held: AtomicBool,
+    /// Users found in line by a request of theirs (a poll) since the last
+    /// presence write: the presence loop writes them with the streams.
+    noted: Mutex<HashSet<UserId>>,
 }
 
 impl QueueHub {
@@ -88,6 +103,7 @@ impl QueueHub {
                 std::time::Instant::now(),
             )),
             held: AtomicBool::new(false),
+            noted: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -462,15 +478,38 @@ impl Hub {
         due
     }
 
-    fn waiting_users(&self, queue: &QueueName) -> Vec<UserId> {
-        self.queue(queue).map_or_else(Vec::new, |q| {
+    /// Notes that a request of `user` (a poll) found them in line in
+    /// `queue`: the presence loop marks them seen with the queue's next
+    /// presence write, within a quarter of its abandonment window. False
+    /// when it cannot (an unknown queue, or `NOTED_MAX` users already
+    /// noted): the caller then marks them seen itself.
+    pub fn note_seen(&self, queue: &QueueName, user: &UserId) -> bool {
+        let Some(q) = self.queue(queue) else {
+            return false;
+        };
+        let mut noted = lock(&q.noted);
+        noted.len() < NOTED_MAX && {
+            noted.insert(user.clone());
+            true
+        }
+    }
+
+    /// The users of `queue` a presence write marks seen: those whose
+    /// streams show them waiting, and those noted since the last write
+    /// ([`Hub::note_seen`], taken here).
+    fn present_users(&self, queue: &QueueName) -> Vec<UserId> {
+        let Some(q) = self.queue(queue) else {
+            return Vec::new();
+        };
+        let mut users = std::mem::take(&mut *lock(&q.noted));
+        users.extend(
             lock(&q.watchers)
                 .by_user
                 .iter()
                 .filter(|(_, w)| w.is_waiting())
-                .map(|(u, _)| u.clone())
-                .collect()
-        })
+                .map(|(u, _)| u.clone()),
+        );
+        users.into_iter().collect()
     }
 }
 
@@ -492,8 +531,9 @@ pub async fn run(
     let mut events = store.subscribe(&hub.queue_names());
     let mut refresh = tokio::time::interval(REFRESH_TICK);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut presence = tokio::time::interval(touch_interval(&policy));
+    let mut presence = tokio::time::interval(PRESENCE_TICK);
     presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut touched = HashMap::new();
     let fallback = policy.configured_rate();
     loop {
         tokio::select! {
@@ -513,7 +553,10 @@ pub async fn run(
                 }
             }
             _ = refresh.tick() => refresh_due(&hub, &store, fallback).await,
-            _ = presence.tick() => touch_streaming(&hub, &store, &policy).await,
+            _ = presence.tick() => {
+                let catalog = queues.borrow().clone();
+                touch_due(&hub, &store, &catalog, &mut touched).await;
+            }
         }
     }
     // Streams end at shutdown even if the subscription ended first.
@@ -521,10 +564,11 @@ pub async fn run(
     hub.shut_down_streams();
 }
 
-/// Presence writes often enough that a streaming user is never taken for
-/// absent: four times per abandonment window, at most every 10 s.
-fn touch_interval(policy: &Policy) -> Duration {
-    let window = policy.abandon_after_ms.unwrap_or(40_000);
+/// Presence writes often enough that a present user is never taken for
+/// absent: four times per abandonment window (`window_ms`, none: the
+/// default one), at most every 10 s.
+fn touch_interval(window_ms: Option<u64>) -> Duration {
+    let window = window_ms.unwrap_or(DEFAULT_WINDOW_MS);
     Duration::from_millis((window / 4).clamp(100, 10_000))
 }
 
@@ -553,15 +597,38 @@ async fn refresh_due(hub: &Hub, store: &SharedStore, fallback_rate: f64) {
     }
 }
 
-async fn touch_streaming(hub: &Hub, store: &SharedStore, policy: &Policy) {
-    if policy.abandon_after_ms.is_none() {
-        return;
-    }
+/// Marks the present users of every queue due a presence write as seen
+/// (`touched`: when each queue was last written). Each queue is due at
+/// its own pace, from its settings in `catalog` as they are now, so a
+/// window an operator shortens mid-sale is kept from the next tick.
+async fn touch_due(
+    hub: &Hub,
+    store: &SharedStore,
+    catalog: &Queues,
+    touched: &mut HashMap<QueueName, Instant>,
+) {
+    let now = Instant::now();
+    touched.retain(|queue, _| catalog.contains_key(queue));
     for queue in &hub.queue_names() {
-        let users = hub.waiting_users(queue);
-        for chunk in users.chunks(TOUCH_BATCH) {
+        let window = catalog.get(queue).and_then(|s| s.settings.abandon_after_ms);
+        if touched
+            .get(queue)
+            .is_some_and(|at| now.duration_since(*at) < touch_interval(window))
+        {
+            continue;
+        }
+        touched.insert(queue.clone(), now);
+        let users = hub.present_users(queue);
+        for (i, chunk) in users.chunks(TOUCH_BATCH).enumerate() {
             if let Err(e) = store.touch(queue, chunk).await {
                 tracing::debug!(error = %e, "presence write failed");
+                // Tried again at the next tick, the polls not written
+                // still noted: an outage must not cost anyone present
+                // their presence once the store is back.
+                touched.remove(queue);
+                for user in &users[i * TOUCH_BATCH..] {
+                    hub.note_seen(queue, user);
+                }
                 break;
             }
         }

@@ -42,6 +42,17 @@ impl EnterOutcome {
     }
 }
 
+/// An entry's id and time as a store answered them earlier: an entry's
+/// time never changes while the entry lasts, so a caller that holds it may
+/// spare the store reading it again ([`LineStore::status_known`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownEntry {
+    /// The entry (arrival sequence).
+    pub entry: u64,
+    /// Its entry time, store clock, ms since the epoch.
+    pub entered_at_ms: u64,
+}
+
 /// One user admitted by a pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admitted {
@@ -167,6 +178,22 @@ pub trait LineStore: Send + Sync + 'static {
         touch: bool,
         budget: Option<Rate>,
     ) -> StoreResult<Result<Snapshot, Limited>>;
+
+    /// [`LineStore::status_limited`] without `touch`, by a caller that
+    /// holds `known` (an entry's id and time this store answered with): an
+    /// answer that finds `user` waiting with that entry carries its time
+    /// without reading it again; any other answer is as without it. A
+    /// store whose entry times cost nothing to read ignores it.
+    async fn status_known(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        budget: Option<Rate>,
+        known: Option<KnownEntry>,
+    ) -> StoreResult<Result<Snapshot, Limited>> {
+        let _ = known;
+        self.status_limited(queue, user, false, budget).await
+    }
 
     /// Reads many users' standings in one round trip (stream refreshes).
     /// Cheaper than [`LineStore::status`]: the entry time is not read

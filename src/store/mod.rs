@@ -44,7 +44,7 @@ pub use fairness::{FairnessLogStore, LogAppend, LogState};
 pub use limits::{
     AddressLimits, BuyerBudget, JoinLimits, LimitKind, LimitStore, Limited, PLACES_RETRY_MS, Rate,
 };
-pub use line::{Abandoned, Admitted, EnterOutcome, LineStore, Pass, QueueStats};
+pub use line::{Abandoned, Admitted, EnterOutcome, KnownEntry, LineStore, Pass, QueueStats};
 pub use lottery::{
     DRAW_ABANDON_MS, DRAW_CHUNK, DrawOutcome, DrawStep, LotteryRefusal, LotteryState, LotteryStore,
     PreEntry, PreJoin, draw_in_steps, new_draw_id,

@@ -28,8 +28,8 @@ use waitroom::queue::fairness::{
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
 use waitroom::store::redis::{JoinBatch, RedisStore};
 use waitroom::store::{
-    BuyerBudget, ClaimOutcome, ClaimStore, FairnessLogStore, JoinLimits, LineStore, LogAppend,
-    Rate, SessionLimits, SessionStart, SessionStore,
+    BuyerBudget, ClaimOutcome, ClaimStore, FairnessLogStore, JoinLimits, KnownEntry, LineStore,
+    LogAppend, Rate, SessionLimits, SessionStart, SessionStore,
 };
 
 use crate::common::RedisProcess;
@@ -44,14 +44,26 @@ use crate::common::RedisProcess;
 /// prints the rows as they now are) and the "Redis µs per call" rows of
 /// docs/performance.md.
 ///
-/// Why the rows are as they are (2026-12-02): a join that marks its entry
+/// Why the rows are as they are (2026-12-03): a join that marks its entry
 /// time writes the counter and the last mark (`seq:mark`, read in the
 /// join's `MGET`) in one `MSET` where it wrote the counter alone with a
 /// `SET`; a join within the millisecond of the span's last mark then
 /// reads no marks at all (`hget`, `hset` 0: not this case, whose joins
-/// are each in a millisecond of their own). A poll of a buyer in line
-/// reads the stock's sold-out flag with an `HGET` instead of an `EXISTS`
-/// of token and stock (a buyer in line holds no token).
+/// are each in a millisecond of their own). A poll reads the stock's
+/// sold-out flag from its STRING copy in the `MGET` it makes anyway (no
+/// `HGET`), and writes no presence (no `ZADD`): the HTTP layer polls
+/// without `touch`, its push loop marks polling buyers seen in its
+/// batched `touch.lua` with the streaming ones. Nor does it read the entry
+/// time (its marks' `HGET`) when the HTTP layer sends the one it answered
+/// with before (`src/http/entry_times.rs`); the next row is a poll
+/// without. A stream re-read reads the
+/// flag the same way; an admission pass reads the hold and the copy in one
+/// `MGET` (where it made an `EXISTS` of the hold), to set the copy right.
+/// Entry-time marks are kept per span of 16 entry ids (128 before: a
+/// look-up reads its span whole, and a long one cost more than a command);
+/// an admission pass, here 16 buyers from a span's first entry, drops the
+/// span its head passed in one `HDEL` and reads both layouts' lowest span
+/// in one `HMGET` (where it read the one layout's with an `HGET`).
 const EXPECTED: &[(&str, &str)] = &[
     (
         "join (enter.lua)",
@@ -67,20 +79,24 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "poll (status.lua)",
-        "hget 2, mget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 1",
+        "mget 1, set 1, time 1, zcard 1, zrank 1, zscore 1",
+    ),
+    (
+        "poll, entry time read (status.lua)",
+        "hget 1, mget 1, set 1, time 1, zcard 1, zrank 1, zscore 1",
     ),
     ("touch (touch.lua, 1 buyer)", "time 1, zadd 1, zmscore 1"),
     (
         "stream re-read (statuses.lua, 4 buyers)",
-        "hget 1, mget 1, time 1, zcard 1, zmscore 1, zrank 4",
+        "mget 1, time 1, zcard 1, zmscore 1, zrank 4",
     ),
     (
         "leave (leave.lua)",
         "hdel 1, hget 1, publish 1, time 1, xadd 1, zrem 2, zscore 1",
     ),
     (
-        "admit (admit.lua, 10 a pass)",
-        "exists 1, hdel 1, hget 3, hmget 4, hset 11, incr 1, pexpireat 10, publish 1, set 10, time 1, xadd 10, zadd 1, zcard 2, zmscore 1, zrange 3, zrangebyscore 1, zrem 1, zremrangebyrank 1, zremrangebyscore 1",
+        "admit (admit.lua, 16 a pass)",
+        "hdel 2, hget 2, hmget 5, hset 18, incr 1, mget 1, pexpireat 16, publish 1, set 16, time 1, xadd 16, zadd 1, zcard 2, zmscore 1, zrange 3, zrangebyscore 1, zrem 1, zremrangebyrank 1, zremrangebyscore 1",
     ),
     ("claim (claim.lua)", "hmget 1, hset 1, time 1"),
     (
@@ -539,8 +555,15 @@ async fn measure_line(
     );
     let slow = b.fresh(slow_n);
     let mut entries = Vec::with_capacity(slow_n);
+    // What the HTTP layer keeps of each join's answer for the buyer's polls.
+    let mut known = Vec::with_capacity(slow_n);
     for who in &slow {
-        entries.push(b.join(&b.grouped, who).await.entry.unwrap());
+        let s = b.join(&b.grouped, who).await;
+        entries.push(s.entry.unwrap());
+        known.push(KnownEntry {
+            entry: s.entry.unwrap(),
+            entered_at_ms: s.entered_at_ms.unwrap(),
+        });
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let slow_done = Instant::now();
@@ -571,6 +594,8 @@ async fn measure_line(
         ("touch (touch.lua, 1 buyer)", 1.0),
         ("stream re-read (statuses.lua)", 100.0),
         ("leave (leave.lua)", 1.0),
+        ("presence (touch.lua, 100 buyers a call)", 100.0),
+        ("poll, entry time read (status.lua)", 1.0),
         ("admit (admit.lua)", 50.0),
         ("claim (claim.lua)", 1.0),
         ("consume (consume.lua)", 1.0),
@@ -622,13 +647,28 @@ async fn measure_line(
             .await;
         rows[2].record(&p, c);
 
+        // A poll as the HTTP layer makes it: its presence is written by
+        // the push loop, with many others (the presence row), and the
+        // entry time is the one the join answered (src/http/entry_times.rs).
+        let mine_known = &known[round * calls..(round + 1) * calls];
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
             .measure(paced(calls, pace, |i| {
-                b.single.status_limited(&q, &mine[i], true, budget)
+                b.single
+                    .status_known(&q, &mine[i], budget, Some(mine_known[i]))
             }))
             .await;
         rows[3].record(&p, c);
+
+        // A poll the instance holds no entry time for (its first on this
+        // instance, if it never joined here): the entry time read.
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.single.status_known(&q, &mine[i], budget, None)
+            }))
+            .await;
+        rows[8].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
@@ -643,6 +683,12 @@ async fn measure_line(
             .measure(paced(calls / 10, pace, |_| b.single.statuses(&q, mine)))
             .await;
         rows[5].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls / 10, pace, |_| b.single.touch(&q, mine)))
+            .await;
+        rows[7].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
@@ -669,7 +715,7 @@ async fn measure_line(
             .await;
         let admitted: Vec<_> = passes.into_iter().flat_map(|p| p.admitted).collect();
         assert_eq!(admitted.len(), 2 * calls, "every pass admits a full batch");
-        rows[7].record(&p, c);
+        rows[9].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, claims) = meter
@@ -678,7 +724,7 @@ async fn measure_line(
                     .claim(&q, &admitted[i].user, &admitted[i].token, 30_000)
             }))
             .await;
-        rows[8].record(&p, c);
+        rows[10].record(&p, c);
         let claims: Vec<String> = claims
             .into_iter()
             .map(|c| match c.unwrap() {
@@ -693,7 +739,7 @@ async fn measure_line(
                 b.single.consume(&q, &admitted[i].user, &claims[i])
             }))
             .await;
-        rows[9].record(&p, c);
+        rows[11].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
@@ -702,7 +748,7 @@ async fn measure_line(
                     .release(&q, &admitted[calls + i].user, &claims[calls + i])
             }))
             .await;
-        rows[10].record(&p, c);
+        rows[12].record(&p, c);
 
         // Sessions (a protected site's): the released half hold their
         // tokens again; each starts a session, reports activity once, and
@@ -722,7 +768,7 @@ async fn measure_line(
         for s in started {
             assert!(matches!(s.unwrap(), SessionStart::Started { .. }));
         }
-        rows[11].record(&p, c);
+        rows[13].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
@@ -731,14 +777,14 @@ async fn measure_line(
                     .touch_sessions(&q, std::slice::from_ref(&ids[i]), limits.idle_ms)
             }))
             .await;
-        rows[12].record(&p, c);
+        rows[14].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, ended) = meter
             .measure(paced(calls, pace, |i| b.single.end_session(&q, &ids[i])))
             .await;
         assert!(ended.into_iter().all(|e| e.unwrap()), "every session ended");
-        rows[13].record(&p, c);
+        rows[15].record(&p, c);
     }
 
     // The public admission log, on a queue of its own: appends of
@@ -757,7 +803,7 @@ async fn measure_line(
             }))
             .await;
         assert!(done.into_iter().all(|d| d.unwrap()), "every append applied");
-        rows[14].record(&p, c);
+        rows[16].record(&p, c);
 
         let size = log.size;
         let proofs: Vec<Vec<Node>> = (0..calls)
@@ -776,7 +822,7 @@ async fn measure_line(
         for (hashes, nodes) in read.into_iter().zip(&proofs) {
             assert_eq!(hashes.unwrap().len(), nodes.len());
         }
-        rows[15].record(&p, c);
+        rows[17].record(&p, c);
 
         let head = "h".repeat(300);
         let p = b.plain(&mut meter, calls).await;
@@ -785,7 +831,7 @@ async fn measure_line(
                 b.single.log_put_head(&fq, size + i as u64, &head)
             }))
             .await;
-        rows[16].record(&p, c);
+        rows[18].record(&p, c);
     }
     rows
 }
@@ -959,17 +1005,21 @@ async fn next_entry(store: &RedisStore, q: &QueueName, probe: &UserId) -> u64 {
     s[0].entry.unwrap() + 1
 }
 
-/// Entry times are kept as marks per span of 128 entry ids, and the first
-/// entry of a span writes more than the others (its span's first mark):
-/// joins `q` on until the next `room` entries share a span whose mark is
-/// written.
+/// The span of entry ids one field of entry-time marks covers
+/// (`MARK_SPAN` in `lua/common.lua`).
+const MARK_SPAN: u64 = 16;
+
+/// Entry times are kept as marks per span of [`MARK_SPAN`] entry ids, and
+/// the first entry of a span writes more than the others (its span's first
+/// mark): joins `q` on until the next `room` entries share a span whose
+/// mark is written.
 async fn inside_a_span(store: &RedisStore, q: &QueueName, tag: &str, room: u64) {
     let mut i = 0;
     loop {
         let next = next_entry(store, q, &user(&format!("{tag}-align{i}"))).await;
         i += 1;
-        let offset = next % 128;
-        if offset >= 1 && offset + room < 128 {
+        let offset = next % MARK_SPAN;
+        if offset >= 1 && offset + room < MARK_SPAN {
             return;
         }
     }
@@ -1001,10 +1051,14 @@ async fn every_script_runs_the_commands_counted() {
     // wait past their grace (their repeat joins spend the budget).
     join_many(&single, &q, &[user("fast-tracked")]).await;
     let early = names("early");
-    let early_e: Vec<u64> = join_many(&single, &q, &early)
-        .await
+    let early_joins = join_many(&single, &q, &early).await;
+    let early_e: Vec<u64> = early_joins.iter().map(|s| s.entry.unwrap()).collect();
+    let early_known: Vec<KnownEntry> = early_joins
         .iter()
-        .map(|s| s.entry.unwrap())
+        .map(|s| KnownEntry {
+            entry: s.entry.unwrap(),
+            entered_at_ms: s.entered_at_ms.unwrap(),
+        })
         .collect();
     let since = Instant::now();
 
@@ -1045,19 +1099,37 @@ async fn every_script_runs_the_commands_counted() {
     .await;
     actual.push(("repeat join (enter.lua)", c));
 
+    // As the HTTP layer polls: no presence write in the call (the push
+    // loop's batched touch marks the buyer seen), and the entry time the
+    // join answered sent along (not read again); then as a poll to an
+    // instance that holds no entry time for the buyer.
     let budget = Some(buyer_budget().rate);
     let c = commands_per_call(&mut meter, "poll", |i| {
-        let (single, q, who) = (&single, &q, &early[i]);
+        let (single, q, who, known) = (&single, &q, &early[i], early_known[i]);
         async move {
-            single
-                .status_limited(q, who, true, budget)
+            let s = single
+                .status_known(q, who, budget, Some(known))
                 .await
                 .unwrap()
                 .expect("within the budget");
+            assert_eq!(s.entered_at_ms, Some(known.entered_at_ms));
         }
     })
     .await;
     actual.push(("poll (status.lua)", c));
+    let c = commands_per_call(&mut meter, "poll, entry time read", |i| {
+        let (single, q, who, known) = (&single, &q, &early[i], early_known[i]);
+        async move {
+            let s = single
+                .status_known(q, who, budget, None)
+                .await
+                .unwrap()
+                .expect("within the budget");
+            assert_eq!(s.entered_at_ms, Some(known.entered_at_ms));
+        }
+    })
+    .await;
+    actual.push(("poll, entry time read (status.lua)", c));
 
     let c = commands_per_call(&mut meter, "touch", |i| {
         let (single, q, who) = (&single, &q, &early[i]);
@@ -1087,16 +1159,13 @@ async fn every_script_runs_the_commands_counted() {
     actual.push(("leave (leave.lua)", c));
 
     // Admission, on a line of its own that nobody polled (the absent sweep
-    // then walks one buyer), a pass of 10 inside one span of marks.
+    // then walks one buyer), a pass of a span of marks from a span's
+    // first entry: each pass drops the one span its head passed.
     let aq = QueueName::parse("admit").unwrap();
     let line: Vec<UserId> = (0..300).map(|i| user(&format!("w{i:03}"))).collect();
     let joined = join_many(&single, &aq, &line).await;
     let head = joined[1].entry.unwrap();
-    let skip = (128 - head % 128) % 128 + 1;
-    let ten = Policy {
-        batch: 10,
-        ..admit_policy()
-    };
+    let skip = (MARK_SPAN - head % MARK_SPAN) % MARK_SPAN + MARK_SPAN;
     let one_pass = |batch: u64| {
         let (single, aq) = (&single, &aq);
         async move {
@@ -1114,7 +1183,7 @@ async fn every_script_runs_the_commands_counted() {
     tokio::time::sleep(Duration::from_millis(3)).await;
     let admitted = std::cell::RefCell::new(Vec::new());
     let c = commands_per_call(&mut meter, "admit", |_| {
-        let pass = one_pass(u64::from(ten.batch));
+        let pass = one_pass(MARK_SPAN);
         let admitted = &admitted;
         async move {
             let got = pass.await;
@@ -1123,7 +1192,7 @@ async fn every_script_runs_the_commands_counted() {
     })
     .await;
     let admitted = admitted.into_inner();
-    actual.push(("admit (admit.lua, 10 a pass)", c));
+    actual.push(("admit (admit.lua, 16 a pass)", c));
 
     let claims = std::cell::RefCell::new(Vec::new());
     let c = commands_per_call(&mut meter, "claim", |i| {

@@ -11,8 +11,8 @@ use super::reply::{LineReply, line_reply};
 use super::{RedisStore, bounded};
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
 use crate::store::{
-    EnterOutcome, JoinLimits, Limited, LineStore, Pass, QueueEvent, QueueStats, Rate, StoreError,
-    StoreResult,
+    EnterOutcome, JoinLimits, KnownEntry, Limited, LineStore, Pass, QueueEvent, QueueStats, Rate,
+    StoreError, StoreResult,
 };
 
 impl RedisStore {
@@ -44,6 +44,46 @@ impl RedisStore {
                 join_burst,
                 places: address.and_then(|a| a.places).unwrap_or(0),
             },
+        }
+    }
+}
+
+impl RedisStore {
+    /// One `status.lua` call: `user`'s standing, marked seen with `touch`,
+    /// after spending one from `budget`; `known`'s time stands in for its
+    /// entry's marks (not read) when `user` waits with that entry.
+    async fn run_status(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        touch: bool,
+        budget: Option<Rate>,
+        known: Option<KnownEntry>,
+    ) -> StoreResult<Result<Snapshot, Limited>> {
+        let (period, burst) = rate_args(budget);
+        let keys = self.keys(queue);
+        let reply: redis::Value = self
+            .run_for(
+                &self.scripts.status,
+                queue,
+                &[user],
+                vec![keys.budget(user), keys.stock()],
+                |inv| {
+                    inv.arg(user.as_str())
+                        .arg(if touch { "1" } else { "0" })
+                        .arg(period)
+                        .arg(burst);
+                    match known {
+                        Some(k) => inv.arg(k.entry).arg(k.entered_at_ms),
+                        None => inv.arg("").arg(""),
+                    };
+                },
+            )
+            .await?;
+        match line_reply("status.lua", reply)? {
+            LineReply::Standing { snapshot, .. } => Ok(Ok(snapshot)),
+            LineReply::Limited(limited) => Ok(Err(limited)),
+            other => Err(StoreError::Protocol(format!("status.lua: {other:?}"))),
         }
     }
 }
@@ -98,27 +138,17 @@ impl LineStore for RedisStore {
         touch: bool,
         budget: Option<Rate>,
     ) -> StoreResult<Result<Snapshot, Limited>> {
-        let (period, burst) = rate_args(budget);
-        let keys = self.keys(queue);
-        let reply: redis::Value = self
-            .run_for(
-                &self.scripts.status,
-                queue,
-                &[user],
-                vec![keys.budget(user), keys.stock()],
-                |inv| {
-                    inv.arg(user.as_str())
-                        .arg(if touch { "1" } else { "0" })
-                        .arg(period)
-                        .arg(burst);
-                },
-            )
-            .await?;
-        match line_reply("status.lua", reply)? {
-            LineReply::Standing { snapshot, .. } => Ok(Ok(snapshot)),
-            LineReply::Limited(limited) => Ok(Err(limited)),
-            other => Err(StoreError::Protocol(format!("status.lua: {other:?}"))),
-        }
+        self.run_status(queue, user, touch, budget, None).await
+    }
+
+    async fn status_known(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        budget: Option<Rate>,
+        known: Option<KnownEntry>,
+    ) -> StoreResult<Result<Snapshot, Limited>> {
+        self.run_status(queue, user, false, budget, known).await
     }
 
     async fn statuses(&self, queue: &QueueName, users: &[UserId]) -> StoreResult<Vec<Snapshot>> {

@@ -388,3 +388,38 @@ mod tests {
         }
     }
 }
+
+/// Writes the join and poll scripts as Redis receives them (prelude and
+/// helpers assembled) into `$WAITROOM_SCRIPTS_OUT`, for
+/// `loadtest/lua-instructions.py`, which counts what a call of each costs
+/// Redis in instructions.
+#[cfg(test)]
+mod written {
+    #[test]
+    #[ignore = "a tool: loadtest/lua-instructions.py runs it"]
+    fn write_assembled_scripts() {
+        let dir = std::env::var("WAITROOM_SCRIPTS_OUT").expect("WAITROOM_SCRIPTS_OUT: a directory");
+        let prelude = super::Publishing {
+            sharded: false,
+            pass_in_script: true,
+            audit_max_len: 100_000,
+        }
+        .prelude();
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, libs, body) in [
+            (
+                "status",
+                &[super::COMMON, super::GCRA][..],
+                include_str!("lua/status.lua"),
+            ),
+            (
+                "enter",
+                &[super::COMMON, super::GCRA, super::JOIN][..],
+                include_str!("lua/enter.lua"),
+            ),
+        ] {
+            let text = super::assemble(&prelude, libs, body);
+            std::fs::write(format!("{dir}/{name}.lua"), text).unwrap();
+        }
+    }
+}

@@ -109,8 +109,15 @@ local admitted = {}
 -- them (audit_each).
 local audited = {}
 local level, at = refill(batch, interval, now)
-local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_room(KEYS[10]))
-local held = redis.call('EXISTS', K.paused) == 1
+local stock_left, sold = stock_room(KEYS[10])
+local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_left)
+-- The hold and the sold-out flag's copy (sold_out_key, common.lua) in
+-- one read; the copy set right when it differs from the stock's flag.
+local flags = redis.call('MGET', K.paused, sold_out_key(KEYS[10]))
+local held = flags[1] ~= false
+if sold ~= (flags[2] ~= false) then
+  copy_sold_out(KEYS[10], sold)
+end
 if held then
   n = 0 -- held by an operator: the line waits, presence still counts
 end

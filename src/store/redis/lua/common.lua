@@ -11,18 +11,20 @@
 --   KEYS[2] seq      STRING entry counter (INCR): every entry's id, the
 --                    arrival sequence, fast track included
 --   KEYS[3] entered  HASH of entry times of waiting entries, by entry id:
---                    field '~'..floor(id / 128) holds that span's marks,
+--                    field '^'..floor(id / 16) holds that span's marks,
 --                    "o,T o,d o,d ..." (offset in the span, then the first
 --                    mark's time ms, then each later one's ms after it):
 --                    an entry's time is the last mark at or before it, so
 --                    a burst costs one mark per span and millisecond, not
 --                    one field per user (mark_entry, entered_at, trim_marks);
---                    '~lo' the lowest span that may hold marks; '~seen'
+--                    '^lo' the lowest span that may hold marks; '~seen'
 --                    the last entry id admit.lua's absence walk passed
---                    (absent_since_entry, admit.lua). Fields
---                    named by a user id (which cannot contain '~') are
---                    entry times written per user by earlier versions:
---                    still read, deleted as their users leave the line.
+--                    (absent_since_entry, admit.lua). Written by earlier
+--                    versions, still read and dropped: the same marks in
+--                    spans of 128, '~'..floor(id / 128) ('~lo' the
+--                    lowest), and fields named by a user id (which cannot
+--                    contain '~' or '^'), entry times written per user,
+--                    deleted as their users leave the line.
 --                    The last mark's span and time are kept beside the
 --                    counter too (last_mark_key), so a join need not
 --                    read the marks.
@@ -170,15 +172,22 @@ local function issue(key, user, token, entered_at, ttl, now, entry)
   redis.call('ZADD', K.active, issue_token(key, user, token, entered_at, ttl, now, entry), user)
 end
 
--- Entry times (KEYS[3]): the span of entry ids one field of marks covers.
-local MARK_SPAN = 128
+-- Entry times (KEYS[3]): the span of entry ids one field of marks covers,
+-- '^'..span. Short, because every look-up reads its span's marks whole
+-- and a reply's bytes cost the script about 1.3 ns each: a span of 16
+-- marked one entry a millisecond is about 110 bytes, where one of 128
+-- was 900 (1.5 us more a look-up; docs/benchmarks). Marks an earlier
+-- version wrote, in spans of 128 under '~'..span, are still read
+-- (entered_at) and dropped (trim_marks) while their entries wait.
+local MARK_SPAN = 16
+local OLD_SPAN = 128
 
 local function span_of(seq)
   local b = math.floor(seq / MARK_SPAN)
-  return '~' .. string.format('%d', b), seq - b * MARK_SPAN, b
+  return '^' .. string.format('%d', b), seq - b * MARK_SPAN, b
 end
 
--- The last mark: a STRING "span,ms" beside the entry counter (its key
+-- The last mark: a STRING "^span,ms" beside the entry counter (its key
 -- is the counter's with ':mark'), the newest span marked and its last
 -- mark's time. Written with the counter by the joins that mark (one
 -- MSET; mark_entry says what to write), dropped with the marks
@@ -187,7 +196,8 @@ end
 -- passed that time (the joins of one millisecond), its time is that
 -- mark's, and the marks are neither read nor written. A later mark it
 -- does not know of (written by an earlier version) has a later time on
--- the same clock, so it is never trusted past one.
+-- the same clock, so it is never trusted past one; an earlier version's
+-- value ("span,ms", a span of 128) is not trusted at all (the '^').
 local function last_mark_key()
   return KEYS[2] .. ':mark'
 end
@@ -204,12 +214,12 @@ local function mark_entry(seq, now, known)
   local b = math.floor(seq / MARK_SPAN)
   -- The joins of the last mark's millisecond in its span (the common case
   -- of a burst): one string made and compared, no pattern, no mark read.
-  local here = string.format('%d,%d', b, now)
+  local here = string.format('^%d,%d', b, now)
   if known == here then
     return now, nil
   end
   if known then
-    local kb, kt = known:match('^(%d+),(%d+)$')
+    local kb, kt = known:match('^%^(%d+),(%d+)$')
     kt = tonumber(kt)
     if kt and tonumber(kb) == b and now <= kt then
       return kt, nil
@@ -219,7 +229,7 @@ local function mark_entry(seq, now, known)
   local marks = redis.call('HGET', KEYS[3], field)
   if not marks then
     redis.call('HSET', KEYS[3], field, string.format('%d,%d', offset, now))
-    redis.call('HSETNX', KEYS[3], '~lo', string.format('%d', b))
+    redis.call('HSETNX', KEYS[3], '^lo', string.format('%d', b))
     return now, here
   end
   local first = tonumber(marks:match('^%d+,(%d+)'))
@@ -234,7 +244,7 @@ local function mark_entry(seq, now, known)
     redis.call('HSET', KEYS[3], field, marks .. string.format(' %d,%d', offset, now - first))
     return now, here
   end
-  return last, string.format('%d,%d', b, last)
+  return last, string.format('^%d,%d', b, last)
 end
 
 -- The time of the last mark at or before span offset `offset` in a
@@ -294,29 +304,51 @@ local function entered_at(user, seq, cache)
     end
   end
   local at = marks and mark_time(marks, offset)
+  if not at then
+    -- Not marked in its span: an entry an earlier version marked, in
+    -- its span of 128, or (older still) by its user.
+    local ob = math.floor(seq / OLD_SPAN)
+    local old = redis.call('HGET', KEYS[3], '~' .. string.format('%d', ob))
+    at = old and mark_time(old, seq - ob * OLD_SPAN)
+  end
   return at or tonumber(redis.call('HGET', KEYS[3], user))
+end
+
+-- Drops the fields of spans `lo`.. before the head's span `hb` (at most
+-- 1000), named `prefix`..span, in one HDEL, and moves the lowest span
+-- (`lo_field`) past them. Returns how many existed.
+local function drop_spans(prefix, lo_field, lo, hb)
+  local to = math.min(hb - 1, lo + 999)
+  if to < lo then
+    return nil
+  end
+  local fields = {}
+  for b = lo, to do
+    fields[#fields + 1] = prefix .. string.format('%d', b)
+  end
+  local dropped = redis.call('HDEL', K.entered, unpack(fields))
+  redis.call('HSET', K.entered, lo_field, string.format('%d', to + 1))
+  return dropped
 end
 
 -- Drops the marks no waiting entry needs: the spans before the head of
 -- the line (at most 1000 a call; the rest on later calls), or all of them
--- once the line is empty.
+-- once the line is empty. An earlier version's spans of 128 ('~lo' their
+-- lowest) go the same way; once a call finds none of them left, '~lo'
+-- goes too.
 local function trim_marks()
   local head = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')[2]
   if not head then
     redis.call('DEL', K.entered, last_mark_key())
     return
   end
-  local lo = tonumber(redis.call('HGET', K.entered, '~lo'))
-  if not lo then
-    return
+  head = tonumber(head)
+  local lo = redis.call('HMGET', K.entered, '^lo', '~lo')
+  if lo[1] then
+    drop_spans('^', '^lo', tonumber(lo[1]), math.floor(head / MARK_SPAN))
   end
-  local _, _, hb = span_of(tonumber(head))
-  local to = math.min(hb - 1, lo + 999)
-  for b = lo, to do
-    redis.call('HDEL', K.entered, '~' .. string.format('%d', b))
-  end
-  if to >= lo then
-    redis.call('HSET', K.entered, '~lo', string.format('%d', to + 1))
+  if lo[2] and drop_spans('~', '~lo', tonumber(lo[2]), math.floor(head / OLD_SPAN)) == 0 then
+    redis.call('HDEL', K.entered, '~lo')
   end
 end
 
@@ -374,20 +406,39 @@ end
 -- report), soldout (1/0), reopened (ms). Absent: the queue is not linked.
 -- Buyers the stock lets in beside the holders: ceil(remaining / per) less
 -- the holders and the tokens used since the report, math.huge when not
--- linked. Call after expire_active.
+-- linked; and whether the queue is sold out, read in the same HMGET.
+-- Call after expire_active.
 local function stock_room(key)
-  local s = redis.call('HMGET', key, 'remaining', 'per', 'consumed')
+  local s = redis.call('HMGET', key, 'remaining', 'per', 'consumed', 'soldout')
   local remaining = tonumber(s[1])
   if not remaining then
-    return math.huge
+    return math.huge, false
   end
   local per = math.max(1, tonumber(s[2]) or 1)
   local room = math.ceil(remaining / per) - redis.call('ZCARD', K.active) - (tonumber(s[3]) or 0)
-  return math.max(0, room)
+  return math.max(0, room), s[4] == '1'
 end
 
 local function sold_out(key)
   return redis.call('HGET', key, 'soldout') == '1'
+end
+
+-- The sold-out flag's copy, a STRING beside the stock HASH `key` ('1',
+-- present while the queue is sold out), so a poll reads it with the
+-- queue's other STRINGs in one MGET (status.lua) rather than in a command
+-- of its own. stock.lua writes it with the flag; admit.lua sets it right
+-- on its next pass should it differ (a queue sold out before the copy
+-- existed: an upgrade).
+local function sold_out_key(key)
+  return key .. ':soldout'
+end
+
+local function copy_sold_out(key, is)
+  if is then
+    redis.call('SET', sold_out_key(key), '1')
+  else
+    redis.call('DEL', sold_out_key(key))
+  end
 end
 
 -- The flags a describe() row carries: bit 0 sold out, bit 1 held by an

@@ -39,10 +39,21 @@ local now = now_ms()
 
 -- Every entry of the stage enters the line now: one mark at the block's
 -- first id and at the first of each later span, and the same for the
--- later arrivals (ids after the block), in id order.
+-- later arrivals (ids after the block), in id order. The block's later
+-- spans hold nobody else (their ids were reserved past the counter), so
+-- their first marks go in one HSET per 1000 spans, unread.
 mark_entry(base + 1, now)
-for id = (math.floor(base / MARK_SPAN) + 1) * MARK_SPAN, base + n, MARK_SPAN do
-  mark_entry(id, now)
+local block_mark = string.format('0,%d', now)
+local spans = {}
+for b = math.floor(base / MARK_SPAN) + 1, math.floor((base + n) / MARK_SPAN) do
+  spans[#spans + 1], spans[#spans + 2] = '^' .. string.format('%d', b), block_mark
+  if #spans >= 2000 then
+    redis.call('HSET', K.entered, unpack(spans))
+    spans = {}
+  end
+end
+if #spans > 0 then
+  redis.call('HSET', K.entered, unpack(spans))
 end
 local later = redis.call('ZRANGEBYSCORE', stage, '(' .. string.format('%d', base + n), '+inf',
   'WITHSCORES')

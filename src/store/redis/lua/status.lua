@@ -2,9 +2,13 @@
 -- optionally spends one from the user's request budget first.
 -- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's token key
 -- KEYS[10] the user's budget (STRING, see gcra.lua; in the queue's hash tag)
--- KEYS[11] the queue's stock HASH (see common.lua)
+-- KEYS[11] the queue's stock HASH (see common.lua; its sold-out flag is
+--          read from the STRING beside it, sold_out_key)
 -- ARGV[3] user   ARGV[4] touch (1/0)
 -- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
+-- ARGV[7], ARGV[8] an entry id and its time the caller holds from an
+--          earlier answer ('' and '': none): when the user waits with that
+--          entry, its time is that one and its marks are not read
 -- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
 -- a 'none' row followed by the queue's entry counter (KEYS[2]; -1: none),
 -- or limited('buyer', ms to wait) with nothing touched. The counter lets the
@@ -13,6 +17,12 @@
 -- behind (a restarted old master read before a failover settles), so it
 -- must not be told its place ended. Read only when the user holds no
 -- place: the line's common path (the head) pays nothing for it.
+-- Cost: a buyer in line (the common case) costs 7 commands: TIME, MGET,
+-- the budget's SET, ZSCORE, ZRANK, the entry time's HGET (its span's
+-- marks, at most 16: none with ARGV[7..8], the HTTP layer's polls after
+-- the first), ZCARD; and presence's ZADD only with touch (the HTTP layer
+-- polls without: its presence loop marks polling buyers seen in one write
+-- with the streaming ones, crate::push).
 -- Atomic so the token look-up and the rank are read at one instant: read
 -- apart, a user admitted in between would look NOT_ENTERED; the budget is
 -- spent in the same step so a poll stays one round trip and every
@@ -22,8 +32,9 @@ local user = ARGV[3]
 local waiting_key, pass_key, paused_key = KEYS[1], KEYS[7], KEYS[8]
 local now = now_ms()
 local period = tonumber(ARGV[5])
--- The budget, the pass counter and the hold: the STRINGs, in one MGET.
-local v = redis.call('MGET', KEYS[10], pass_key, paused_key)
+-- The budget, the pass counter, the hold and the sold-out flag: the
+-- STRINGs, in one MGET.
+local v = redis.call('MGET', KEYS[10], pass_key, paused_key, sold_out_key(KEYS[11]))
 if period > 0 then
   local wait = gcra_stored(KEYS[10], v[1], now, period, tonumber(ARGV[6]))
   if wait > 0 then
@@ -35,16 +46,19 @@ local pass, held = tonumber(v[2] or '0'), v[3] and 2 or 0
 -- buyers out of the line as it issues theirs, and a join puts nobody who
 -- holds one in line), so their score alone says they wait: the line
 -- answers, each of its reads once, before the helpers below are made (a
--- closure each, per call). The stock's sold-out flag in one HGET (nil:
--- the queue is not linked).
+-- closure each, per call).
 local seq = tonumber(redis.call('ZSCORE', waiting_key, user))
 if seq then
-  local soldout = redis.call('HGET', KEYS[11], 'soldout') == '1' and 1 or 0
+  local soldout = v[4] and 1 or 0
   if ARGV[4] == '1' then
     seen_now(user, now)
   end
+  local entered = tonumber(ARGV[8])
+  if seq ~= tonumber(ARGV[7]) then
+    entered = entered_at(user, seq) or -1
+  end
   return {'waiting', 0, redis.call('ZRANK', waiting_key, user), seq, '', -1,
-          entered_at(user, seq) or -1, redis.call('ZCARD', waiting_key), pass, held + soldout}
+          entered, redis.call('ZCARD', waiting_key), pass, held + soldout}
 end
 --@helpers
 -- Not in line: no token and no stock (one EXISTS) is a 'none'; else the

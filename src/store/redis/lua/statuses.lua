@@ -1,7 +1,8 @@
 -- statuses.lua: many users' standings in one round trip (stream refreshes).
 -- KEYS, ARGV[1..2]: see common.lua, but KEYS[9..] are the users' token keys,
 -- one per user, in the order of ARGV[3..] users, then the queue's stock HASH
--- (see common.lua) as the last KEY
+-- (see common.lua; its sold-out flag read from the STRING beside it,
+-- sold_out_key) as the last KEY
 -- Returns a list of describe()-shaped rows with the sold-out flag, one per
 -- user, in argument order,
 -- without the entry time (streams do not show it): a waiting user costs
@@ -11,9 +12,9 @@
 -- one script a user cannot be both in line and holding a token, so reading
 -- the rank first is as safe as reading the token first.
 local now = now_ms()
-local v = redis.call('MGET', K.pass, K.paused)
+local v = redis.call('MGET', K.pass, K.paused, sold_out_key(KEYS[#KEYS]))
 local total, pass = redis.call('ZCARD', K.waiting), tonumber(v[1] or '0')
-local soldout = (sold_out(KEYS[#KEYS]) and 1 or 0) + (v[2] and 2 or 0)
+local soldout = (v[3] and 1 or 0) + (v[2] and 2 or 0)
 local users = {}
 for i = 3, #ARGV do
   users[#users + 1] = ARGV[i]

@@ -9,7 +9,8 @@
 -- tokens used since the last one, marks the queue sold out when nothing
 -- is left (publishing {"kind":"soldOut"} once, on the change) and reopens
 -- a sold-out line when units are back (reopened = now: absent buyers are
--- not dropped for abandonAfter from then, see admit.lua).
+-- not dropped for abandonAfter from then, see admit.lua). The flag's
+-- STRING copy (sold_out_key, common.lua) changes with it.
 -- Atomic so the sold-out mark changes once however many instances report
 -- at once (one event), and the counts answered are those of one instant.
 local key = KEYS[9]
@@ -20,6 +21,7 @@ if ARGV[3] ~= '' then
   local was = sold_out(key)
   local is = remaining == 0
   redis.call('HSET', key, 'remaining', ARGV[3], 'per', ARGV[4], 'consumed', 0, 'soldout', is and 1 or 0)
+  copy_sold_out(key, is)
   if was and not is then
     redis.call('HSET', key, 'reopened', now)
   end

@@ -1,4 +1,5 @@
--- touch.lua: marks waiting users as seen now (their streams are open).
+-- touch.lua: marks waiting users as seen now (their streams are open, or
+-- their polls found them in line since the last write: crate::push).
 -- KEYS, ARGV[1..2]: see common.lua.   ARGV[3..] users
 -- Returns the number of users updated.
 -- A script so the time is the store clock (TIME), the same clock admission
@@ -6,7 +7,9 @@
 -- (read in the same step): a user who left the line is never re-added.
 -- A new place writes no presence (join.lua), so the first touch after a
 -- join adds the user; later ones update them.
-local now = now_ms()
+-- The time as a string made once: a number passed to redis.call is
+-- printed as a float (%.17g) for every user.
+local now = string.format('%d', now_ms())
 local n = 0
 local function mark(users)
   local in_line = redis.call('ZMSCORE', K.waiting, unpack(users))
