@@ -3,24 +3,29 @@
 #
 # A poll is one EVALSHA of status.lua either way; with the budget the
 # script also reads and writes the buyer's GCRA key. This runs the real
-# script (common.lua + gcra.lua + status.lua, as the adapter sends it)
-# under redis-benchmark, without a budget (the baseline) and with one that
-# never refuses, interleaved over ROUNDS rounds, and prints the median
-# rate of each and their ratio. Needs redis-server/redis-benchmark; uses
-# REDIS_PORT (default 6379) and keys under bench-poll-budget:*.
+# script (as the adapter sends it: prelude and helpers assembled, written by
+# the ignored test `write_assembled_scripts`) under redis-benchmark, as the
+# HTTP layer polls (no presence write, the entry time known), without a
+# budget (the baseline) and with one that never refuses, interleaved over
+# ROUNDS rounds, and prints the median rate of each and their ratio. Needs
+# redis-server/redis-benchmark; uses REDIS_PORT (default 6379) and keys
+# under bench-poll-budget:*.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PORT=${REDIS_PORT:-6379}
 ROUNDS=${ROUNDS:-5}
 N=${N:-100000}
-LUA=$ROOT/src/store/redis/lua
-SHA=$(redis-cli -p "$PORT" SCRIPT LOAD "$(cat "$LUA/common.lua" "$LUA/gcra.lua" "$LUA/status.lua")")
+OUT=$(mktemp -d /tmp/waitroom-pb.XXXXXX)
+trap 'rm -rf "$OUT"' EXIT
+(cd "$ROOT" && WAITROOM_SCRIPTS_OUT=$OUT cargo test -q --lib -- --ignored --exact \
+  store::redis::scripts::written::write_assembled_scripts >/dev/null)
+SHA=$(redis-cli -p "$PORT" SCRIPT LOAD "$(cat "$OUT/status.lua")")
 P="bench-poll-budget:{q}:"
-KEYS=("${P}waiting" "${P}seq" "${P}entered" "${P}seen" "${P}active" "${P}bucket" "${P}pass" "${P}paused" "${P}budget:u1")
+KEYS=("${P}waiting" "${P}seq" "${P}entered" "${P}seen" "${P}active" "${P}bucket" "${P}pass" "${P}paused" "${P}token:u1" "${P}budget:u1" "${P}stock")
 redis-cli -p "$PORT" ZADD "${P}waiting" 1 u1 >/dev/null
 rate() { # period burst
   redis-benchmark -p "$PORT" -n "$N" -c 50 -P 1 -q \
-    EVALSHA "$SHA" 9 "${KEYS[@]}" "${P}token:" ch u1 1 "$1" "$2" |
+    EVALSHA "$SHA" 11 "${KEYS[@]}" "${P}token:" ch u1 0 "$1" "$2" 1 1700000000000 |
     grep -o '[0-9.]* requests per second' | cut -d' ' -f1
 }
 base=() budget=()

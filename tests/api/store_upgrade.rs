@@ -6,6 +6,7 @@
 //! STRING copy reads as sold out from the next admission pass on.
 
 use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, StockReport, UserId};
 use waitroom::store::redis::RedisStore;
 use waitroom::store::{LineStore, StockStore};
@@ -51,18 +52,25 @@ fn entered_at(s: &Snapshot) -> u64 {
     s.entered_at_ms.expect("an entry time")
 }
 
-#[tokio::test]
-async fn marks_of_the_earlier_layout_are_read_and_dropped() {
-    crate::needs_redis!();
-    let prefix = unique_prefix("upgrade-marks");
+/// A store of a prefix of its own on the shared Redis, its queue
+/// `default`, a plain connection to write what an earlier version left,
+/// and the queue's key base.
+async fn fresh(tag: &str) -> (RedisStore, QueueName, MultiplexedConnection, String) {
+    let prefix = unique_prefix(tag);
     let store = RedisStore::connect(&redis_url(), &prefix).await.unwrap();
-    let q = QueueName::parse("default").unwrap();
-    let mut conn = redis::Client::open(redis_url())
+    let conn = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     let base = format!("{prefix}:{{default}}:");
+    (store, QueueName::parse("default").unwrap(), conn, base)
+}
+
+#[tokio::test]
+async fn marks_of_the_earlier_layout_are_read_and_dropped() {
+    crate::needs_redis!();
+    let (store, q, mut conn, base) = fresh("upgrade-marks").await;
     let entered = format!("{base}entered");
 
     // 300 buyers, then their marks rewritten as an earlier version kept
@@ -171,15 +179,8 @@ async fn marks_of_the_earlier_layout_are_read_and_dropped() {
 #[tokio::test]
 async fn a_queue_sold_out_before_the_flag_had_its_copy_reads_sold_out_after_a_pass() {
     crate::needs_redis!();
-    let prefix = unique_prefix("upgrade-sold");
-    let store = RedisStore::connect(&redis_url(), &prefix).await.unwrap();
-    let q = QueueName::parse("default").unwrap();
-    let mut conn = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let stock = format!("{prefix}:{{default}}:stock");
+    let (store, q, mut conn, base) = fresh("upgrade-sold").await;
+    let stock = format!("{base}stock");
 
     join(&store, &q, "a").await;
     join(&store, &q, "b").await;

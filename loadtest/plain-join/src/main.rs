@@ -1,11 +1,15 @@
-//! The baseline of `loadtest/group-commit.sh`: the plainest axum server
-//! that places a join with one Lua call per join, on the same Redis as the
-//! waitroom it is compared with. `POST /api/queues/{queue}/entries` with
-//! `X-User-Id` puts the user in the queue's line (or keeps their place)
-//! and answers `201` with their position, as waitroom's join does, but
-//! with nothing else: no tickets, no limits, no fast track, no grouping.
-//! So waitroom's join is measured against the cost of one script call
-//! per join, not against a slower server.
+//! The baseline of `loadtest/group-commit.sh` and `loadtest/poll-e2e.sh`:
+//! the plainest axum server that places a join with one Lua call per join,
+//! and answers a poll with one more, on the same Redis as the waitroom it
+//! is compared with. `POST /api/queues/{queue}/entries` with `X-User-Id`
+//! puts the user in the queue's line (or keeps their place) and answers
+//! `201` with their position, as waitroom's join does, but with nothing
+//! else: no tickets, no limits, no fast track, no grouping.
+//! `GET /api/queues/{queue}/position` with `X-User-Id` answers their
+//! place as JSON of waitroom's shape, from one Lua call: no ticket, no
+//! budget, no presence, no entry time. So waitroom's join and poll are
+//! measured against the cost of one script call each, not against a
+//! slower server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +24,8 @@ use clap::Parser;
 
 /// One join (`join.lua`: its header gives keys, arguments and reply).
 const JOIN: &str = include_str!("join.lua");
+/// One poll (`poll.lua`).
+const POLL: &str = include_str!("poll.lua");
 
 #[derive(Parser)]
 struct Args {
@@ -36,6 +42,7 @@ struct Args {
 struct App {
     conn: redis::aio::MultiplexedConnection,
     script: redis::Script,
+    poll: redis::Script,
     prefix: String,
 }
 
@@ -48,10 +55,12 @@ async fn main() -> anyhow::Result<()> {
     let app = Arc::new(App {
         conn,
         script: redis::Script::new(JOIN),
+        poll: redis::Script::new(POLL),
         prefix: args.prefix,
     });
     let router = Router::new()
         .route("/api/queues/{queue}/entries", post(join))
+        .route("/api/queues/{queue}/position", axum::routing::get(poll))
         .route("/readyz", axum::routing::get(|| async { "ok" }))
         .with_state(app);
     // The same listen backlog as waitroom's default: with tokio's 128 a
@@ -68,16 +77,27 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The request's `X-User-Id`, or the `400` that says it is missing.
+fn user_of(headers: &HeaderMap) -> Result<&str, (StatusCode, Json<serde_json::Value>)> {
+    headers
+        .get("x-user-id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            (
+                StatusCode::BAD_REQUEST,
+                Json(serde_json::json!({"error": "X-User-Id"})),
+            )
+        })
+}
+
 async fn join(
     State(app): State<Arc<App>>,
     Path(queue): Path<String>,
     headers: HeaderMap,
 ) -> impl IntoResponse {
-    let Some(user) = headers.get("x-user-id").and_then(|v| v.to_str().ok()) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({"error": "X-User-Id"})),
-        );
+    let user = match user_of(&headers) {
+        Ok(user) => user,
+        Err(refused) => return refused,
     };
     let base = format!("{}:{{{queue}}}:", app.prefix);
     let mut conn = app.conn.clone();
@@ -100,6 +120,48 @@ async fn join(
                 "position": rank + 1,
                 "waiting": total,
             })),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"error": e.to_string()})),
+        ),
+    }
+}
+
+async fn poll(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    let user = match user_of(&headers) {
+        Ok(user) => user,
+        Err(refused) => return refused,
+    };
+    let mut conn = app.conn.clone();
+    let reply: redis::RedisResult<(i64, i64)> = app
+        .poll
+        .key(format!("{}:{{{queue}}}:waiting", app.prefix))
+        .arg(user)
+        .invoke_async(&mut conn)
+        .await;
+    match reply {
+        Ok((rank, total)) if rank >= 0 => (
+            StatusCode::OK,
+            Json(serde_json::json!({
+                "status": "WAITING",
+                "rank": rank,
+                "position": rank + 1,
+                "totalWaiting": total,
+                "estimatedWaitSeconds": null,
+                "pollingIntervalSeconds": if rank < 100 { 1 } else if rank < 1000 { 3 } else { 5 },
+                "enteredAt": null,
+                "entryToken": null,
+                "tokenExpiresInSeconds": null,
+            })),
+        ),
+        Ok(_) => (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({"error": "not_entered"})),
         ),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
