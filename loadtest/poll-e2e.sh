@@ -17,7 +17,7 @@
 #
 # Writes docs/benchmarks/poll-e2e-<UTC>.md (REPORT=0: print only): polls/s,
 # the ratio to the plain server, p50/p99, answers other than 200, and the
-# Redis CPU per poll. Loopback only; every run is bounded (SECS each);
+# Redis and server CPU per poll. Loopback only; every run is bounded (SECS each);
 # every process started here is stopped on exit.
 #
 # env (defaults): USERS (20000), CONNECTIONS (64), SECS (10), REPEATS (3),
@@ -47,7 +47,7 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
 fi
 start_redis
 VARIANTS="plain waitroom${BASE_BIN:+ base}"
-declare -A ADDR
+declare -A ADDR PID
 
 # One server per variant, each with its own key prefix on the one Redis.
 for variant in $VARIANTS; do
@@ -67,6 +67,7 @@ for variant in $VARIANTS; do
     ;;
   esac
   EXTRA_PIDS+=($!)
+  PID[$variant]=$!
   wait_ready "$addr"
   ADDR[$variant]=$addr
   log "$variant on $addr: joining $USERS buyers"
@@ -112,23 +113,26 @@ function request()
 end
 EOF
 
+# CPU seconds a process has used (user + system).
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+
 # run VARIANT OUT: one measured run; OUT.res gets "rate p50 p99 non200
-# redis-µs", OUT.wrk what wrk said.
+# redis-µs server-µs", OUT.wrk what wrk said.
 run() {
   local variant=$1 out=$2
-  local r0 r1 requests
-  r0=$(redis_cpu)
+  local r0 r1 s0 s1 requests
+  r0=$(redis_cpu) s0=$(cpu_of "${PID[$variant]}")
   wrk -t2 -c"$CONNECTIONS" -d"${SECS}s" --latency -s "$TMP/poll.lua" "http://${ADDR[$variant]}" \
     -- "$TMP/$variant.users" >"$out.wrk" 2>&1
-  r1=$(redis_cpu)
+  r1=$(redis_cpu) s1=$(cpu_of "${PID[$variant]}")
   requests=$(awk '/requests in/ { print $1 }' "$out.wrk")
-  awk -v r0="$r0" -v r1="$r1" -v n="$requests" '
+  awk -v r0="$r0" -v r1="$r1" -v s0="$s0" -v s1="$s1" -v n="$requests" '
     function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
     /Requests\/sec/ { rate = $2 }
     /^ +50%/ { p50 = ms($2) }
     /^ +99%/ { p99 = ms($2) }
     /Non-2xx/ { bad = $NF }
-    END { printf "%s %s %s %d %.2f\n", rate, p50, p99, bad, (r1 - r0) * 1e6 / n }' "$out.wrk" >"$out.res"
+    END { printf "%s %s %s %d %.2f %.2f\n", rate, p50, p99, bad, (r1 - r0) * 1e6 / n, (s1 - s0) * 1e6 / n }' "$out.wrk" >"$out.res"
 }
 
 median() {
@@ -161,12 +165,12 @@ read -r plain_rate _ <<<"$(median "$TMP"/plain-*.res)"
   echo "- Redis: $(redis-server --version | awk '{print $3}' | cut -d= -f2), private, no persistence"
   echo "- How: $USERS buyers in line per server, polled round robin by wrk (2 threads, $CONNECTIONS connections, $SECS s a run), the variants alternated $REPEATS times; medians. The baseline: loadtest/plain-join (one Lua call a poll: ZRANK, ZCARD; the JSON of waitroom's shape; no ticket, budget, presence or entry time)."
   echo
-  echo "| variant | polls/s | × plain | p50 ms | p99 ms | answers not 200 | Redis CPU µs/poll |"
-  echo "|---|---:|---:|---:|---:|---:|---:|"
+  echo "| variant | polls/s | × plain | p50 ms | p99 ms | answers not 200 | Redis CPU µs/poll | server CPU µs/poll |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for variant in $VARIANTS; do
-    read -r rate p50 p99 bad rus <<<"$(median "$TMP/$variant"-*.res)"
-    printf '| %s | %.0f | %.2f | %.2f | %.2f | %d | %.1f |\n' "$variant" "$rate" \
-      "$(echo "$rate / $plain_rate" | bc -l)" "$p50" "$p99" "$bad" "$rus"
+    read -r rate p50 p99 bad rus sus <<<"$(median "$TMP/$variant"-*.res)"
+    printf '| %s | %.0f | %.2f | %.2f | %.2f | %d | %.1f | %.1f |\n' "$variant" "$rate" \
+      "$(echo "$rate / $plain_rate" | bc -l)" "$p50" "$p99" "$bad" "$rus" "$sus"
   done
 } >"$TMP/report.md"
 cat "$TMP/report.md"
