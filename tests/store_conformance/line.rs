@@ -20,6 +20,47 @@ async fn reenter_keeps_the_place(store: SharedStore) {
 }
 conformance!(reenter_keeps_the_place);
 
+/// An entry time a caller holds stands only for the entry it came with:
+/// one sent with another entry (an old ticket's, a forged pairing) is
+/// never answered; the store's own time is.
+async fn a_known_entry_time_stands_only_for_its_entry(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "k", 2).await;
+    let own = store.status(&q(), &users[1], false).await.unwrap();
+    let (entry, at) = (own.entry.unwrap(), own.entered_at_ms.unwrap());
+    for wrong in [entry - 1, entry + 1, 0] {
+        let known = KnownEntry {
+            entry: wrong,
+            entered_at_ms: 42,
+        };
+        let s = store
+            .status_known(&q(), &users[1], None, Some(known))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (s.entry, s.entered_at_ms),
+            (Some(entry), Some(at)),
+            "{wrong}"
+        );
+    }
+    let right = KnownEntry {
+        entry,
+        entered_at_ms: at,
+    };
+    let s = store
+        .status_known(&q(), &users[1], None, Some(right))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (s.entry, s.entered_at_ms, rank(&s)),
+        (Some(entry), Some(at), Some(1))
+    );
+}
+conformance!(a_known_entry_time_stands_only_for_its_entry);
+
 /// A hold is read with every standing (a buyer is told the queue is
 /// paused rather than an estimate) and marks the passes it emptied.
 async fn a_hold_is_read_with_every_standing(store: SharedStore) {

@@ -23,8 +23,8 @@ use waitroom::queue::{
     EntryToken, Policy, QueueName, QueueSettings, STALE_ENTRY_LAG_MAX, Snapshot, Standing, UserId,
 };
 use waitroom::store::{
-    AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, LimitKind, QueueEvent, Rate, SharedStore,
-    StoreEvent,
+    AddressLimits, BuyerBudget, ClaimOutcome, JoinLimits, KnownEntry, LimitKind, QueueEvent, Rate,
+    SharedStore, StoreEvent,
 };
 
 /// Declares the case `$case` (an `async fn(SharedStore)` of the module it

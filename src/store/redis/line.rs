@@ -46,9 +46,7 @@ impl RedisStore {
             },
         }
     }
-}
 
-impl RedisStore {
     /// One `status.lua` call: `user`'s standing, marked seen with `touch`,
     /// after spending one from `budget`; `known`'s time stands in for its
     /// entry's marks (not read) when `user` waits with that entry.
