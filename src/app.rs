@@ -489,6 +489,9 @@ fn server_settings(config: &Config, max_connections: usize) -> server::Settings 
         max_connections,
         connections_per_address: config.connections_per_address(max_connections),
         admin_reserved_connections: config.admin_reserved_connections,
+        // Store calls from a serving thread go over a connection of the
+        // thread's own (a single Redis; the other stores ignore it).
+        thread_start: Some(crate::store::redis::serve_calls_from_this_thread),
     }
 }
 

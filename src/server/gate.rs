@@ -75,7 +75,11 @@ pub async fn serve(
         first_byte: settings.first_byte_wait(),
         idle: settings.idle_timeout,
     };
-    let mut workers = Workers::start("waitroom-gate", settings.drain_window())?;
+    let mut workers = Workers::start(
+        "waitroom-gate",
+        settings.drain_window(),
+        settings.thread_start,
+    )?;
     while let Some((socket, _, held, _)) = acceptor.next(&shutdown).await {
         let _ = socket.set_nodelay(true);
         let (state, stopping) = (state.clone(), shutdown.clone());

@@ -151,6 +151,10 @@ pub struct Settings {
     pub connections_per_address: Option<usize>,
     /// The operator listener's reserve for bearers of a token.
     pub admin_reserved_connections: usize,
+    /// Run first on each serving thread (`workers.rs`): what the parts
+    /// below the transport set up per thread (the store's connection of
+    /// the thread's own).
+    pub thread_start: Option<fn()>,
 }
 
 impl Settings {
@@ -218,7 +222,11 @@ pub async fn serve(
         .layer(RequestBodyDeadlineLayer::new(settings.body_timeout))
         .service(router.clone());
     let shutdown = state.shutdown().clone();
-    let mut workers = workers::Workers::start(kind.thread_name(), settings.drain_window())?;
+    let mut workers = workers::Workers::start(
+        kind.thread_name(),
+        settings.drain_window(),
+        settings.thread_start,
+    )?;
     let acceptor = Acceptor::new(listener, kind.limits(&state, &settings));
     let route = Arc::new(lean::stream_route(&state.settings().base_path));
     let timeouts = Timeouts {

@@ -40,9 +40,9 @@ pub struct Workers {
 
 impl Workers {
     /// Starts one thread per core (up to [`MAX_THREADS`]), named
-    /// `name-N`; each gives what it serves `drain` once the hand-over
-    /// closes.
-    pub fn start(name: &str, drain: Duration) -> std::io::Result<Self> {
+    /// `name-N`; each runs `thread_start` first, and gives what it serves
+    /// `drain` once the hand-over closes.
+    pub fn start(name: &str, drain: Duration, thread_start: Option<fn()>) -> std::io::Result<Self> {
         let threads = std::thread::available_parallelism()
             .map_or(1, usize::from)
             .min(MAX_THREADS);
@@ -57,6 +57,9 @@ impl Workers {
             std::thread::Builder::new()
                 .name(format!("{name}-{n}"))
                 .spawn(move || {
+                    if let Some(start) = thread_start {
+                        start();
+                    }
                     runtime.block_on(work(incoming, drain));
                     let _ = done.send(());
                 })?;

@@ -60,6 +60,7 @@ mod sse;
 mod stock;
 mod store_bound;
 mod store_upgrade;
+mod thread_connections;
 mod tickets;
 mod transport;
 mod turn;

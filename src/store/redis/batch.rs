@@ -279,6 +279,11 @@ impl Runner {
         // back to one after any failed call (a lost connection, a
         // failover, a flushed script cache) until a call succeeds.
         let warm = Arc::new(AtomicBool::new(false));
+        // The connection the groups in flight went over: the next group
+        // goes over it too (one connection keeps their order), and only
+        // with none in flight over the one a call made now would use (on
+        // a serving thread, the thread's own: `conn/local.rs`).
+        let mut conn = self.conn.pinned();
         // A join that did not fit the last group (other shared arguments):
         // the first of the next, so the order holds.
         let mut carried: Option<Pending> = None;
@@ -341,11 +346,17 @@ impl Runner {
                 continue;
             }
             number += 1;
+            if in_flight.is_empty() {
+                conn = self.conn.pinned();
+            }
             let runner = self.clone();
+            let conn = conn.clone();
             let (keys, names, shared) = (keys.clone(), names.clone(), group.shared);
             let warm = warm.clone();
             let mut call: GroupCall = Box::pin(async move {
-                let result = runner.run(&keys, &names, number, shared, &calls).await;
+                let result = runner
+                    .run(&conn, &keys, &names, number, shared, &calls)
+                    .await;
                 warm.store(result.is_ok(), Ordering::Relaxed);
                 match result {
                     Ok(rows) => {
@@ -379,6 +390,7 @@ impl Runner {
     /// from its user and address.
     async fn run(
         &self,
+        conn: &Conn,
         keys: &QueueKeys,
         names: &GroupKeys,
         number: u64,
@@ -425,14 +437,8 @@ impl Runner {
         for call in calls {
             cmd.arg(call.user.as_str()).arg(call.token.as_str());
         }
-        let value = send_durable(
-            &self.conn,
-            &self.script,
-            &cmd,
-            &keys.channel,
-            self.wait_replicas,
-        )
-        .await?;
+        let value =
+            send_durable(conn, &self.script, &cmd, &keys.channel, self.wait_replicas).await?;
         group_rows(value, calls.len())
     }
 }

@@ -48,7 +48,7 @@ pub use batch::{
     DEFAULT_DEPTH as DEFAULT_JOIN_BATCH_DEPTH, DEFAULT_MAX as DEFAULT_JOIN_BATCH_MAX,
     DEFAULT_WINDOW_US as DEFAULT_JOIN_BATCH_WINDOW_US, JoinBatch,
 };
-pub use conn::Topology;
+pub use conn::{Topology, serve_calls_from_this_thread};
 
 use std::time::Duration;
 

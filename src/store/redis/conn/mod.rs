@@ -4,7 +4,8 @@
 //! Every store method runs its script through [`Conn`], which implements
 //! [`redis::aio::ConnectionLike`]; only this module knows which of the three
 //! it speaks to. A single Redis is one multiplexed, self-reconnecting
-//! connection ([`ConnectionManager`]); behind Sentinel it is one multiplexed
+//! connection ([`ConnectionManager`]), and on each serving thread one of
+//! that thread's own (`local.rs`); behind Sentinel it is one multiplexed
 //! connection to whichever node the sentinels name master, found again
 //! after a failover (`sentinel.rs`); a cluster is redis-rs's async cluster
 //! connection, which routes each call by the slot of its first key, follows
@@ -28,6 +29,7 @@
 
 #[cfg(feature = "redis-cluster")]
 mod cluster;
+mod local;
 mod sentinel;
 
 use std::time::Duration;
@@ -41,6 +43,8 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 #[cfg(feature = "redis-cluster")]
 use cluster::ClusterConn;
+use local::Single;
+pub use local::serve_calls_from_this_thread;
 use sentinel::SentinelConn;
 pub(super) use sentinel::{Endpoint, Locator};
 
@@ -179,7 +183,7 @@ impl SentinelUrl {
 /// One multiplexed connection to the store, cheap to clone.
 #[derive(Clone)]
 pub(super) enum Conn {
-    Single(ConnectionManager),
+    Single(Single),
     Sentinel(SentinelConn),
     /// Built anew when its calls keep timing out (`cluster.rs`).
     #[cfg(feature = "redis-cluster")]
@@ -201,6 +205,16 @@ pub(super) fn cluster_builder(seeds: &[String], timeout: Duration) -> ClusterCli
 }
 
 impl Conn {
+    /// A clone whose calls, and its clones', all go over the connection
+    /// a call made here would: for calls whose order on the wire matters
+    /// (one Redis: `local.rs`; the other topologies have one connection).
+    pub(super) fn pinned(&self) -> Self {
+        match self {
+            Conn::Single(c) => Conn::Single(c.pinned()),
+            other => other.clone(),
+        }
+    }
+
     /// Connects; fails if the store does not answer now. `durable`: also
     /// the non-retrying connection of [`Conn::eval_and_wait`] (a cluster).
     pub(super) async fn connect(
@@ -216,9 +230,9 @@ impl Conn {
                     .set_connection_timeout(Some(timeout))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
-                Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                let conn =
+                    ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+                Ok(Conn::Single(Single::new(conn, client, config)))
             }
             Topology::Sentinel(url) => {
                 Ok(Conn::Sentinel(SentinelConn::connect(url, timeout).await?))
