@@ -20,10 +20,8 @@
 //! own. The price: a site that turns on HTTPS starts its visitors and
 //! tickets anew.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, header};
-use axum::middleware::Next;
-use axum::response::Response;
 use cookie::{Cookie, SameSite};
 
 use super::AppState;
@@ -124,20 +122,20 @@ pub fn visitor(value: String, secure: bool) -> String {
         .to_string()
 }
 
-/// Middleware: where cookies are `Secure` (the names are prefixed), takes
-/// every plain-named visitor and ticket cookie out of the request before
-/// anything reads it, so each reader (the join, the page, tickets, the
-/// order gate) sees the prefixed names only. Other cookies pass untouched.
-pub async fn only_prefixed_names(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// Where cookies are `Secure` (the names are prefixed), takes every
+/// plain-named visitor and ticket cookie out of `request` before anything
+/// reads it, so each reader (the join, the page, tickets, the order gate)
+/// sees the prefixed names only. Other cookies pass untouched. (One of the
+/// public router's guards, `super::public_guards`.)
+pub fn only_prefixed_names(state: &AppState, request: Request) -> Request {
+    if !carries_plain_names(request.headers()) {
+        return request;
+    }
     let (mut parts, body) = request.into_parts();
-    if carries_plain_names(&parts.headers) && state.cookie_secure(&client_of(&parts, &state)) {
+    if state.cookie_secure(&client_of(&parts, state)) {
         drop_plain_names(&mut parts.headers);
     }
-    next.run(Request::from_parts(parts, body)).await
+    Request::from_parts(parts, body)
 }
 
 /// The unprefixed names: what a page without HTTPS, or on a sibling

@@ -43,15 +43,24 @@ pub fn repeated_identity_header<'a>(
 
 /// Middleware: `400 duplicate_header` for a repeated identity header.
 pub async fn refuse_repeated_identity(request: Request, next: Next) -> Response {
+    match repeated_identity(&request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
+}
+
+/// The `400 duplicate_header` answer to `request`, when it repeats an
+/// identity header.
+pub fn repeated_identity(request: &Request) -> Option<Response> {
     let names = request.headers().iter().map(|(name, _)| name.as_str());
-    if let Some(name) = repeated_identity_header(names) {
-        return ApiError::bad_request(
+    let name = repeated_identity_header(names)?;
+    Some(
+        ApiError::bad_request(
             ErrorCode::DuplicateHeader,
             format!("the {name} header must be sent at most once"),
         )
-        .into_response();
-    }
-    next.run(request).await
+        .into_response(),
+    )
 }
 
 #[cfg(test)]

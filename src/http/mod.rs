@@ -39,7 +39,7 @@ mod tokens;
 pub mod wire;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::Uri;
 use axum::response::{IntoResponse, Redirect, Response};
 use tower::ServiceExt;
@@ -132,14 +132,8 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            cookies::only_prefixed_names,
+            public_guards,
         ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            origin::refuse_cross_origin,
-        ))
-        .layer(axum::middleware::from_fn(headers::refuse_repeated_identity))
-        .layer(axum::middleware::from_fn(security::add_headers))
         .with_state(state.clone());
     let base = state.settings().base_path.clone();
     let app = if base.is_empty() {
@@ -165,6 +159,32 @@ pub fn router(state: AppState) -> Router {
             futures::future::Either::Right(app.clone().oneshot(request))
         }
     }))
+}
+
+/// The public router's guards, in this order, and its security headers on
+/// every answer, the guards' refusals included: a repeated identity header
+/// is `400` (`headers.rs`), a guarded path asked from another origin `403`
+/// (`origin.rs`), and plain-named cookies are taken out where cookies are
+/// `Secure` (`cookies.rs`) before any extractor reads the request. One
+/// layer rather than one per rule: each layer clones the router's service
+/// and boxes a future for every request.
+async fn public_guards(
+    State(state): State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let refused = headers::repeated_identity(&request)
+        .or_else(|| origin::refuse_cross_origin(&state, &request));
+    let mut response = match refused {
+        Some(refused) => refused,
+        None => {
+            next.run(cookies::only_prefixed_names(&state, request))
+                .await
+        }
+    };
+    security::apply(response.headers_mut(), api);
+    response
 }
 
 /// What the gateway listener (`--gate-addr`) answers, request by request

@@ -21,9 +21,8 @@
 //! Host $http_host;`, which keeps the port), or the public origin named in
 //! `--allowed-origins`.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderMap;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
@@ -117,20 +116,14 @@ fn origin_allowed(headers: &HeaderMap, allowed: &[String], absent_ok: bool) -> b
         .is_some_and(|host| host == authority)
 }
 
-/// Middleware: `403 cross_origin` for a guarded path asked from another
-/// origin, before any extractor (so a refused request changes nothing and
-/// costs no store call).
-pub async fn refuse_cross_origin(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if guarded(request.uri().path())
-        && !same_origin(request.headers(), &state.settings().allowed_origins)
-    {
-        return ApiError::CrossOrigin.into_response();
-    }
-    next.run(request).await
+/// The `403 cross_origin` answer to a guarded path asked from another
+/// origin, given before any extractor runs (so a refused request changes
+/// nothing and costs no store call): one of the public router's guards,
+/// `super::public_guards`.
+pub fn refuse_cross_origin(state: &AppState, request: &Request) -> Option<Response> {
+    (guarded(request.uri().path())
+        && !same_origin(request.headers(), &state.settings().allowed_origins))
+    .then(|| ApiError::CrossOrigin.into_response())
 }
 
 #[cfg(test)]

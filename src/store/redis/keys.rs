@@ -23,11 +23,14 @@ impl QueueKeys {
         }
     }
 
+    /// The names after the queue's base of its eight keys every script
+    /// gets first (`KEYS[1..8]`, `lua/common.lua`).
+    pub(super) const SCRIPT_KEYS: [&'static str; 8] = [
+        "waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused",
+    ];
+
     pub(super) fn script_keys(&self) -> [String; 8] {
-        [
-            "waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused",
-        ]
-        .map(|k| format!("{}{k}", self.base))
+        Self::SCRIPT_KEYS.map(|k| format!("{}{k}", self.base))
     }
 
     /// The last entry-time mark, beside the entry counter (`lua/common.lua`,
@@ -48,11 +51,6 @@ impl QueueKeys {
 
     pub(crate) fn channel(&self) -> &str {
         &self.channel
-    }
-
-    /// The key of `user`'s token hash.
-    pub(super) fn token_key(&self, user: &UserId) -> String {
-        format!("{}{}", self.token_prefix, user.as_str())
     }
 
     /// The queue's audit log (a STREAM, `lua/common.lua`'s `audit`).

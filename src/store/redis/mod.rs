@@ -120,34 +120,47 @@ async fn bounded<T>(call: impl Future<Output = Result<T, RedisError>>) -> StoreR
     }
 }
 
-/// Runs `script` with `keys` (every key it touches) and, after the queue's
-/// two common arguments, `args`. With `wait_replicas`, the script and
-/// `WAIT` go as one pipeline on one connection, and the call fails closed
-/// when fewer replicas acknowledged within [`WAIT_TIMEOUT`].
-async fn eval_durable<'a>(
-    conn: &Conn,
+/// An `EVALSHA` of `script` with the layout [`RedisStore::run_for`]
+/// describes: the queue's keys, each of `users`' token keys, `extra_keys`,
+/// then the queue's two common arguments; the script's own arguments are
+/// the caller's to add. Each key name is written straight into the
+/// command (a poll's call is this and little else, so it is built without
+/// a string per key).
+fn evalsha_for(
     script: &redis::Script,
-    queue: &QueueKeys,
-    keys: &[String],
-    args: impl Iterator<Item = &'a [u8]>,
-    wait_replicas: u32,
-) -> StoreResult<redis::Value> {
+    keys: &QueueKeys,
+    users: &[&UserId],
+    extra_keys: Vec<String>,
+) -> redis::Cmd {
     let mut evalsha = redis::cmd("EVALSHA");
     evalsha
         .arg(script.get_hash())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(&queue.token_prefix)
-        .arg(&queue.channel);
-    for arg in args {
-        evalsha.arg(arg);
+        .arg(QueueKeys::SCRIPT_KEYS.len() + users.len() + extra_keys.len());
+    let mut name = Vec::with_capacity(keys.token_prefix.len() + 64);
+    for suffix in QueueKeys::SCRIPT_KEYS {
+        name.clear();
+        name.extend_from_slice(keys.base.as_bytes());
+        name.extend_from_slice(suffix.as_bytes());
+        evalsha.arg(name.as_slice());
     }
-    send_durable(conn, script, &evalsha, &queue.channel, wait_replicas).await
+    for user in users {
+        name.clear();
+        name.extend_from_slice(keys.token_prefix.as_bytes());
+        name.extend_from_slice(user.as_str().as_bytes());
+        evalsha.arg(name.as_slice());
+    }
+    evalsha
+        .arg(extra_keys)
+        .arg(&keys.token_prefix)
+        .arg(&keys.channel);
+    evalsha
 }
 
 /// Sends `evalsha` (an `EVALSHA` of `script`, built by the caller), loading
 /// the script first where the node's cache misses it; with
-/// `wait_replicas`, as [`eval_durable`] says. `channel` names the queue's
+/// `wait_replicas`, the script and `WAIT` go as one pipeline on one
+/// connection, and the call fails closed when fewer replicas acknowledged
+/// within [`WAIT_TIMEOUT`]. `channel` names the queue's
 /// slot (the master the pair must go to in a cluster).
 async fn send_durable(
     conn: &Conn,
@@ -344,7 +357,7 @@ impl RedisStore {
     }
 
     /// Runs a script whose write must be on `wait_replicas` replicas before
-    /// it counts (a join, an admission pass): see [`eval_durable`]. The
+    /// it counts (a join, an admission pass): see [`send_durable`]. The
     /// keys are laid out as [`RedisStore::run_for`] lays them out.
     async fn run_durable<T: redis::FromRedisValue>(
         &self,
@@ -354,17 +367,17 @@ impl RedisStore {
         extra_keys: Vec<String>,
         args: impl FnOnce(&mut redis::Cmd),
     ) -> StoreResult<T> {
-        let mut extra = redis::Cmd::new();
-        args(&mut extra);
         let keys = self.keys(queue);
-        let mut all: Vec<String> = keys.script_keys().into();
-        all.extend(users.iter().map(|u| keys.token_key(u)));
-        all.extend(extra_keys);
-        let args = extra.args_iter().filter_map(|arg| match arg {
-            redis::Arg::Simple(bytes) => Some(bytes),
-            _ => None,
-        });
-        let value = eval_durable(&self.conn, script, &keys, &all, args, self.wait_replicas).await?;
+        let mut evalsha = evalsha_for(script, &keys, users, extra_keys);
+        args(&mut evalsha);
+        let value = send_durable(
+            &self.conn,
+            script,
+            &evalsha,
+            &keys.channel,
+            self.wait_replicas,
+        )
+        .await?;
         Ok(redis::from_redis_value(value).map_err(RedisError::from)?)
     }
 
@@ -373,7 +386,7 @@ impl RedisStore {
         &self,
         script: &redis::Script,
         queue: &QueueName,
-        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        args: impl FnOnce(&mut redis::Cmd),
     ) -> StoreResult<T> {
         self.run_for(script, queue, &[], Vec::new(), args).await
     }
@@ -388,22 +401,12 @@ impl RedisStore {
         queue: &QueueName,
         users: &[&UserId],
         extra_keys: Vec<String>,
-        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        args: impl FnOnce(&mut redis::Cmd),
     ) -> StoreResult<T> {
         let keys = self.keys(queue);
-        let mut invocation = script.prepare_invoke();
-        for key in keys.script_keys() {
-            invocation.key(key);
-        }
-        for user in users {
-            invocation.key(keys.token_key(user));
-        }
-        for key in extra_keys {
-            invocation.key(key);
-        }
-        invocation.arg(&keys.token_prefix).arg(&keys.channel);
-        args(&mut invocation);
-        let mut conn = self.conn.clone();
-        bounded(invocation.invoke_async(&mut conn)).await
+        let mut evalsha = evalsha_for(script, &keys, users, extra_keys);
+        args(&mut evalsha);
+        let value = send_durable(&self.conn, script, &evalsha, &keys.channel, 0).await?;
+        Ok(redis::from_redis_value(value).map_err(RedisError::from)?)
     }
 }
