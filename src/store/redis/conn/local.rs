@@ -7,7 +7,7 @@
 //! thread), the reply handed back (a wake-up of the serving thread,
 //! parked in `epoll_wait`). A poll is one store call, and those wake-ups
 //! and the context switches they cost were the largest part of its CPU
-//! (docs/benchmarks). A connection whose task runs on the serving thread
+//! (docs/benchmarks/server-cpu-20261203T1330Z.md). A connection whose task runs on the serving thread
 //! itself hands the command and the reply on within the thread.
 //!
 //! **How.** A thread says it is a serving thread
@@ -26,9 +26,9 @@
 //!
 //! **What does not change.** Each call is still one script on one
 //! connection; a thread's calls go over its connection in the order they
-//! are made, so an instance's groups of joins (their task runs on one
-//! thread, which a single-threaded runtime never leaves) reach Redis in
-//! the order they were made, as on the shared connection. The thread's
+//! are made, and an instance's groups of joins keep one connection while
+//! any of them is in flight (`batch.rs`, [`Single::pinned`]), so they
+//! reach Redis in the order they were made, as on the shared connection. The thread's
 //! connection reconnects as the shared one does (the same settings).
 //! Only a single Redis: behind Sentinel or in a cluster the shared
 //! connection is what follows a failover.
@@ -48,7 +48,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 thread_local! {
     /// Whether this thread is a serving thread.
     static SERVING: Cell<bool> = const { Cell::new(false) };
-    /// This thread's connections, one per store ([`Single::id`]).
+    /// This thread's connections, one per store (by `Shared::id`).
     static OWN: RefCell<HashMap<u64, Own>> = RefCell::new(HashMap::new());
 }
 
