@@ -559,17 +559,41 @@ impl TestApp {
 
     /// Starts an instance of `config` on the shared Redis with a fresh
     /// prefix (which replaces `config.key_prefix`).
+    /// Returns once the instance listens to its queues' events: what is
+    /// published before an instance subscribes never reaches it (Redis
+    /// pub/sub keeps nothing), so a test that counts events from its very
+    /// first join waits for that.
     pub async fn redis_with(tag: &str, config: Config) -> Self {
         let prefix = unique_prefix(tag);
         let store = Arc::new(RedisStore::connect(&redis_url(), &prefix).await.unwrap());
-        Self::spawn_with(
+        let queues = config.queues.clone();
+        let app = Self::spawn_with(
             Config {
-                key_prefix: prefix,
+                key_prefix: prefix.clone(),
                 ..config
             },
             store,
         )
-        .await
+        .await;
+        let client = redis::Client::open(redis_url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        for queue in queues {
+            let channel = format!("{prefix}:{{{}}}:events", queue.trim());
+            eventually(Duration::from_secs(10), "the instance subscribed", || {
+                let (mut conn, channel) = (conn.clone(), channel.clone());
+                async move {
+                    let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(&channel)
+                        .query_async(&mut conn)
+                        .await
+                        .ok()?;
+                    counts.iter().any(|(_, n)| *n > 0).then_some(())
+                }
+            })
+            .await;
+        }
+        app
     }
 
     /// Starts an instance on a fresh in-memory store, flags as on the
