@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""loadtest/lua-instructions.py: what a poll and a repeat join cost Redis,
-counted in instructions (valgrind's callgrind on a private redis-server),
-next to the plain one-Lua-call join (loadtest/plain-join) in the same run.
+"""loadtest/lua-instructions.py: what a poll, a repeat join and an
+admission pass (per buyer admitted, 50 a pass) cost Redis, counted in
+instructions (valgrind's callgrind on a private redis-server), next to the
+plain one-Lua-call join (loadtest/plain-join) in the same run.
 
 Instructions, unlike microseconds, do not move with the machine's load:
 the same scripts and data give the same counts, so two versions of a
@@ -41,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINE = int(os.environ.get("LINE", "20000"))
 CALLS = int(os.environ.get("CALLS", "200"))
 PORT = int(os.environ.get("PORT", "6498"))
+PASS = 50  # buyers an admission pass admits
 P = "lua:{q}:"
 KEYS8 = [P + k for k in ["waiting", "seq", "entered", "seen", "active", "bucket", "pass", "paused"]]
 BASE_ID = 1000  # the first entry id
@@ -108,10 +110,32 @@ def main():
             if label == "new":
                 cases.append(("poll (new, entry time known)", status, "status", "0", True))
             cases.append((f"repeat join ({label})", enter, "enter", None, False))
+            # A version that wrote no admit.lua (before the tool measured
+            # admission) is measured without it.
+            if os.path.exists(os.path.join(d, "admit.lua")):
+                admit = r.script_load(open(os.path.join(d, "admit.lua")).read())
+                cases.append((f"admission, per buyer of 50 a pass ({label})", admit, "admit", None,
+                              False))
+
+        # Admission last: it takes the head of the line, which the polls
+        # and repeat joins (u0..u999) must find waiting.
+        cases.sort(key=lambda c: c[2] == "admit")
 
         def run(case, rd):
             name, sha, kind, touch, known = case
             p = r.pipeline(transaction=False)
+            if kind == "admit":
+                # CALLS buyers admitted from the head, PASS a pass: the
+                # tokens as the instance makes them (43 characters), the
+                # absent sweep on (120 s), unlimited holders.
+                for k in range(CALLS // PASS):
+                    tokens = [f"{rd}{k:03d}{i:03d}".ljust(43, "x") for i in range(PASS)]
+                    p.evalsha(sha, 11, *KEYS8, P + "settings", P + "stock", P + "audit",
+                              P + "token:", P + "events", 60000, PASS, 1, -1, 120000, *tokens)
+                res = p.execute()
+                assert not isinstance(res[0], Exception), (name, res[0])
+                assert f'"pass"' in res[0].decode(), (name, res[0])
+                return
             for i in range(CALLS):
                 u = f"u{i % 1000}"
                 if kind == "plain":

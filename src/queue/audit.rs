@@ -172,6 +172,20 @@ pub struct AuditEntry {
     pub pass: Option<u64>,
 }
 
+/// An entry handed to one consumer of a group (webhook delivery), with
+/// the id of the store's record that holds it. A store may keep several
+/// entries in one record (the Redis store writes an admission pass's
+/// buyers as one stream entry): a record is held and acknowledged as a
+/// whole, so a consumer acknowledges it once every entry in it is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenEntry {
+    /// The entry.
+    pub entry: AuditEntry,
+    /// Its record's id, which [`crate::store::AuditStore::audit_hold`] and
+    /// [`crate::store::AuditStore::audit_ack`] take.
+    pub record: AuditId,
+}
+
 /// One page of a queue's log, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuditPage {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use super::StoreResult;
 use crate::queue::QueueName;
-use crate::queue::audit::{AuditEntry, AuditId, AuditPage, AuditQuery};
+use crate::queue::audit::{AuditId, AuditPage, AuditQuery, TakenEntry};
 
 /// Reading the audit log, and taking it for delivery in consumer groups.
 #[async_trait]
@@ -23,8 +23,9 @@ pub trait AuditStore: Send + Sync + 'static {
     /// entries after `start`) by `consumer` (an instance): first those
     /// another consumer took and left unacknowledged for more than
     /// `idle_ms` (a dead instance's), then entries no consumer of the group
-    /// was given yet, at most about `count` of each. Every entry goes to
-    /// one consumer at a time and stays pending until acknowledged.
+    /// was given yet, at most about `count` records of each, each entry
+    /// with its record's id. Every record goes to one consumer at a time,
+    /// all its entries together, and stays pending until acknowledged.
     async fn audit_take(
         &self,
         queue: &QueueName,
@@ -33,11 +34,11 @@ pub trait AuditStore: Send + Sync + 'static {
         consumer: &str,
         idle_ms: u64,
         count: usize,
-    ) -> StoreResult<Vec<AuditEntry>>;
+    ) -> StoreResult<Vec<TakenEntry>>;
 
-    /// Keeps `ids` with `consumer` and restarts their idle time, so a
-    /// consumer still retrying them does not lose them to
-    /// [`AuditStore::audit_take`]'s claim of idle entries.
+    /// Keeps the records `ids` ([`TakenEntry::record`]) with `consumer`
+    /// and restarts their idle time, so a consumer still retrying them does
+    /// not lose them to [`AuditStore::audit_take`]'s claim of idle entries.
     async fn audit_hold(
         &self,
         queue: &QueueName,
@@ -46,7 +47,7 @@ pub trait AuditStore: Send + Sync + 'static {
         ids: &[AuditId],
     ) -> StoreResult<()>;
 
-    /// Acknowledges `ids` in `group`: delivered (or given up), never handed
-    /// out again.
+    /// Acknowledges the records `ids` ([`TakenEntry::record`]) in `group`:
+    /// every entry in them delivered (or given up), never handed out again.
     async fn audit_ack(&self, queue: &QueueName, group: &str, ids: &[AuditId]) -> StoreResult<()>;
 }

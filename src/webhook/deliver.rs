@@ -22,7 +22,7 @@ use super::connect::describe;
 use super::tls::HookClient;
 use super::{MAX_BACKOFF_MS, SIGNATURE_HEADER, WebhookSpec};
 use crate::clock::now_ms;
-use crate::queue::audit::{AuditEntry, AuditId};
+use crate::queue::audit::{AuditEntry, AuditId, TakenEntry};
 use crate::queue::{QueueName, Queues};
 use crate::store::AuditStore;
 
@@ -75,6 +75,9 @@ fn idempotency_key(queue: &QueueName, id: AuditId) -> String {
 
 struct InFlight {
     entry: AuditEntry,
+    /// The store's record holding it ([`TakenEntry::record`]): held and
+    /// acknowledged once all of its entries are settled.
+    record: AuditId,
     body: Arc<Vec<u8>>,
     attempts: u32,
     next_at: Instant,
@@ -195,42 +198,37 @@ impl Delivery {
             Ok(entries) => entries,
             Err(e) => return store_error(hook, queue, "take", &e),
         };
-        let mut unwanted = Vec::new();
         let now = Instant::now();
-        for entry in entries {
+        for TakenEntry { entry, record } in entries {
             let key = (h, queue.clone(), entry.id);
             if self.flights.contains_key(&key) {
                 continue; // our own, re-claimed: already retrying
             }
-            if !hook.wants(entry.kind) {
-                unwanted.push(entry.id);
-                continue;
-            }
-            let body = serde_json::to_vec(&Body {
-                queue: queue.as_str(),
-                idempotency_key: idempotency_key(queue, entry.id),
-                entry: &entry,
-            })
-            .unwrap_or_default();
+            // An entry the hook does not want is settled at once: its
+            // record is acknowledged with the rest of it (step 4).
+            let wanted = hook.wants(entry.kind);
+            let body = if wanted {
+                serde_json::to_vec(&Body {
+                    queue: queue.as_str(),
+                    idempotency_key: idempotency_key(queue, entry.id),
+                    entry: &entry,
+                })
+                .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             self.flights.insert(
                 key,
                 InFlight {
                     entry,
+                    record,
                     body: Arc::new(body),
                     attempts: 0,
                     next_at: now,
                     held_at: now,
-                    settled: false,
+                    settled: !wanted,
                 },
             );
-        }
-        if let Err(e) = self
-            .store
-            .audit_ack(queue, &self.groups[h], &unwanted)
-            .await
-        {
-            // Taken again after the claim timeout, and skipped again.
-            store_error(hook, queue, "ack", &e);
         }
     }
 
@@ -238,20 +236,23 @@ impl Delivery {
     ///    instance every [`Delivery::hold_every`].
     async fn hold(&mut self, now: Instant) {
         let mut to_hold: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
-        for ((h, q, id), f) in self.flights.iter() {
+        for ((h, q, _), f) in self.flights.iter() {
             if !f.settled && now.duration_since(f.held_at) >= self.hold_every {
-                to_hold.entry((*h, q.clone())).or_default().push(*id);
+                let records = to_hold.entry((*h, q.clone())).or_default();
+                if !records.contains(&f.record) {
+                    records.push(f.record);
+                }
             }
         }
-        for ((h, queue), ids) in to_hold {
+        for ((h, queue), records) in to_hold {
             match self
                 .store
-                .audit_hold(&queue, &self.groups[h], &self.options.consumer, &ids)
+                .audit_hold(&queue, &self.groups[h], &self.options.consumer, &records)
                 .await
             {
                 Ok(()) => {
-                    for id in ids {
-                        if let Some(f) = self.flights.get_mut(&(h, queue.clone(), id)) {
+                    for ((fh, fq, _), f) in self.flights.iter_mut() {
+                        if *fh == h && *fq == queue && records.contains(&f.record) {
                             f.held_at = now;
                         }
                     }
@@ -322,22 +323,36 @@ impl Delivery {
         }
     }
 
-    /// 4. Acknowledges what is settled; keeps what could not be (its
-    ///    acknowledgement is retried, never its delivery).
+    /// 4. Acknowledges the records whose entries are all settled; keeps
+    ///    what could not be (its acknowledgement is retried, never its
+    ///    delivery). A record with an entry still being retried waits for
+    ///    it: acknowledged early, a dead instance's retry would be lost.
     async fn acknowledge(&mut self) {
-        let mut to_ack: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
-        for ((h, q, id), f) in self.flights.iter() {
-            if f.settled {
-                to_ack.entry((*h, q.clone())).or_default().push(*id);
+        let mut open: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
+        for ((h, q, _), f) in self.flights.iter() {
+            if !f.settled {
+                open.entry((*h, q.clone())).or_default().push(f.record);
             }
         }
-        for ((h, queue), ids) in to_ack {
-            match self.store.audit_ack(&queue, &self.groups[h], &ids).await {
-                Ok(()) => {
-                    for id in ids {
-                        self.flights.remove(&(h, queue.clone(), id));
-                    }
+        let mut to_ack: HashMap<(usize, QueueName), Vec<AuditId>> = HashMap::new();
+        for ((h, q, _), f) in self.flights.iter() {
+            let group = (*h, q.clone());
+            if f.settled && !open.get(&group).is_some_and(|o| o.contains(&f.record)) {
+                let records = to_ack.entry(group).or_default();
+                if !records.contains(&f.record) {
+                    records.push(f.record);
                 }
+            }
+        }
+        for ((h, queue), records) in to_ack {
+            match self
+                .store
+                .audit_ack(&queue, &self.groups[h], &records)
+                .await
+            {
+                Ok(()) => self.flights.retain(|(fh, fq, _), f| {
+                    !(*fh == h && *fq == queue && records.contains(&f.record))
+                }),
                 Err(e) => store_error(&self.hooks[h], &queue, "ack", &e),
             }
         }

@@ -423,6 +423,52 @@ async fn new_repeat_and_limited_joins_in_one_group_keep_their_outcomes() {
 /// Joins whose shared arguments differ (here: their address limits) cannot
 /// share a call: each change starts the next group, and the order holds
 /// across them.
+/// Token holders joining again in a group behind a line: each keeps their
+/// token (the group's token check reads the queue's token HASH), and the
+/// new buyers of the same group still take their places in order.
+#[tokio::test]
+async fn holders_joining_again_in_a_group_keep_their_tokens() {
+    crate::needs_redis!();
+    let redis = RedisProcess::start(false);
+    let store = grouped(&redis, 64).await;
+    let none = JoinLimits::default();
+    for name in ["h0", "h1", "w0", "w1"] {
+        join(&store, name.into(), none.clone())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let open = Policy {
+        max_active: None,
+        interval_ms: 1,
+        batch: 2,
+        ..closed()
+    };
+    let tokens = [EntryToken::generate(), EntryToken::generate()];
+    let pass = store.admit(&q(), &open, &tokens).await.unwrap();
+    assert_eq!(pass.admitted.len(), 2, "h0 and h1 hold tokens");
+    reset_stats(&redis);
+    let names = ["h0", "n0", "h1", "n1"];
+    let outcomes = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| join(&store, name.to_string(), none.clone())),
+    )
+    .await;
+    assert_eq!(script_calls(&redis), 1, "all four in one group");
+    let outcomes: Vec<EnterOutcome> = outcomes.into_iter().map(|o| o.unwrap().unwrap()).collect();
+    for (i, held) in [(0, &tokens[0]), (2, &tokens[1])] {
+        match &outcomes[i].snapshot.standing {
+            Standing::Ready { token, .. } => assert_eq!(token, held, "{}", names[i]),
+            other => panic!("{} holds a token: {other:?}", names[i]),
+        }
+        assert!(!outcomes[i].created);
+    }
+    assert_eq!(waiting(&outcomes[1]).0, 2, "n0 behind w0 and w1");
+    assert_eq!(waiting(&outcomes[3]).0, 3, "n1 behind n0");
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 4);
+}
+
 #[tokio::test]
 async fn joins_with_other_limits_start_the_next_group_in_order() {
     crate::needs_redis!();

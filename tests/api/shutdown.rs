@@ -56,24 +56,20 @@ async fn join(client: &reqwest::Client, app: &BinApp, user: &str) -> Value {
 async fn token_in_store(redis: &str, prefix: &str, user: &str) -> Option<bool> {
     let client = redis::Client::open(redis).ok()?;
     let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let n: i64 = redis::cmd("EXISTS")
-        .arg(format!("{prefix}:{{default}}:token:{user}"))
-        .query_async(&mut conn)
+    let token = crate::common::stored_token(&mut conn, prefix, "default", user)
         .await
         .ok()?;
-    Some(n == 1)
+    Some(token.is_some())
 }
 
 /// The claim id on the buyer's token, once an order has claimed it.
 async fn claimed(redis: &str, prefix: &str, user: &str) -> Option<String> {
     let client = redis::Client::open(redis).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    redis::cmd("HGET")
-        .arg(format!("{prefix}:{{default}}:token:{user}"))
-        .arg("claim")
-        .query_async::<Option<String>>(&mut conn)
+    crate::common::stored_token(&mut conn, prefix, "default", user)
         .await
-        .ok()?
+        .ok()??
+        .remove("claim")
 }
 
 async fn committed_order(db: &Path, user: &str) -> Option<String> {

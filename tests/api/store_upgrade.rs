@@ -2,14 +2,17 @@
 //! (instances are replaced one at a time, the line stays in Redis):
 //! entry-time marks in the earlier layout (spans of 128 entry ids under
 //! `~`, the last mark without its `^`) are still read and dropped as the
-//! line moves on, and a queue sold out before the sold-out flag had its
-//! STRING copy reads as sold out from the next admission pass on.
+//! line moves on, a queue sold out before the sold-out flag had its
+//! STRING copy reads as sold out from the next admission pass on, and
+//! entry tokens kept in a HASH each (the earlier token layout) are read,
+//! claimed, used and given up until they expire, moving to the queue's
+//! token HASH when written.
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, StockReport, UserId};
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{LineStore, StockStore};
+use waitroom::store::{ClaimOutcome, ClaimStore, LineStore, StockStore};
 
 use crate::common::{redis_url, unique_prefix};
 
@@ -220,4 +223,209 @@ async fn a_queue_sold_out_before_the_flag_had_its_copy_reads_sold_out_after_a_pa
     let _: () = conn.set(format!("{stock}:soldout"), "1").await.unwrap();
     admit(&store, &q, 1).await;
     assert!(!store.status(&q, &user("b"), false).await.unwrap().sold_out);
+}
+
+/// Moves `who`'s token from the queue's token HASH to the earlier layout:
+/// a HASH of its own (token, enteredAt, exp, entry, claim, claimUntil,
+/// expiring at exp) and a STRING `#<sha1(token)>` naming its holder.
+async fn to_earlier_layout(conn: &mut MultiplexedConnection, prefix: &str, base: &str, who: &str) {
+    let t = crate::common::stored_token(conn, prefix, "default", who)
+        .await
+        .unwrap()
+        .expect("a token to move");
+    let sha: String = redis::cmd("EVAL")
+        .arg("return redis.sha1hex(ARGV[1])")
+        .arg(0)
+        .arg(&t["token"])
+        .query_async(conn)
+        .await
+        .unwrap();
+    let tokens = format!("{base}token:#tokens");
+    let _: () = conn
+        .hdel(&tokens, &[who.to_owned(), format!("#{}", t["token"])])
+        .await
+        .unwrap();
+    let key = format!("{base}token:{who}");
+    let mut fields = vec![("token", &t["token"]), ("exp", &t["exp"])];
+    fields.push(("enteredAt", &t["enteredAt"]));
+    fields.push(("entry", &t["entry"]));
+    let _: () = conn.hset_multiple(&key, &fields).await.unwrap();
+    let _: () = redis::cmd("PEXPIREAT")
+        .arg(&key)
+        .arg(&t["exp"])
+        .query_async(conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{base}token:#{sha}"))
+        .arg(who)
+        .arg("PXAT")
+        .arg(&t["exp"])
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+fn ready_token(s: &Snapshot) -> String {
+    match &s.standing {
+        Standing::Ready { token, .. } => token.as_str().to_owned(),
+        other => panic!("not ready: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tokens_of_the_earlier_layout_work_until_they_expire_and_move_when_written() {
+    crate::needs_redis!();
+    let (store, q, mut conn, base) = fresh("upgrade-tokens").await;
+    let prefix = base.strip_suffix(":{default}:").unwrap().to_owned();
+    for who in ["a", "b", "c", "d"] {
+        join(&store, &q, who).await;
+    }
+    assert_eq!(admit(&store, &q, 4).await, 4);
+    let mut tokens = std::collections::HashMap::new();
+    for who in ["a", "b", "c", "d"] {
+        let s = store.status(&q, &user(who), false).await.unwrap();
+        tokens.insert(who, (ready_token(&s), s.entry.unwrap()));
+        to_earlier_layout(&mut conn, &prefix, &base, who).await;
+    }
+    let all: u64 = conn.hlen(format!("{base}token:#tokens")).await.unwrap();
+    assert_eq!(all, 0, "every token is in the earlier layout now");
+
+    // Read: a poll, the stream re-read, a repeat join, the token API's
+    // look-up by the token alone.
+    for who in ["a", "b", "c", "d"] {
+        let s = store.status(&q, &user(who), false).await.unwrap();
+        assert_eq!(ready_token(&s), tokens[who].0, "{who}");
+        assert_eq!(s.entry, Some(tokens[who].1), "{who}");
+    }
+    let many = store
+        .statuses(&q, &[user("a"), user("b"), user("zz")])
+        .await
+        .unwrap();
+    assert_eq!(ready_token(&many[0]), tokens["a"].0);
+    assert_eq!(ready_token(&many[1]), tokens["b"].0);
+    assert_eq!(many[2].standing, Standing::NotEntered);
+    let again = join(&store, &q, "c").await;
+    assert_eq!(
+        ready_token(&again),
+        tokens["c"].0,
+        "a holder joining again keeps the token"
+    );
+    assert_eq!(
+        store.token_holder(&q, &tokens["a"].0).await.unwrap(),
+        Some(user("a"))
+    );
+
+    // Written: a claim moves the token into the HASH (its own key gone),
+    // where a consume ends it.
+    let claim_id = match store
+        .claim(&q, &user("a"), &tokens["a"].0, 30_000)
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { claim_id } => claim_id,
+        other => panic!("{other:?}"),
+    };
+    let moved = crate::common::stored_token(&mut conn, &prefix, "default", "a")
+        .await
+        .unwrap()
+        .expect("moved into the HASH");
+    assert_eq!(moved["token"], tokens["a"].0);
+    assert_eq!(moved["claim"], claim_id);
+    let old: bool = conn.exists(format!("{base}token:a")).await.unwrap();
+    assert!(!old, "the earlier key is gone once moved");
+    assert_eq!(
+        store.token_holder(&q, &tokens["a"].0).await.unwrap(),
+        Some(user("a")),
+        "found by the token alone after the move"
+    );
+    assert!(store.consume(&q, &user("a"), &claim_id).await.unwrap());
+    assert_eq!(
+        store.status(&q, &user("a"), false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    assert_eq!(store.token_holder(&q, &tokens["a"].0).await.unwrap(), None);
+
+    // A claim, its release and a consume of the earlier layout in place
+    // of the claim: the released token is READY again.
+    let claim_id = match store
+        .claim(&q, &user("b"), &tokens["b"].0, 30_000)
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { claim_id } => claim_id,
+        other => panic!("{other:?}"),
+    };
+    assert!(store.release(&q, &user("b"), &claim_id).await.unwrap());
+    let s = store.status(&q, &user("b"), false).await.unwrap();
+    assert_eq!(ready_token(&s), tokens["b"].0);
+
+    // Given up: a leave drops the earlier key and the active slot.
+    assert!(store.leave(&q, &user("d"), tokens["d"].1).await.unwrap());
+    let old: bool = conn.exists(format!("{base}token:d")).await.unwrap();
+    assert!(!old);
+    assert_eq!(
+        store.status(&q, &user("d"), false).await.unwrap().standing,
+        Standing::NotEntered
+    );
+    let active: u64 = conn.zcard(format!("{base}active")).await.unwrap();
+    assert_eq!(active, 2, "b and c hold tokens, a and d gave theirs up");
+}
+
+#[tokio::test]
+async fn expired_tokens_leave_the_token_hash_with_their_index() {
+    crate::needs_redis!();
+    let (store, q, mut conn, base) = fresh("expired-tokens").await;
+    let tokens = format!("{base}token:#tokens");
+    let short = Policy {
+        token_ttl_ms: 300,
+        max_active: None,
+        ..policy(3)
+    };
+    for who in ["a", "b", "c", "d"] {
+        join(&store, &q, who).await;
+    }
+    let fresh: Vec<EntryToken> = (0..3).map(|_| EntryToken::generate()).collect();
+    assert_eq!(
+        store
+            .admit(&q, &short, &fresh)
+            .await
+            .unwrap()
+            .admitted
+            .len(),
+        3
+    );
+    let fields: u64 = conn.hlen(&tokens).await.unwrap();
+    assert_eq!(fields, 6, "a record and an index field per token");
+    // b's claim outlives the token's TTL: its token stays past it.
+    let b = ready_token(&store.status(&q, &user("b"), false).await.unwrap());
+    let claim_id = match store.claim(&q, &user("b"), &b, 5_000).await.unwrap() {
+        ClaimOutcome::Claimed { claim_id } => claim_id,
+        other => panic!("{other:?}"),
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    // A pass drops the expired ones (d is admitted by it: a new token).
+    let fresh: Vec<EntryToken> = (0..3).map(|_| EntryToken::generate()).collect();
+    assert_eq!(
+        store
+            .admit(&q, &short, &fresh)
+            .await
+            .unwrap()
+            .admitted
+            .len(),
+        1
+    );
+    let mut left: Vec<String> = conn.hkeys(&tokens).await.unwrap();
+    left.retain(|f| !f.starts_with('#'));
+    left.sort();
+    assert_eq!(left, ["b", "d"], "the expired tokens are gone");
+    let fields: u64 = conn.hlen(&tokens).await.unwrap();
+    assert_eq!(fields, 4, "their index fields with them");
+    assert_eq!(store.token_holder(&q, &b).await.unwrap(), Some(user("b")));
+    assert!(store.consume(&q, &user("b"), &claim_id).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let none: Vec<EntryToken> = Vec::new();
+    store.admit(&q, &short, &none).await.unwrap();
+    let fields: u64 = conn.hlen(&tokens).await.unwrap();
+    assert_eq!(fields, 0, "nothing is left once every token ended");
 }

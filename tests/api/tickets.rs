@@ -215,20 +215,52 @@ async fn a_token_from_before_entry_ids_gets_one_on_the_next_join() {
     let app = TestApp::redis("legacy", IDLE).await;
     let (_, body, _) = join(&app, "legacy").await;
     let token = body["entryToken"].as_str().unwrap().to_owned();
-    // What an instance of the previous version wrote: no entry id.
-    let key = format!("{}:{{default}}:token:legacy", app.config.key_prefix);
+    // What an instance of a version without entry ids wrote: the token in
+    // a HASH of its own (the earlier layout), no entry id.
+    let prefix = &app.config.key_prefix;
     let mut redis = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let removed: i64 = redis::cmd("HDEL")
-        .arg(&key)
-        .arg("entry")
+    let stored = crate::common::stored_token(&mut redis, prefix, "default", "legacy")
+        .await
+        .unwrap()
+        .expect("the fast-tracked token");
+    let tokens = format!("{prefix}:{{default}}:token:#tokens");
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(&tokens)
         .query_async(&mut redis)
         .await
         .unwrap();
-    assert_eq!(removed, 1);
+    for (field, value) in fields {
+        if field == "legacy" || value == "legacy" {
+            let _: i64 = redis::cmd("HDEL")
+                .arg(&tokens)
+                .arg(field)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+        }
+    }
+    let key = format!("{prefix}:{{default}}:token:legacy");
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&key)
+        .arg("token")
+        .arg(&stored["token"])
+        .arg("enteredAt")
+        .arg(&stored["enteredAt"])
+        .arg("exp")
+        .arg(&stored["exp"])
+        .ignore()
+        .cmd("PEXPIREAT")
+        .arg(&key)
+        .arg(&stored["exp"])
+        .ignore()
+        .query_async(&mut redis)
+        .await
+        .unwrap();
     let (code, body, ticket) = join(&app, "legacy").await;
     assert_eq!(code, 200, "{body}");
     let (code, p) = app.position("default", &ticket).await;

@@ -307,6 +307,75 @@ async fn redis_retries_until_the_receiver_recovers() {
     retries_until_the_receiver_recovers(app, receiver).await;
 }
 
+/// An admission pass of six is one stream entry in Redis: each buyer is
+/// delivered on its own, retried apart while the others succeed, and the
+/// stream entry is acknowledged only once all six are delivered.
+#[tokio::test]
+async fn a_pass_of_many_is_delivered_buyer_by_buyer_and_acknowledged_whole() {
+    crate::needs_redis!();
+    let (url, receiver) = Receiver::start(3).await;
+    let app = TestApp::redis_with("hooks-pass", cfg(&[hook("crm", &url, "")], 60_000)).await;
+    for i in 0..7 {
+        let (code, _) = app.enter("default", &format!("p{i}")).await;
+        assert_eq!(code, 201);
+    }
+    // The operator opens the door to six a pass: the next pass (this
+    // instance's own admission loop) admits the six waiting at once.
+    let r = app
+        .client
+        .put(app.admin_url("/api/admin/queues/default"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({"batch": 6, "intervalMs": 200}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let keys = every_entry_delivered(&app, &receiver, 7).await;
+    assert!(
+        receiver.got().iter().any(|g| !g.ok),
+        "some deliveries failed first"
+    );
+    let mut users = HashSet::new();
+    for g in receiver.got().iter().filter(|g| g.ok) {
+        let body: Value = serde_json::from_slice(&g.body).unwrap();
+        assert_eq!(body["kind"], "admitted");
+        users.insert(body["user"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(users.len(), 7, "every buyer once: {users:?}");
+    assert_eq!(keys.len(), 7);
+    let mut redis = redis::Client::open(crate::common::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let stream = format!("{}:{{default}}:audit", app.config.key_prefix);
+    let records: u64 = redis::cmd("XLEN")
+        .arg(&stream)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(records, 2, "the fast track, then the pass in one entry");
+    eventually(BOUND, "the pass acknowledged", || {
+        let mut redis = redis.clone();
+        let stream = stream.clone();
+        async move {
+            let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(&stream)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            let pending = groups
+                .first()
+                .and_then(|g| g.get("pending"))
+                .and_then(|v| redis::from_redis_value::<u64>(v.clone()).ok());
+            (pending == Some(0)).then_some(())
+        }
+    })
+    .await;
+    app.stop().await;
+}
+
 /// A receiver that hangs is given up on after the hook's timeout and the
 /// entry retried; the hung request counts as failed.
 #[tokio::test]

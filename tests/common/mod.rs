@@ -402,6 +402,29 @@ pub async fn get_from(
     (status, answer)
 }
 
+/// A buyer's entry token as the Redis store keeps it: their field of the
+/// queue's token HASH (`<prefix>:{<queue>}:token:#tokens`, whose value is
+/// "token exp enteredAt entry[ claim claimUntil]", `lua/common.lua`), by
+/// those names; `None` when they hold none.
+pub async fn stored_token(
+    conn: &mut impl redis::aio::ConnectionLike,
+    prefix: &str,
+    queue: &str,
+    user: &str,
+) -> redis::RedisResult<Option<std::collections::HashMap<&'static str, String>>> {
+    let value: Option<String> = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{{queue}}}:token:#tokens"))
+        .arg(user)
+        .query_async(conn)
+        .await?;
+    Ok(value.map(|v| {
+        ["token", "exp", "enteredAt", "entry", "claim", "claimUntil"]
+            .into_iter()
+            .zip(v.split(' ').map(str::to_owned))
+            .collect()
+    }))
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

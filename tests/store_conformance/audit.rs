@@ -6,7 +6,7 @@ use super::*;
 
 use waitroom::queue::StockReport;
 
-use waitroom::queue::audit::{AuditEntry, AuditId, AuditKind, AuditQuery};
+use waitroom::queue::audit::{AuditEntry, AuditId, AuditKind, AuditQuery, TakenEntry};
 
 fn all(after: Option<AuditId>, limit: usize) -> AuditQuery {
     AuditQuery {
@@ -229,17 +229,27 @@ async fn groups_hand_each_entry_to_one_consumer(store: SharedStore) {
         .entries;
     assert_eq!(log.len(), 5);
     let ids = |v: &[AuditEntry]| v.iter().map(|e| e.id).collect::<Vec<_>>();
+    let taken = |v: &[TakenEntry]| v.iter().map(|t| t.entry.id).collect::<Vec<_>>();
+    // A leave is a record of its own in every store.
+    let records = |v: &[TakenEntry]| {
+        assert!(v.iter().all(|t| t.record == t.entry.id), "{v:?}");
+        v.iter().map(|t| t.record).collect::<Vec<_>>()
+    };
     let zero = AuditId::default();
     let a = store
         .audit_take(&q(), "hook", zero, "A", 60_000, 3)
         .await
         .unwrap();
-    assert_eq!(ids(&a), ids(&log[..3]));
+    assert_eq!(taken(&a), ids(&log[..3]));
     let b = store
         .audit_take(&q(), "hook", zero, "B", 60_000, 3)
         .await
         .unwrap();
-    assert_eq!(ids(&b), ids(&log[3..]), "B gets only what A was not given");
+    assert_eq!(
+        taken(&b),
+        ids(&log[3..]),
+        "B gets only what A was not given"
+    );
     assert!(
         store
             .audit_take(&q(), "hook", zero, "A", 60_000, 3)
@@ -247,17 +257,17 @@ async fn groups_hand_each_entry_to_one_consumer(store: SharedStore) {
             .unwrap()
             .is_empty()
     );
-    store.audit_ack(&q(), "hook", &ids(&a)).await.unwrap();
+    store.audit_ack(&q(), "hook", &records(&a)).await.unwrap();
     // B stops holding its two; once idle past the timeout, A claims them.
     tokio::time::sleep(Duration::from_millis(80)).await;
     let claimed = store
         .audit_take(&q(), "hook", zero, "A", 50, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&claimed), ids(&log[3..]));
+    assert_eq!(taken(&claimed), ids(&log[3..]));
     // A holds them: B cannot claim them back within the timeout.
     store
-        .audit_hold(&q(), "hook", "A", &ids(&claimed))
+        .audit_hold(&q(), "hook", "A", &records(&claimed))
         .await
         .unwrap();
     assert!(
@@ -267,7 +277,10 @@ async fn groups_hand_each_entry_to_one_consumer(store: SharedStore) {
             .unwrap()
             .is_empty()
     );
-    store.audit_ack(&q(), "hook", &ids(&claimed)).await.unwrap();
+    store
+        .audit_ack(&q(), "hook", &records(&claimed))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(
         store
@@ -282,6 +295,120 @@ async fn groups_hand_each_entry_to_one_consumer(store: SharedStore) {
         .audit_take(&q(), "late", log[2].id, "A", 60_000, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&late), ids(&log[3..]));
+    assert_eq!(taken(&late), ids(&log[3..]));
 }
 conformance!(groups_hand_each_entry_to_one_consumer);
+
+async fn a_pass_logs_each_buyer_paged_anywhere_and_taken_whole(store: SharedStore) {
+    let hold = Policy {
+        max_active: Some(0),
+        ..slow(40)
+    };
+    let users = fill(&store, &hold, "m", 30).await;
+    // One leave before the passes, then passes of 1, 20 and 9 with a leave
+    // between: each buyer of a pass an entry of its own, in line order.
+    assert!(leave_current(&store, &users[29]).await);
+    let open = Policy {
+        max_active: None,
+        interval_ms: 1,
+        ..slow(40)
+    };
+    for (n, leaver) in [(1, 28usize), (20, 27), (5, 26)] {
+        let pass = Policy { batch: n, ..open };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let admitted = store.admit(&q(), &pass, &tokens(n as usize)).await.unwrap();
+        assert_eq!(admitted.admitted.len(), n as usize);
+        assert!(leave_current(&store, &users[leaver]).await);
+    }
+    let whole = store.audit_page(&q(), all(None, 1000)).await.unwrap();
+    assert_eq!(whole.next, None);
+    let admitted: Vec<&AuditEntry> = whole
+        .entries
+        .iter()
+        .filter(|e| e.kind == AuditKind::Admitted)
+        .collect();
+    let names: Vec<String> = admitted.iter().map(|e| e.user.clone().unwrap()).collect();
+    let expected: Vec<String> = users[..26].iter().map(|u| u.to_string()).collect();
+    assert_eq!(names, expected, "every buyer once, in line order");
+    for e in &admitted {
+        let user = u(e.user.as_deref().unwrap());
+        let s = store.status(&q(), &user, false).await.unwrap();
+        assert_eq!(
+            e.entry, s.entry,
+            "{user}: the entry their token was issued to"
+        );
+        assert!(e.pass.is_some());
+    }
+    let passes: Vec<u64> = admitted.iter().map(|e| e.pass.unwrap()).collect();
+    assert!(passes.windows(2).all(|w| w[0] <= w[1]), "{passes:?}");
+    assert_eq!(whole.entries.len(), 26 + 4, "26 admitted, 4 left");
+    assert!(
+        whole.entries.windows(2).all(|w| w[0].id < w[1].id),
+        "ids only grow: {:?}",
+        whole.entries.iter().map(|e| e.id).collect::<Vec<_>>()
+    );
+    // Pages of any size, ending anywhere inside a pass, give the same.
+    for limit in [1, 2, 3, 7, 19, 30] {
+        assert_eq!(
+            read_all(&store, limit, None).await,
+            whole.entries,
+            "limit {limit}"
+        );
+    }
+    let lefts: Vec<AuditEntry> = whole
+        .entries
+        .iter()
+        .filter(|e| e.kind == AuditKind::Left)
+        .cloned()
+        .collect();
+    assert_eq!(read_all(&store, 2, Some(AuditKind::Left)).await, lefts);
+    // After any id, from the next one on.
+    for i in [0, 1, 5, 12, 21, 28] {
+        let page = store
+            .audit_page(&q(), all(Some(whole.entries[i].id), 3))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.entries,
+            whole.entries[i + 1..(i + 4).min(30)],
+            "after {i}"
+        );
+    }
+
+    // Taken by a group: every entry once, its record with it; a record
+    // acknowledged is gone for good, whichever of its entries were wanted.
+    let zero = AuditId::default();
+    let mut got: Vec<TakenEntry> = Vec::new();
+    for _ in 0..100 {
+        let more = store
+            .audit_take(&q(), "hook", zero, "A", 60_000, 2)
+            .await
+            .unwrap();
+        if more.is_empty() {
+            break;
+        }
+        got.extend(more);
+    }
+    let ids: Vec<AuditId> = got.iter().map(|t| t.entry.id).collect();
+    let want: Vec<AuditId> = whole.entries.iter().map(|e| e.id).collect();
+    assert_eq!(ids, want, "each entry handed out once, in order");
+    let mut records: Vec<AuditId> = got.iter().map(|t| t.record).collect();
+    records.dedup();
+    for t in &got {
+        assert!(
+            t.record >= t.entry.id,
+            "a record is at or after its entries"
+        );
+    }
+    store.audit_ack(&q(), "hook", &records).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        store
+            .audit_take(&q(), "hook", zero, "B", 1, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "acknowledged records are not handed out again"
+    );
+}
+conformance!(a_pass_logs_each_buyer_paged_anywhere_and_taken_whole);

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::queue::audit::{
-    AUDIT_SCAN_FACTOR, AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery,
+    AUDIT_SCAN_FACTOR, AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery, TakenEntry,
 };
 
 use async_trait::async_trait;
@@ -181,9 +181,17 @@ impl AuditStore for MemoryStore {
         consumer: &str,
         idle_ms: u64,
         count: usize,
-    ) -> StoreResult<Vec<AuditEntry>> {
+    ) -> StoreResult<Vec<TakenEntry>> {
+        // An entry is a record of its own here.
         Ok(self.with_queue(queue, |q, now| {
-            q.audit.take(group, start, consumer, idle_ms, count, now)
+            q.audit
+                .take(group, start, consumer, idle_ms, count, now)
+                .into_iter()
+                .map(|entry| TakenEntry {
+                    record: entry.id,
+                    entry,
+                })
+                .collect()
         }))
     }
 

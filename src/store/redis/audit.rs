@@ -19,7 +19,7 @@ use redis::{RedisError, Value};
 use super::{RedisStore, bounded};
 use crate::queue::QueueName;
 use crate::queue::audit::{
-    AUDIT_SCAN_FACTOR, AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery,
+    AUDIT_SCAN_FACTOR, AuditEntry, AuditId, AuditKind, AuditPage, AuditQuery, TakenEntry,
 };
 use crate::store::{AuditStore, StoreError, StoreResult};
 
@@ -33,7 +33,7 @@ impl RedisStore {
         consumer: &str,
         idle_ms: u64,
         count: usize,
-    ) -> Result<Vec<AuditEntry>, GroupRead> {
+    ) -> Result<Vec<TakenEntry>, GroupRead> {
         let key = self.keys(queue).audit();
         let mut conn = self.conn.clone();
         let claimed: Value = no_group(
@@ -131,7 +131,7 @@ fn text(v: &Value) -> Option<&str> {
 
 /// `XREADGROUP`'s answer: nil when nothing is new, else one stream's
 /// `[key, entries]` (as an array, or a map under RESP3).
-fn parse_read_reply(v: Value) -> StoreResult<Vec<AuditEntry>> {
+fn parse_read_reply(v: Value) -> StoreResult<Vec<TakenEntry>> {
     match v {
         Value::Nil => Ok(Vec::new()),
         Value::Array(streams) => {
@@ -157,10 +157,11 @@ fn parse_read_reply(v: Value) -> StoreResult<Vec<AuditEntry>> {
     }
 }
 
-/// A list of stream entries `[[id, [field, value, …]], …]`. An entry
-/// deleted meanwhile (`[id, nil]`, from trimming) is skipped: there is
-/// nothing left to deliver.
-pub(super) fn parse_entries(v: Value) -> StoreResult<Vec<AuditEntry>> {
+/// A list of stream entries `[[id, [field, value, …]], …]`, each as the
+/// log's entries it holds (one, or an admission pass's buyers), oldest
+/// first. An entry deleted meanwhile (`[id, nil]`, from trimming) is
+/// skipped: there is nothing left to deliver.
+pub(super) fn parse_entries(v: Value) -> StoreResult<Vec<TakenEntry>> {
     let Value::Array(items) = v else {
         return match v {
             Value::Nil => Ok(Vec::new()),
@@ -193,14 +194,48 @@ pub(super) fn parse_entries(v: Value) -> StoreResult<Vec<AuditEntry>> {
         let kind: AuditKind = field("kind")
             .and_then(|k| k.parse().ok())
             .ok_or_else(|| protocol(&pairs))?;
-        out.push(AuditEntry {
-            id,
-            kind,
-            user: field("user").cloned(),
-            entry: number("entry"),
-            at: number("at").unwrap_or(id.ms),
-            pass: number("pass"),
-        });
+        let at = number("at").unwrap_or(id.ms);
+        let pass = number("pass");
+        let Some(buyers) = field("buyers") else {
+            out.push(TakenEntry {
+                entry: AuditEntry {
+                    id,
+                    kind,
+                    user: field("user").cloned(),
+                    entry: number("entry"),
+                    at,
+                    pass,
+                },
+                record: id,
+            });
+            continue;
+        };
+        // One pass's buyers in one record (`audit_each`, lua/common.lua):
+        // "<entry id> <user> ...", the i-th of n with the record's id less
+        // n - 1 - i.
+        let words: Vec<&str> = buyers.split(' ').collect();
+        if words.len() < 2 || !words.len().is_multiple_of(2) {
+            return Err(protocol(&pairs));
+        }
+        let n = (words.len() / 2) as u64;
+        let first = id.seq.checked_sub(n - 1).ok_or_else(|| protocol(&pairs))?;
+        for (i, pair) in words.chunks(2).enumerate() {
+            let entry = pair[0].parse::<u64>().map_err(|_| protocol(&pairs))?;
+            out.push(TakenEntry {
+                entry: AuditEntry {
+                    id: AuditId {
+                        ms: id.ms,
+                        seq: first + i as u64,
+                    },
+                    kind,
+                    user: Some(pair[1].to_owned()),
+                    entry: Some(entry),
+                    at,
+                    pass,
+                },
+                record: id,
+            });
+        }
     }
     Ok(out)
 }
@@ -212,10 +247,14 @@ impl AuditStore for RedisStore {
         let limit = query.limit.max(1);
         let mut conn = self.conn.clone();
         let mut entries = Vec::new();
+        // The last entry read: a page may end inside a record (a pass's
+        // buyers), and the next one starts inside it.
         let mut cursor = query.after;
         let mut scanned = 0;
         loop {
-            // Exclusive start (`(id`), so a page never repeats its cursor.
+            // Exclusive start (`(id`), so a page never repeats its cursor;
+            // a record whose first entries are at or before it comes again
+            // and those are skipped.
             let start = cursor.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
             let want = limit - entries.len();
             let raw: Value = bounded(
@@ -229,27 +268,39 @@ impl AuditStore for RedisStore {
             )
             .await?;
             let batch = parse_entries(raw)?;
-            let got = batch.len();
-            scanned += got;
-            if let Some(last) = batch.last() {
-                cursor = Some(last.id);
+            let mut records = 0;
+            let mut last_record = None;
+            for taken in &batch {
+                if last_record != Some(taken.record) {
+                    records += 1;
+                    last_record = Some(taken.record);
+                }
             }
-            entries.extend(
-                batch
-                    .into_iter()
-                    .filter(|e| query.kind.is_none_or(|k| e.kind == k)),
-            );
-            if got < want {
-                // The end of the log.
+            let end_of_log = records < want;
+            let after = cursor;
+            let mut batch = batch
+                .into_iter()
+                .map(|t| t.entry)
+                .filter(|e| after.is_none_or(|c| e.id > c))
+                .peekable();
+            while let Some(entry) = batch.next() {
+                scanned += 1;
+                cursor = Some(entry.id);
+                if query.kind.is_none_or(|k| entry.kind == k) {
+                    entries.push(entry);
+                }
+                if entries.len() >= limit || scanned >= limit * AUDIT_SCAN_FACTOR {
+                    let done = end_of_log && batch.peek().is_none();
+                    return Ok(AuditPage {
+                        entries,
+                        next: if done { None } else { cursor },
+                    });
+                }
+            }
+            if end_of_log {
                 return Ok(AuditPage {
                     entries,
                     next: None,
-                });
-            }
-            if entries.len() >= limit || scanned >= limit * AUDIT_SCAN_FACTOR {
-                return Ok(AuditPage {
-                    entries,
-                    next: cursor,
                 });
             }
         }
@@ -263,7 +314,7 @@ impl AuditStore for RedisStore {
         consumer: &str,
         idle_ms: u64,
         count: usize,
-    ) -> StoreResult<Vec<AuditEntry>> {
+    ) -> StoreResult<Vec<TakenEntry>> {
         match self
             .audit_group_read_once(queue, group, consumer, idle_ms, count)
             .await

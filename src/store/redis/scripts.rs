@@ -417,6 +417,7 @@ mod written {
                 &[super::COMMON, super::GCRA, super::JOIN][..],
                 include_str!("lua/enter.lua"),
             ),
+            ("admit", &[super::COMMON][..], include_str!("lua/admit.lua")),
         ] {
             let text = super::assemble(&prelude, libs, body);
             std::fs::write(format!("{dir}/{name}.lua"), text).unwrap();

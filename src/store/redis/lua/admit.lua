@@ -11,9 +11,9 @@
 -- token keeps their seq as its entry id), and publishes the
 -- same JSON on the queue's channel when anyone waited or was dropped
 -- (unless PUBLISH_PASS is false: the caller publishes it after WAIT).
--- The admitted users' token keys are built from ARGV[1]: they are learnt
--- here, from the head of the line, so they cannot be in KEYS; they share
--- the queue's hash tag, so they are in this call's slot.
+-- The pass's tokens go in the queue's token HASH (common.lua,
+-- tokens_key: named from ARGV[1], in the queue's hash tag), one HSET for
+-- the whole pass.
 -- Atomic because popping the head and storing its tokens must be one step
 -- (a crash in between would lose users), the budget shared by every
 -- instance must be read and spent in the same step (N instances admit no
@@ -105,8 +105,8 @@ if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
 end
 
 local admitted = {}
--- The admitted buyers' audit entries: their entry ids as the line printed
--- them (audit_each).
+-- The admitted buyers as the audit log records them: "<entry id> <user>"
+-- (audit_each); `admitted` holds their JSON objects.
 local audited = {}
 local level, at = refill(batch, interval, now)
 local stock_left, sold = stock_room(KEYS[10])
@@ -129,29 +129,41 @@ if n > 0 then
   -- Every token of the pass expires at once: formatted once (a number
   -- passed to redis.call is printed as a float, %.17g, each time).
   local exp_s = string.format('%d', now + ttl)
-  local users = {}
+  local users, records, indexes = {}, {}, {}
+  local now_s, ttl_s = string.format('%d', now), string.format('%d', ttl)
   for i = 1, #head, 2 do
     -- The entry id as the line printed it: the token's, unprinted again.
     local user, seq_s = head[i], head[i + 1]
-    local seq = tonumber(seq_s)
-    local entered = entered_at(user, seq, marks)
-    local token = ARGV[7 + #admitted + 1]
+    local entered = entered_at(user, tonumber(seq_s), marks)
+    local token = ARGV[7 + #users + 1]
     users[#users + 1] = user
-    issue_token_at(K.tokprefix .. user, user, token, string.format('%d', entered or now), exp_s,
-      seq_s)
-    admitted[#admitted + 1] = {user = user, seq = seq, token = token, ttlMs = ttl}
-    audited[#audited + 1] = {user = user, seq_s = seq_s}
+    -- token_value's text, all parts strings already.
+    records[#records + 1] = token .. ' ' .. exp_s .. ' '
+      .. (entered and string.format('%d', entered) or now_s) .. ' ' .. seq_s
+    indexes[#indexes + 1] = index_field(token)
+    -- The pass's JSON (below) by hand: user ids and tokens are plain
+    -- ASCII with nothing to escape (crate::queue::UserId, EntryToken),
+    -- and cjson printed each number with a printf of its own.
+    admitted[#admitted + 1] = '{"user":"' .. user .. '","seq":' .. seq_s .. ',"token":"'
+      .. token .. '","ttlMs":' .. ttl_s .. '}'
+    audited[#audited + 1] = seq_s .. ' ' .. user
   end
   if #users > 0 then
     redis.call('ZREMRANGEBYRANK', K.waiting, 0, #users - 1)
   end
+  -- The pass's tokens, its line and active set: one command each per 500
+  -- buyers.
   for from = 1, #users, 500 do
     local to = math.min(from + 499, #users)
-    local chunk, pairs_ = {}, {}
+    local chunk, pairs_, tokens = {}, {}, {}
     for i = from, to do
-      chunk[#chunk + 1] = users[i]
-      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = exp_s, users[i]
+      local user = users[i]
+      chunk[#chunk + 1] = user
+      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = exp_s, user
+      local t = #tokens
+      tokens[t + 1], tokens[t + 2], tokens[t + 3], tokens[t + 4] = user, records[i], indexes[i], user
     end
+    redis.call('HSET', tokens_key(), unpack(tokens))
     redis.call('HDEL', K.entered, unpack(chunk))
     redis.call('ZREM', K.seen, unpack(chunk))
     redis.call('ZADD', K.active, unpack(pairs_))
@@ -161,12 +173,18 @@ save_bucket(level - #admitted, at)
 trim_marks()
 
 local pass = redis.call('INCR', K.pass)
-audit_each(KEYS[11], 'abandoned', now, abandoned, pass)
+local dropped, dropped_json = {}, {}
+for i, a in ipairs(abandoned) do
+  local seq_s = string.format('%d', a.seq)
+  dropped[i] = seq_s .. ' ' .. a.user
+  dropped_json[i] = '{"user":"' .. a.user .. '","seq":' .. seq_s .. '}'
+end
+audit_each(KEYS[11], 'abandoned', now, dropped, pass)
 audit_each(KEYS[11], 'admitted', now, audited, pass)
-local msg = cjson.encode({
-  kind = 'pass', pass = pass, at = now, admitted = admitted, abandoned = abandoned,
-  waiting = redis.call('ZCARD', K.waiting), busy = busy, held = held,
-})
+local msg = string.format(
+  '{"kind":"pass","pass":%d,"at":%d,"admitted":[%s],"abandoned":[%s],"waiting":%d,"busy":%s,"held":%s}',
+  pass, now, table.concat(admitted, ','), table.concat(dropped_json, ','),
+  redis.call('ZCARD', K.waiting), tostring(busy), tostring(held))
 if PUBLISH_PASS and (busy or #abandoned > 0) then
   publish(msg)
 end

@@ -8,21 +8,24 @@
 -- The claim is a lease: if the order service dies it lapses back to READY,
 -- and the token lives at least until the lease ends.
 local user, presented, lease, claim_id = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
-local key = K.token
 local now = now_ms()
-local t = redis.call('HMGET', key, 'token', 'exp', 'claim', 'claimUntil')
-if not t[1] or tonumber(t[2]) <= now or t[1] ~= presented then
+local t = token_get(user, K.token)
+if not t or t.exp <= now or t.token ~= presented then
   return {'invalid'}
 end
-if t[3] and tonumber(t[4]) > now then
+if t.claim and (t.claim_until or 0) > now then
   return {'in_use'}
 end
 local lease_end = now + lease
-redis.call('HSET', key, 'claim', claim_id, 'claimUntil', lease_end)
-if lease_end > tonumber(t[2]) then
-  redis.call('HSET', key, 'exp', lease_end)
-  redis.call('PEXPIREAT', key, lease_end)
-  redis.call('PEXPIREAT', token_index(presented), lease_end)
+t.claim, t.claim_until = claim_id, lease_end
+if lease_end > t.exp then
+  t.exp = lease_end
+  if t.old then
+    -- The earlier layout's index STRING expired with the token: the
+    -- moved record's index entry (token_put) outlives it.
+    redis.call('PEXPIREAT', old_index(presented), lease_end)
+  end
   redis.call('ZADD', K.active, lease_end, user)
 end
+token_put(user, t)
 return {'claimed', claim_id}

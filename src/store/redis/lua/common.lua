@@ -37,21 +37,16 @@
 --   KEYS[6] bucket   HASH level, at (the shared admission budget)
 --   KEYS[7] pass     STRING admission pass counter
 --   KEYS[8] paused   STRING present while an operator holds admission
---   KEYS[9] token    HASH of the one user the script is about (scripts that
---                    name a user; statuses passes one per user, KEYS[9..]):
---                    ARGV[1]..user, see below
---   ARGV[1] token key prefix: a user's token lives in HASH ARGV[1]..user
---           (token, enteredAt, exp, entry, claim, claimUntil) with PEXPIREAT
---           exp; entry is the id of the entry the token was issued to.
---           Wherever the caller knows the user, the key itself is in KEYS
---           too; only admit builds keys from the prefix, because it learns
---           the users inside the script. The prefix carries the queue's
---           hash tag, so those keys are in the same slot all the same.
---           ARGV[1]..'#'..sha1(token) is a STRING naming the user a token
---           was issued to (token_index), expiring with the token, so the
---           token API can claim by the token alone. Never deleted early:
---           whoever reads it checks the user's token hash, so one left
---           after its token was used or replaced names nobody.
+--   KEYS[9] token    the one user the script is about (scripts that name
+--                    a user; statuses passes one per user, KEYS[9..]):
+--                    ARGV[1]..user, their token's key in the earlier
+--                    layout (tokens_key, below), read only when the
+--                    queue's token HASH has none for them
+--   ARGV[1] token key prefix: the queue's tokens live in one HASH,
+--           ARGV[1]..'#tokens' (tokens_key, below: a field per holder and
+--           one per token naming its holder); the prefix carries the
+--           queue's hash tag, so it and the earlier layout's keys are in
+--           the script's slot.
 --   ARGV[2] pub/sub channel of the queue (same hash tag: in a cluster its
 --           sharded channel lives on the queue's master)
 -- Script-specific arguments start at ARGV[3].
@@ -69,29 +64,6 @@ local K = {
 -- Publishes an event on the queue's channel.
 local function publish(msg)
   redis.call(PUBLISH, K.channel, msg)
-end
-
--- Whether `who`'s place, counted against an address at entry id `entry`,
--- still lasts: they wait with that entry or hold a token issued to it, or
--- (with `pre_key`, the lottery's pre-queue HASH) it is their pre-queue
--- entry, not drawn yet or drawn to a place that lasts.
-local function place_live(pre_key, who, entry)
-  local function holds(id)
-    return tonumber(redis.call('ZSCORE', K.waiting, who)) == id
-      or tonumber(redis.call('HGET', K.tokprefix .. who, 'entry')) == id
-  end
-  if holds(entry) then
-    return true
-  end
-  local rec = pre_key and redis.call('HGET', pre_key, who)
-  if not rec then
-    return false
-  end
-  local p, e = rec:match('^(%d+):%x+:?(%d*)$')
-  if tonumber(p) ~= entry then
-    return false
-  end
-  return e == '' or holds(tonumber(e))
 end
 
 -- The store clock: Redis TIME, so every instance shares one clock.
@@ -119,10 +91,6 @@ local function save_bucket(level, at)
   redis.call('HSET', K.bucket, 'level', string.format('%.17g', level), 'at', at)
 end
 
--- Drops expired holders from the active set (lazy clean-up).
-local function expire_active(now)
-  redis.call('ZREMRANGEBYSCORE', K.active, '-inf', now)
-end
 
 local function room(max_active)
   if max_active < 0 then
@@ -139,37 +107,176 @@ local function next_entry(first)
   return redis.call('INCR', K.seq)
 end
 
--- The key naming whose token `token` is. By the token's SHA-1, so the
--- token itself never shows in a key name (SCAN, MONITOR, the slow log);
--- '#' is not in any user id, so it never names a user's token key.
-local function token_index(token)
-  return K.tokprefix .. '#' .. redis.sha1hex(token)
+-- Entry tokens: one HASH per queue, tokens_key(), named from the token
+-- prefix (so it shares the queue's hash tag), written a whole admission
+-- pass at a time (admit.lua: one HSET for all its buyers, where a key per
+-- token cost three writes a buyer). Two kinds of fields:
+--   user             "token exp enteredAt entry[ claim claimUntil]"
+--                    (numbers in ms; claim and claimUntil while an order
+--                    holds the token, claim.lua)
+--   '#'..token       the user (index_field: token_holder.lua, for the
+--                    token API's claim by the token alone); '#' is in no
+--                    user id. The token itself, not a digest (a SHA-1 a
+--                    buyer cost an admission pass more than its HSET):
+--                    a field names no key (SCAN never shows it), and the
+--                    user's own field holds the token anyway.
+-- A token and its index go together (one HSET, one HDEL). Neither expires
+-- on its own: expire_active drops them once their holder leaves the
+-- active set (whose score is never below the token's exp); until then
+-- every reader checks exp itself.
+-- The earlier layout, written by earlier versions: a HASH per token at
+-- ARGV[1]..user (token, enteredAt, exp, entry, claim, claimUntil;
+-- PEXPIREAT exp) and a STRING ARGV[1]..'#'..sha1(token) naming its user.
+-- Still read (token_get, token_holder.lua) until they expire, and moved
+-- into the HASH by the first write to them (token_put).
+local function tokens_key()
+  return ARGV[1] .. '#tokens'
 end
 
--- Issues a token to user, stored in key (their token key). issue_token
--- leaves out the active set, which the caller adds them to (admit.lua:
--- the pass's users in one ZADD).
--- Returns the expiry, and as the string the writes sent (formatted once:
--- a number passed to redis.call is printed anew each time).
--- issue_token_at(key, user, token, entered_s, exp_s, entry) is the same
--- with every number already a string (admit.lua formats the pass's
--- expiry once for all its buyers).
-local function issue_token_at(key, user, token, entered_s, exp_s, entry)
-  redis.call('HSET', key, 'token', token, 'enteredAt', entered_s, 'exp', exp_s, 'entry', entry)
-  redis.call('PEXPIREAT', key, exp_s)
-  redis.call('SET', token_index(token), user, 'PXAT', exp_s)
+local function index_field(token)
+  return '#' .. token
 end
 
-local function issue_token(key, user, token, entered_at, ttl, now, entry)
+-- The earlier layout's index STRING of `token` (see above).
+local function old_index(token)
+  return ARGV[1] .. '#' .. redis.sha1hex(token)
+end
+
+-- A user's field of tokens_key() as a record: {token, exp, entered, entry,
+-- entry_s (as written), claim, claim_until} (absent parts nil).
+local function token_record(v)
+  local f = {}
+  for part in v:gmatch('%S+') do
+    f[#f + 1] = part
+  end
+  return {token = f[1], exp = tonumber(f[2]), entered = tonumber(f[3]), entry = tonumber(f[4]),
+          entry_s = f[4], claim = f[5], claim_until = tonumber(f[6])}
+end
+
+-- A record as its user's field of tokens_key(); numbers already strings or not.
+local function token_value(rec)
+  local function s(n)
+    return type(n) == 'string' and n or string.format('%d', n)
+  end
+  local v = rec.token .. ' ' .. s(rec.exp) .. ' ' .. s(rec.entered or -1) .. ' '
+    .. (rec.entry_s or s(rec.entry or -1))
+  if rec.claim then
+    v = v .. ' ' .. rec.claim .. ' ' .. s(rec.claim_until or 0)
+  end
+  return v
+end
+
+-- The token record (as token_record's) in `old`, a user's key of the
+-- earlier layout, with old = that key; or nil.
+local function old_token(old)
+  local t = redis.call('HMGET', old, 'token', 'exp', 'enteredAt', 'entry', 'claim', 'claimUntil')
+  if not t[1] then
+    return nil
+  end
+  return {token = t[1], exp = tonumber(t[2]) or 0, entered = tonumber(t[3]), entry = tonumber(t[4]),
+          entry_s = t[4] or nil, claim = t[5] or nil, claim_until = tonumber(t[6]), old = old}
+end
+
+-- `user`'s token record (token_record), or nil. `old` is the user's key of
+-- the earlier layout (KEYS[9] where a script names the user; else built
+-- from ARGV[1]): read only when the HASH has no token for them.
+local function token_get(user, old)
+  local v = redis.call('HGET', tokens_key(), user)
+  if v then
+    return token_record(v)
+  end
+  return old_token(old or ARGV[1] .. user)
+end
+
+-- Writes `user`'s record back (a claim, its renewal or release): into the
+-- HASH, so a record of the earlier layout moves there (its key deleted;
+-- its index STRING, left to expire, names the same user).
+local function token_put(user, rec)
+  if rec.old then
+    redis.call('HSET', tokens_key(), user, token_value(rec), index_field(rec.token), user)
+    redis.call('DEL', rec.old)
+    rec.old = nil
+  else
+    redis.call('HSET', tokens_key(), user, token_value(rec))
+  end
+end
+
+-- Ends `user`'s token (consumed, given up, turned into a session).
+local function token_del(user, rec)
+  if rec.old then
+    redis.call('DEL', rec.old)
+  else
+    redis.call('HDEL', tokens_key(), user, index_field(rec.token))
+  end
+end
+
+-- Issues a token to user (the fast track: admit.lua writes a pass's
+-- records itself, with token_value) and adds them to the active set.
+-- Returns the expiry.
+local function issue(user, token, entered_at, ttl, now, entry)
   local exp = now + ttl
-  local exp_s = string.format('%d', exp)
-  issue_token_at(key, user, token, string.format('%d', entered_at), exp_s,
-    type(entry) == 'string' and entry or string.format('%d', entry))
-  return exp, exp_s
+  redis.call('HSET', tokens_key(), user,
+    token_value({token = token, exp = exp, entered = entered_at, entry = entry}),
+    index_field(token), user)
+  redis.call('ZADD', K.active, exp, user)
+  return exp
 end
 
-local function issue(key, user, token, entered_at, ttl, now, entry)
-  redis.call('ZADD', K.active, issue_token(key, user, token, entered_at, ttl, now, entry), user)
+-- Whether `who`'s place, counted against an address at entry id `entry`,
+-- still lasts: they wait with that entry or hold a token issued to it, or
+-- (with `pre_key`, the lottery's pre-queue HASH) it is their pre-queue
+-- entry, not drawn yet or drawn to a place that lasts.
+local function place_live(pre_key, who, entry)
+  local function holds(id)
+    return tonumber(redis.call('ZSCORE', K.waiting, who)) == id
+      or (token_get(who) or {}).entry == id
+  end
+  if holds(entry) then
+    return true
+  end
+  local rec = pre_key and redis.call('HGET', pre_key, who)
+  if not rec then
+    return false
+  end
+  local p, e = rec:match('^(%d+):%x+:?(%d*)$')
+  if tonumber(p) ~= entry then
+    return false
+  end
+  return e == '' or holds(tonumber(e))
+end
+
+-- Drops expired holders from the active set (lazy clean-up), and their
+-- tokens (tokens_key()): a holder's score is never below their token's
+-- exp, so a token whose holder is dropped has expired (one that has not,
+-- should a score ever be lower, keeps its record and its place).
+local function expire_active(now)
+  local gone = redis.call('ZRANGE', K.active, '-inf', now, 'BYSCORE')
+  if #gone == 0 then
+    return
+  end
+  local keep = {}
+  for from = 1, #gone, 500 do
+    local chunk = {unpack(gone, from, math.min(from + 499, #gone))}
+    local recs = redis.call('HMGET', tokens_key(), unpack(chunk))
+    local fields = {}
+    for i, v in ipairs(recs) do
+      if v then
+        local rec = token_record(v)
+        if rec.exp and rec.exp > now then
+          keep[#keep + 1], keep[#keep + 2] = rec.exp, chunk[i]
+        else
+          fields[#fields + 1], fields[#fields + 2] = chunk[i], index_field(rec.token)
+        end
+      end
+    end
+    if #fields > 0 then
+      redis.call('HDEL', tokens_key(), unpack(fields))
+    end
+  end
+  redis.call('ZREMRANGEBYRANK', K.active, 0, #gone - 1)
+  if #keep > 0 then
+    redis.call('ZADD', K.active, unpack(keep))
+  end
 end
 
 -- Entry times (KEYS[3]): the span of entry ids one field of marks covers,
@@ -290,20 +397,48 @@ end
 
 -- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
 -- if nothing recorded it. With `cache` (a table the caller keeps for one
--- call, in which the marks do not change), a span's marks are read once
--- for consecutive entries of one span (an admission pass's head).
+-- call, in which the marks do not change), a span's marks are read and
+-- parsed once for consecutive entries of one span (an admission pass's
+-- head).
 local function entered_at(user, seq, cache)
-  local field, offset = span_of(seq)
-  local marks
-  if cache and cache.field == field then
-    marks = cache.marks
-  else
-    marks = redis.call('HGET', KEYS[3], field)
-    if cache then
-      cache.field, cache.marks = field, marks
+  local at
+  if cache then
+    -- The span's marks parsed once into offset -> time: an admission
+    -- pass's head reads every entry of a span, and a search of the text
+    -- per entry cost more than the rest of its admission.
+    local b = math.floor(seq / MARK_SPAN)
+    if cache.span ~= b then
+      local marks = redis.call('HGET', KEYS[3], '^' .. string.format('%d', b))
+      local times = false
+      if marks then
+        times = {}
+        local t0
+        for o, d in marks:gmatch('(%d+),(%d+)') do
+          d = tonumber(d)
+          if t0 then
+            times[tonumber(o)] = t0 + d
+          else
+            t0 = d
+            times[tonumber(o)] = d
+          end
+        end
+      end
+      cache.span, cache.times = b, times
     end
+    local times = cache.times
+    if times then
+      for o = seq - b * MARK_SPAN, 0, -1 do
+        at = times[o]
+        if at then
+          break
+        end
+      end
+    end
+  else
+    local field, offset = span_of(seq)
+    local marks = redis.call('HGET', KEYS[3], field)
+    at = marks and mark_time(marks, offset)
   end
-  local at = marks and mark_time(marks, offset)
   if not at then
     -- Not marked in its span: an entry an earlier version marked, in
     -- its span of 128, or (older still) by its user.
@@ -378,15 +513,18 @@ local function seen_now(user, now)
   redis.call('ZADD', KEYS[4], string.format('%d', now), user)
 end
 
--- One user's standing (tokkey their token key), token first:
+-- One user's standing, token first (tok: their token record, token_get,
+-- or their key of the earlier layout, to read it by):
 -- {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}
 -- with -1 / '' where a field does not apply; entry is the arrival sequence
 -- (the line's order while waiting, kept with the token once admitted).
-local function describe(user, tokkey, now, created, total, pass)
-  local tok = redis.call('HMGET', tokkey, 'token', 'exp', 'enteredAt', 'entry')
-  if tok[1] and tonumber(tok[2]) > now then
-    return {'ready', created, -1, tonumber(tok[4]) or -1, tok[1], tonumber(tok[2]) - now,
-            tonumber(tok[3]) or -1, total, pass}
+local function describe(user, tok, now, created, total, pass)
+  if type(tok) == 'string' then
+    tok = token_get(user, tok)
+  end
+  if tok and tok.exp > now then
+    return {'ready', created, -1, tok.entry or -1, tok.token, tok.exp - now,
+            tok.entered or -1, total, pass}
   end
   local rank = redis.call('ZRANK', K.waiting, user)
   if rank then
@@ -489,17 +627,45 @@ local function audit(key, kind, now, user, entry, pass)
   redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', unpack(f))
 end
 
--- audit() for each of `items` ({user, seq} or {user, seq_s}: the entry
--- id already a string), all of one kind, time and pass: the same
--- entries, with the shared fields formatted once.
+-- audit() for each of `items`, all of one kind, time and pass, each
+-- "<entry id> <user>" (neither holds a space), in ONE stream entry: its
+-- fields kind, at, pass and, for two or more, buyers (the items joined by
+-- spaces); one item is written as audit() writes it. The entry's id is
+-- chosen so that the items' ids (src/store/redis/audit.rs gives the i-th
+-- of n the entry's id less n - 1 - i) are those n entries written one
+-- after another would have had: the entry takes the stream's next id plus
+-- n - 1, and the next '*' comes after all of them. One XADD a pass, not
+-- one a buyer. The next id is read from the stream's last entry (no
+-- command reads the stream's last id alone; trimming never drops the
+-- newest entry); should Redis refuse the id all the same, the items are
+-- written one entry each.
 local function audit_each(key, kind, now, items, pass)
-  if AUDIT_MAXLEN <= 0 then
+  local n = #items
+  if AUDIT_MAXLEN <= 0 or n == 0 then
     return
   end
   local at, p = string.format('%d', now), string.format('%d', pass)
   local maxlen = string.format('%d', AUDIT_MAXLEN)
-  for _, a in ipairs(items) do
+  if n > 1 then
+    local ms, seq = now, 0
+    local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
+    if last then
+      local lms, lseq = last[1]:match('^(%d+)-(%d+)$')
+      lms, lseq = tonumber(lms), tonumber(lseq)
+      if lms >= now then
+        ms, seq = lms, lseq + 1
+      end
+    end
+    local id = string.format('%d-%d', ms, seq + n - 1)
+    local done = redis.pcall('XADD', key, 'MAXLEN', '~', maxlen, id, 'kind', kind, 'at', at,
+      'pass', p, 'buyers', table.concat(items, ' '))
+    if type(done) ~= 'table' then
+      return
+    end
+  end
+  for _, item in ipairs(items) do
+    local entry, user = item:match('^(%d+) (.+)$')
     redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'kind', kind, 'at', at,
-      'user', a.user, 'entry', a.seq_s or string.format('%d', a.seq), 'pass', p)
+      'user', user, 'entry', entry, 'pass', p)
   end
 end

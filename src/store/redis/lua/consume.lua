@@ -12,17 +12,15 @@
 -- what lets admission admit the next person) and only the claim holder can
 -- delete it.
 local user, claim_id = ARGV[3], ARGV[4]
-local key = K.token
-local t = redis.call('HMGET', key, 'claim', 'entry')
-if t[1] ~= claim_id then
+local t = token_get(user, K.token)
+if not t or t.claim ~= claim_id then
   return 0
 end
-local entry = tonumber(t[2])
-redis.call('DEL', key)
+token_del(user, t)
 redis.call('ZREM', K.active, user)
 if redis.call('EXISTS', KEYS[10]) == 1 then
   redis.call('HINCRBY', KEYS[10], 'consumed', 1)
 end
 publish(cjson.encode({kind = 'consumed', user = user}))
-audit(KEYS[11], 'consumed', now_ms(), user, entry)
+audit(KEYS[11], 'consumed', now_ms(), user, t.entry)
 return 1

@@ -25,11 +25,17 @@ local now = now_ms()
 local user = ARGV[3]
 -- The queue's keys by name (K, common.lua, is made after the head).
 local waiting_key, seq_key, pass_key, paused_key = KEYS[1], KEYS[2], KEYS[7], KEYS[8]
--- The common case in two reads: no token, no lottery, no stock (one
--- EXISTS: join's repeat check is then probed, and the call reads neither
--- the lottery nor the stock), and the buyer's score in line.
+-- The common case in three reads at most: no token, no lottery, no stock
+-- (one EXISTS, and the token HASH's HEXISTS for a buyer not in line:
+-- join's repeat check is then probed, and the call reads neither the
+-- lottery nor the stock), and the buyer's score in line.
 local neither = redis.call('EXISTS', KEYS[9], KEYS[13], KEYS[11]) == 0
 local score = neither and redis.call('ZSCORE', waiting_key, user)
+-- Nor a token in the queue's token HASH (common.lua): asked only of a
+-- buyer not in line, who may hold one.
+if neither and not score then
+  neither = redis.call('HEXISTS', tokens_key(), user) == 0
+end
 local total
 -- A new buyer, no address limits (no KEYS[15]), a line that is not empty
 -- (no fast track): a new place, which is all join() would do

@@ -81,22 +81,30 @@ if not neither then
   tokkeys[n + 1], tokkeys[n + 2] = nil, nil
   found = redis.call('EXISTS', unpack(tokkeys))
 end
+if found == 0 then
+  -- And the queue's token HASH (common.lua), the whole group in one read.
+  for _, held in ipairs(redis.call('HMGET', tokens_key(), unpack(users))) do
+    if held then
+      found = found + 1
+    end
+  end
+end
 local scores
 if found == 0 then
   scores = redis.call('ZMSCORE', waiting_key, unpack(users))
 end
 
 -- The common case, answered here before the helpers below are made (a
--- closure each, per call): no lottery, no stock, no address limits, a
--- line that is not empty (no fast track), and every join a new buyer's,
--- each user once. Each then takes a new place (new_place, join.lua):
+-- closure each, per call): no lottery, no stock, no token held (scores
+-- read), no address limits, a line that is not empty (no fast track),
+-- and every join a new buyer's, each user once. Each then takes a new place (new_place, join.lua):
 -- the same reads (one MGET of the queue's STRINGs, one ZCARD), marks,
 -- writes (the counter, with the last mark when it moved, then one ZADD)
 -- and reply as the loop below. The MGET and ZCARD are what the loop's
 -- group_totals would read first, so a call that goes on below keeps them
 -- (v, total) and reads neither again.
 local v, total
-if neither and m == 2 then
+if neither and m == 2 and scores then
   v = redis.call('MGET', pass_key, seq_key, paused_key, last_mark_key())
   total = redis.call('ZCARD', waiting_key)
   local fresh, once = total > 0, {}

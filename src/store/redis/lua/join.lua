@@ -33,7 +33,8 @@
 --          address's keys (the Rust side decides from the same numbers).
 --   probed, score: probed is true when the caller read, at the start of
 --          the call and for the whole group at once (enter_many.lua), that
---          no token key of the group exists, and read the user's score in
+--          no user of the group holds a token (the queue's token HASH and
+--          their keys of the earlier layout), and read the user's score in
 --          the line (score, false if not in line). Only this user's own
 --          joins change those two, so they hold for the user's first join
 --          of the call; a later join of the same user in the call reads
@@ -286,19 +287,21 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     end
   end
   g.users[user] = true
-  local has_token, waiting, entered
+  local tok, waiting, entered
   if probed then
-    has_token, waiting = false, score and tonumber(score)
+    waiting = score and tonumber(score)
   else
-    has_token = redis.call('EXISTS', tokkey) == 1
-    waiting = not has_token and tonumber(redis.call('ZSCORE', K.waiting, user))
+    -- The line first: a buyer in line holds no token.
+    waiting = tonumber(redis.call('ZSCORE', K.waiting, user))
+    tok = not waiting and token_get(user, tokkey)
   end
+  local has_token = tok and true or false
   if has_token or waiting then
     flush(g) -- describe() reads the line as stored
     if budget_period > 0 then
       -- A repeat join: counted once its entry is older than the grace.
       if has_token then
-        entered = tonumber(redis.call('HGET', tokkey, 'enteredAt'))
+        entered = tok.entered
       else
         entered = entered_at(user, waiting)
       end
@@ -316,8 +319,11 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
         end
       end
     end
-    if has_token and redis.call('HEXISTS', tokkey, 'entry') == 0 then
-      redis.call('HSET', tokkey, 'entry', group_entry(g, first))
+    if has_token and not tok.entry then
+      -- A token of a version without entry ids (earlier layout only).
+      tok.entry = group_entry(g, first)
+      tok.entry_s = nil
+      token_put(user, tok)
     end
     local total, pass = group_totals(g)
     if waiting then
@@ -330,7 +336,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
       return group_stock(g, {'waiting', 0, redis.call('ZRANK', K.waiting, user), waiting, '',
         -1, entered or -1, total, pass})
     end
-    return group_stock(g, describe(user, tokkey, now, 0, total, pass))
+    return group_stock(g, describe(user, tok, now, 0, total, pass))
   end
 
   -- No place, and a lottery waits to be drawn: the caller puts the user in
@@ -356,13 +362,13 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     if level >= 1 then
       save_bucket(level - 1, at)
       local entry = group_entry(g, first)
-      issue(tokkey, user, fast_token, now, c.ttl, now, entry)
+      local exp = issue(user, fast_token, now, c.ttl, now, entry)
       audit(g.audit, 'admitted', now, user, entry)
       -- Every instance counts admissions from the queue's events (the
       -- console's admitted per minute): a fast track is one too.
       publish(string.format('{"kind":"fastTracked","at":%d}', now))
       count_place(places_key, max_places, entry, user)
-      return group_stock(g, describe(user, tokkey, now, 1, total, pass))
+      return group_stock(g, {'ready', 1, -1, entry, fast_token, exp - now, now, total, pass})
     end
   end
 

@@ -10,19 +10,23 @@
 -- the line, its indexes, the token and the active set change together, and
 -- the event is published exactly when something changed.
 local user, entry = ARGV[3], tonumber(ARGV[4])
-local key = K.token
 if not entry then
   return 0
 end
+-- The line first: a buyer in line holds no token, and most who leave
+-- wait.
 local seq
-if tonumber(redis.call('HGET', key, 'entry')) == entry then
-  redis.call('DEL', key)
-  redis.call('ZREM', K.active, user)
-elseif tonumber(redis.call('ZSCORE', K.waiting, user)) == entry then
+local t
+if tonumber(redis.call('ZSCORE', K.waiting, user)) == entry then
   seq = entry
   drop_from_line(user)
 else
-  return 0
+  t = token_get(user, K.token)
+  if not t or t.entry ~= entry then
+    return 0
+  end
+  token_del(user, t)
+  redis.call('ZREM', K.active, user)
 end
 publish(cjson.encode({kind = 'left', user = user, seq = seq}))
 audit(KEYS[10], 'left', now_ms(), user, entry)

@@ -37,7 +37,7 @@ local state = redis.call('HGET', lot, 'state')
 if state ~= 'scheduled' and state ~= 'drawing' then
   return {'open'}
 end
-if redis.call('EXISTS', K.token) == 1 or redis.call('ZSCORE', K.waiting, user) then
+if redis.call('ZSCORE', K.waiting, user) or token_get(user, K.token) then
   return {'open'}
 end
 local rec = redis.call('HGET', pre, user)

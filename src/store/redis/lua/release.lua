@@ -4,11 +4,11 @@
 -- Returns 1 if the claim was released, 0 if this claim no longer holds it.
 -- Atomic so a release can never undo a newer claim by another request.
 local user, claim_id = ARGV[3], ARGV[4]
-local key = K.token
-local t = redis.call('HMGET', key, 'claim', 'entry')
-if t[1] ~= claim_id then
+local t = token_get(user, K.token)
+if not t or t.claim ~= claim_id then
   return 0
 end
-redis.call('HDEL', key, 'claim', 'claimUntil')
-audit(KEYS[10], 'released', now_ms(), user, tonumber(t[2]))
+t.claim, t.claim_until = nil, nil
+token_put(user, t)
+audit(KEYS[10], 'released', now_ms(), user, t.entry)
 return 1

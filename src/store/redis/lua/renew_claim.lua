@@ -7,20 +7,19 @@
 -- Atomic because check-and-extend must be one step: a renewal read before
 -- and written after another order's claim would steal that order's token.
 local user, claim_id, lease = ARGV[3], ARGV[4], tonumber(ARGV[5])
-local key = K.token
 local now = now_ms()
-local t = redis.call('HMGET', key, 'claim', 'exp', 'token')
-if t[1] ~= claim_id or not t[2] or tonumber(t[2]) <= now then
+local t = token_get(user, K.token)
+if not t or t.claim ~= claim_id or t.exp <= now then
   return 0
 end
 local lease_end = now + lease
-redis.call('HSET', key, 'claimUntil', lease_end)
-if lease_end > tonumber(t[2]) then
-  redis.call('HSET', key, 'exp', lease_end)
-  redis.call('PEXPIREAT', key, lease_end)
-  if t[3] then
-    redis.call('PEXPIREAT', token_index(t[3]), lease_end)
+t.claim_until = lease_end
+if lease_end > t.exp then
+  t.exp = lease_end
+  if t.old then
+    redis.call('PEXPIREAT', old_index(t.token), lease_end)
   end
   redis.call('ZADD', K.active, lease_end, user)
 end
+token_put(user, t)
 return 1

@@ -34,7 +34,7 @@ local function finish(id)
   -- The slot is the session's unless the user holds a token again (a new
   -- admission after a new join): that one keeps it. Otherwise it frees
   -- hold ms from now (admit.lua drops it then).
-  if redis.call('EXISTS', K.tokprefix .. user) == 0 then
+  if not token_get(user) then
     redis.call('ZADD', K.active, 'XX', now + hold, user)
   end
   redis.call('XADD', KEYS[12], 'MINID', '~', string.format('%d', now - keep), '*',

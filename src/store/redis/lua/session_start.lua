@@ -28,13 +28,13 @@ if live then
     return {'live', live, info:match('^(%d+)')}
   end
 end
-local t = redis.call('HMGET', K.token, 'entry', 'exp')
-if tonumber(t[1]) ~= entry or not tonumber(t[2]) or tonumber(t[2]) <= now then
+local t = token_get(user, K.token)
+if not t or t.entry ~= entry or t.exp <= now then
   return {'not_admitted'}
 end
 local exp = now + life
 local deadline = math.min(now + idle, exp)
-redis.call('DEL', K.token)
+token_del(user, t)
 redis.call('ZADD', K.active, deadline + hold, user)
 redis.call('ZADD', KEYS[10], deadline, id)
 redis.call('HSET', KEYS[11], id, string.format('%d %s', exp, user))

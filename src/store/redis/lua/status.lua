@@ -63,11 +63,17 @@ end
 --@helpers
 -- Not in line: no token and no stock (one EXISTS) is a 'none'; else the
 -- token answers. A 'none' row carries the entry counter (one GET).
-if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
-  return {'none', 0, -1, -1, '', -1, -1, redis.call('ZCARD', K.waiting), pass, held,
-          tonumber(redis.call('GET', K.seq) or '-1')}
+local v = redis.call('HGET', tokens_key(), user)
+local t = v and token_record(v)
+if not t then
+  -- Neither a token of the earlier layout nor a stock: nobody.
+  if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
+    return {'none', 0, -1, -1, '', -1, -1, redis.call('ZCARD', K.waiting), pass, held,
+            tonumber(redis.call('GET', K.seq) or '-1')}
+  end
+  t = old_token(K.token)
 end
-local row = describe(user, K.token, now, 0, redis.call('ZCARD', K.waiting), pass)
+local row = describe(user, t, now, 0, redis.call('ZCARD', K.waiting), pass)
 row[#row + 1] = (sold_out(KEYS[11]) and 1 or 0) + held
 if row[1] == 'none' then
   row[#row + 1] = tonumber(redis.call('GET', K.seq) or '-1')

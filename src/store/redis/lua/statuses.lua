@@ -29,6 +29,24 @@ for from = 1, #users, 500 do
     scores[from + j - 1] = got[j]
   end
 end
+-- Who holds a token: the others' fields of the token HASH (common.lua),
+-- 500 a HMGET; a user found in neither is asked of the earlier layout.
+local rest, held = {}, {}
+for i, user in ipairs(users) do
+  if not scores[i] then
+    rest[#rest + 1] = i
+  end
+end
+for from = 1, #rest, 500 do
+  local chunk = {}
+  for j = from, math.min(from + 499, #rest) do
+    chunk[#chunk + 1] = users[rest[j]]
+  end
+  local got = redis.call('HMGET', tokens_key(), unpack(chunk))
+  for j = 1, #chunk do
+    held[rest[from + j - 1]] = got[j]
+  end
+end
 local out = {}
 for i, user in ipairs(users) do
   local seq = scores[i]
@@ -36,7 +54,8 @@ for i, user in ipairs(users) do
     out[i] = {'waiting', 0, redis.call('ZRANK', K.waiting, user), tonumber(seq), '', -1, -1, total, pass,
               soldout}
   else
-    local row = describe(user, KEYS[8 + i], now, 0, total, pass)
+    local tok = held[i] and token_record(held[i]) or KEYS[8 + i]
+    local row = describe(user, tok, now, 0, total, pass)
     row[#row + 1] = soldout
     out[i] = row
   end

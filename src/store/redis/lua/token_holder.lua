@@ -6,14 +6,13 @@
 -- Returns the user, or false. Read-only: the claim that follows checks the
 -- token again, atomically, under its own script.
 local presented = ARGV[3]
-local user = redis.call('GET', token_index(presented))
+local user = redis.call('HGET', tokens_key(), index_field(presented))
+  or redis.call('GET', old_index(presented))
 if not user then
   return false
 end
-local t = redis.call('HMGET', K.tokprefix .. user, 'token', 'exp')
--- An index entry outlives a token used up or replaced: it names the user
--- only while their token is still this one.
-if t[1] ~= presented or not t[2] or tonumber(t[2]) <= now_ms() then
+local t = token_get(user)
+if not t or t.token ~= presented or t.exp <= now_ms() then
   return false
 end
 return user
