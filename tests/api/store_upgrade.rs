@@ -46,8 +46,19 @@ async fn admit(store: &RedisStore, q: &QueueName, n: u32) -> usize {
         max_active: None,
         ..policy(n)
     };
-    let tokens: Vec<EntryToken> = (0..n).map(|_| EntryToken::generate()).collect();
-    store.admit(q, &open, &tokens).await.unwrap().admitted.len()
+    admit_under(store, q, &open).await
+}
+
+/// One pass under `policy` (a token for each of its batch): how many it
+/// admitted.
+async fn admit_under(store: &RedisStore, q: &QueueName, policy: &Policy) -> usize {
+    let tokens: Vec<EntryToken> = (0..policy.batch).map(|_| EntryToken::generate()).collect();
+    store
+        .admit(q, policy, &tokens)
+        .await
+        .unwrap()
+        .admitted
+        .len()
 }
 
 fn entered_at(s: &Snapshot) -> u64 {
@@ -385,16 +396,7 @@ async fn expired_tokens_leave_the_token_hash_with_their_index() {
     for who in ["a", "b", "c", "d"] {
         join(&store, &q, who).await;
     }
-    let fresh: Vec<EntryToken> = (0..3).map(|_| EntryToken::generate()).collect();
-    assert_eq!(
-        store
-            .admit(&q, &short, &fresh)
-            .await
-            .unwrap()
-            .admitted
-            .len(),
-        3
-    );
+    assert_eq!(admit_under(&store, &q, &short).await, 3);
     let fields: u64 = conn.hlen(&tokens).await.unwrap();
     assert_eq!(fields, 6, "a record and an index field per token");
     // b's claim outlives the token's TTL: its token stays past it.
@@ -405,16 +407,7 @@ async fn expired_tokens_leave_the_token_hash_with_their_index() {
     };
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     // A pass drops the expired ones (d is admitted by it: a new token).
-    let fresh: Vec<EntryToken> = (0..3).map(|_| EntryToken::generate()).collect();
-    assert_eq!(
-        store
-            .admit(&q, &short, &fresh)
-            .await
-            .unwrap()
-            .admitted
-            .len(),
-        1
-    );
+    assert_eq!(admit_under(&store, &q, &short).await, 1);
     let mut left: Vec<String> = conn.hkeys(&tokens).await.unwrap();
     left.retain(|f| !f.starts_with('#'));
     left.sort();
@@ -424,8 +417,7 @@ async fn expired_tokens_leave_the_token_hash_with_their_index() {
     assert_eq!(store.token_holder(&q, &b).await.unwrap(), Some(user("b")));
     assert!(store.consume(&q, &user("b"), &claim_id).await.unwrap());
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-    let none: Vec<EntryToken> = Vec::new();
-    store.admit(&q, &short, &none).await.unwrap();
+    assert_eq!(admit_under(&store, &q, &short).await, 0, "nobody waits");
     let fields: u64 = conn.hlen(&tokens).await.unwrap();
     assert_eq!(fields, 0, "nothing is left once every token ended");
 }
