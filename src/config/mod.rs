@@ -506,9 +506,10 @@ pub struct Config {
     #[arg(long, env = "WAITROOM_LOTTERY_DRAW_CHUNK", default_value_t = crate::store::DRAW_CHUNK as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub lottery_draw_chunk: u64,
 
-    /// Entries kept in each queue's audit log (about: Redis trims whole
-    /// stream nodes), the oldest dropped first. 0: no audit log, and no
-    /// webhooks.
+    /// Records kept in each queue's audit log (about: Redis trims whole
+    /// stream nodes), the oldest dropped first: an entry is a record, but
+    /// Redis keeps an admission pass's buyers as one (each buyer's entry id
+    /// and user id in one text). 0: no audit log, and no webhooks.
     #[arg(long, env = "WAITROOM_AUDIT_MAX_LEN", default_value_t = crate::queue::audit::DEFAULT_AUDIT_MAX_LEN)]
     pub audit_max_len: u64,
 
