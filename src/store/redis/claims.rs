@@ -1,7 +1,8 @@
 //! Claims in Redis: an order's lease on an entry token (`claim.lua`,
 //! `renew_claim.lua`), and its commit (`consume.lua`) or rollback
-//! (`release.lua`), each one atomic step on the user's token hash; and
-//! whose a live token is (`token_holder.lua`, a read of the token index).
+//! (`release.lua`), each one atomic step on the user's field of the
+//! queue's token HASH; and whose a live token is (`token_holder.lua`, a
+//! read of the HASH's index field).
 //!
 //! With `--redis-wait-replicas`, a claim, its renewal and its consume are
 //! answered only once the replicas hold them, as joins and admissions are:

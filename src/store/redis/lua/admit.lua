@@ -122,9 +122,9 @@ if held then
   n = 0 -- held by an operator: the line waits, presence still counts
 end
 if n > 0 then
-  -- The head with its entry ids in one read; each buyer's token is their
-  -- own three writes, and the line, its indexes and the active set lose
-  -- or gain the whole head in one command each (500 users a command).
+  -- The head with its entry ids in one read; the tokens, the line, its
+  -- indexes and the active set gain or lose the whole head in one
+  -- command each (500 users a command).
   local head = redis.call('ZRANGE', K.waiting, 0, n - 1, 'WITHSCORES')
   -- Every token of the pass expires at once: formatted once (a number
   -- passed to redis.call is printed as a float, %.17g, each time).

@@ -1,5 +1,5 @@
 -- claim.lua: READY -> CLAIMED, for one order.
--- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.
+-- KEYS (KEYS[9] the user's token key of the earlier layout: common.lua), ARGV[1..2]: see common.lua.
 -- ARGV[3] user  ARGV[4] presented token  ARGV[5] lease ms  ARGV[6] new claim id
 -- Returns {'claimed', claim_id} | {'invalid'} | {'in_use'}.
 -- Atomic because check-and-claim must be one step, or two concurrent orders

@@ -1,5 +1,5 @@
 -- consume.lua: deletes a claimed token after its order committed.
--- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
+-- KEYS (KEYS[9] the user's token key of the earlier layout: common.lua), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
 -- KEYS[10] the queue's stock HASH (see common.lua): a used token is counted
 -- there until the order service's next report (which may not show its order)
 -- KEYS[11] the queue's audit STREAM (common.lua): a 'consumed' entry when 1

@@ -2,7 +2,7 @@
 -- checked against the buyer's and the client address's limits (see
 -- join.lua, which does the work).
 -- KEYS[1..8], ARGV[1..2]: see common.lua. All in the queue's hash tag:
--- KEYS[9]  the user's token key
+-- KEYS[9]  the user's token key of the earlier layout (common.lua)
 -- KEYS[10] the user's request budget (STRING, see gcra.lua)
 -- KEYS[11] the queue's stock HASH (see common.lua): no fast track past it
 -- KEYS[12] the queue's audit STREAM (common.lua): fast-track admissions
@@ -17,10 +17,10 @@
 -- Returns join()'s row: describe(), or limited(...) changing nothing.
 -- Atomic for the reasons join.lua gives.
 -- Cost: a lean head (up to --@helpers, see scripts.rs) answers a new
--- buyer behind a line (7 commands: TIME, EXISTS, ZSCORE, ZCARD, MGET, the
--- counter's SET or MSET, ZADD; a mark's HGET and HSET when the span or
--- millisecond is new) and a buyer in line joining again (9) before the
--- join helpers' closures are made.
+-- buyer behind a line (8 commands: TIME, EXISTS, ZSCORE, the token
+-- HASH's HEXISTS, ZCARD, MGET, the counter's SET or MSET, ZADD; a mark's
+-- HGET and HSET when the span or millisecond is new) and a buyer in line
+-- joining again (9) before the join helpers' closures are made.
 local now = now_ms()
 local user = ARGV[3]
 -- The queue's keys by name (K, common.lua, is made after the head).

@@ -44,8 +44,9 @@
 -- Atomic for the reasons join.lua gives, and so one group is one step: no
 -- other call runs between its joins, so they keep the order they were sent.
 -- Cost: a lean head (up to --@helpers, see scripts.rs) answers a group of
--- new buyers behind a line with 8 commands (the fence's SET, TIME,
--- EXISTS, ZMSCORE, MGET, ZCARD, the counter's SET or MSET, one ZADD; a
+-- new buyers behind a line with 9 commands (the fence's SET, TIME,
+-- EXISTS, the token HASH's HMGET, ZMSCORE, MGET, ZCARD, the counter's SET
+-- or MSET, one ZADD; a
 -- mark's HGET and HSET when the span or millisecond is new), without
 -- making the join helpers' closures; any other group goes on below.
 local fence = KEYS[#KEYS - 4]

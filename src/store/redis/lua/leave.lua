@@ -1,6 +1,6 @@
 -- leave.lua: gives up one entry: takes the user out of line, or drops the
 -- token that entry was admitted with.
--- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] entry id
+-- KEYS (KEYS[9] the user's token key of the earlier layout: common.lua), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] entry id
 -- KEYS[10] the queue's audit STREAM (common.lua): a 'left' entry when 1
 -- Returns 1 if the user's current entry is ARGV[4] and it was given up, else
 -- 0 (no entry, or a newer one: nothing changes); publishes

@@ -1,7 +1,7 @@
 -- lottery_join.lua: puts a user in the pre-queue of a scheduled opening,
 -- checked against the client address's limits like an ordinary join.
 -- KEYS[1..8], ARGV[1..2]: see common.lua. All in the queue's hash tag:
--- KEYS[9]  the user's token key
+-- KEYS[9]  the user's token key of the earlier layout (common.lua)
 -- KEYS[10] the lottery HASH, KEYS[11] the pre-queue HASH (see
 --          lottery_schedule.lua)
 -- KEYS[12] the client address's join rate (STRING, see gcra.lua)

@@ -1,5 +1,5 @@
 -- release.lua: CLAIMED -> READY after its order rolled back.
--- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
+-- KEYS (KEYS[9] the user's token key of the earlier layout: common.lua), ARGV[1..2]: see common.lua.   ARGV[3] user   ARGV[4] claim id
 -- KEYS[10] the queue's audit STREAM (common.lua): a 'released' entry when 1
 -- Returns 1 if the claim was released, 0 if this claim no longer holds it.
 -- Atomic so a release can never undo a newer claim by another request.

@@ -1,5 +1,5 @@
 -- renew_claim.lua: keeps a working order's claim alive (lease renewal).
--- KEYS (KEYS[9] the user's token key), ARGV[1..2]: see common.lua.
+-- KEYS (KEYS[9] the user's token key of the earlier layout: common.lua), ARGV[1..2]: see common.lua.
 -- ARGV[3] user  ARGV[4] claim id  ARGV[5] lease ms
 -- Returns 1 if this claim still held the token and its lease now ends
 -- lease ms from now (the token living at least as long), 0 if the token

@@ -1,6 +1,7 @@
 -- status.lua: one user's standing, token first; optionally marks them seen;
 -- optionally spends one from the user's request budget first.
--- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's token key
+-- KEYS[1..8], ARGV[1..2]: see common.lua.   KEYS[9] the user's token key of the
+--          earlier layout (common.lua)
 -- KEYS[10] the user's budget (STRING, see gcra.lua; in the queue's hash tag)
 -- KEYS[11] the queue's stock HASH (see common.lua; its sold-out flag is
 --          read from the STRING beside it, sold_out_key)
