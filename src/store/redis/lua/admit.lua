@@ -1,8 +1,9 @@
 -- admit.lua: one admission pass.
 -- KEYS[1..8], ARGV[1..2]: see common.lua; KEYS[9]: below.
 -- KEYS[10] the queue's stock HASH (common.lua)
--- KEYS[11] the queue's audit STREAM (common.lua): one entry per buyer
--- dropped, then per buyer admitted, with this pass's number
+-- KEYS[11] the queue's audit STREAM (common.lua): the buyers dropped,
+-- then those admitted, with this pass's number (audit_each: one stream
+-- entry for each group of two or more, an entry id for each buyer)
 -- ARGV[3] token TTL ms  ARGV[4] batch  ARGV[5] interval ms
 -- ARGV[6] max active (-1 = unlimited)  ARGV[7] abandon after ms (0 = never)
 -- ARGV[8..] fresh entry tokens, one per user that may be admitted
