@@ -153,15 +153,13 @@ local function token_record(v)
           entry_s = f[4], claim = f[5], claim_until = tonumber(f[6])}
 end
 
--- A record as its user's field of tokens_key(); numbers already strings or not.
+-- A record (its times numbers) as its user's field of tokens_key();
+-- admit.lua writes the same text from strings it has printed already.
 local function token_value(rec)
-  local function s(n)
-    return type(n) == 'string' and n or string.format('%d', n)
-  end
-  local v = rec.token .. ' ' .. s(rec.exp) .. ' ' .. s(rec.entered or -1) .. ' '
-    .. (rec.entry_s or s(rec.entry or -1))
+  local v = string.format('%s %d %d %s', rec.token, rec.exp, rec.entered or -1,
+    rec.entry_s or string.format('%d', rec.entry or -1))
   if rec.claim then
-    v = v .. ' ' .. rec.claim .. ' ' .. s(rec.claim_until or 0)
+    v = string.format('%s %s %d', v, rec.claim, rec.claim_until or 0)
   end
   return v
 end
@@ -211,7 +209,7 @@ local function token_del(user, rec)
 end
 
 -- Issues a token to user (the fast track: admit.lua writes a pass's
--- records itself, with token_value) and adds them to the active set.
+-- records itself) and adds them to the active set.
 -- Returns the expiry.
 local function issue(user, token, entered_at, ttl, now, entry)
   local exp = now + ttl

@@ -295,12 +295,11 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     waiting = tonumber(redis.call('ZSCORE', K.waiting, user))
     tok = not waiting and token_get(user, tokkey)
   end
-  local has_token = tok and true or false
-  if has_token or waiting then
+  if tok or waiting then
     flush(g) -- describe() reads the line as stored
     if budget_period > 0 then
       -- A repeat join: counted once its entry is older than the grace.
-      if has_token then
+      if tok then
         entered = tok.entered
       else
         entered = entered_at(user, waiting)
@@ -319,7 +318,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
         end
       end
     end
-    if has_token and not tok.entry then
+    if tok and not tok.entry then
       -- A token of a version without entry ids (earlier layout only).
       tok.entry = group_entry(g, first)
       tok.entry_s = nil
