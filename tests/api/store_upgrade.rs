@@ -2,7 +2,8 @@
 //! (instances are replaced one at a time, the line stays in Redis):
 //! entry-time marks in the earlier layout (spans of 128 entry ids under
 //! `~`, the last mark without its `^`) are still read and dropped as the
-//! line moves on, a queue sold out before the sold-out flag had its
+//! line moves on, and so are the oldest layout's entry times kept per
+//! user, a queue sold out before the sold-out flag had its
 //! STRING copy reads as sold out from the next admission pass on, and
 //! entry tokens kept in a HASH each (the earlier token layout) are read,
 //! claimed, used and given up until they expire, moving to the queue's
@@ -188,6 +189,96 @@ async fn marks_of_the_earlier_layout_are_read_and_dropped() {
     assert_eq!(admit(&store, &q, 50).await, 31);
     let left: bool = conn.exists(&entered).await.unwrap();
     assert!(!left, "the marks go with the line");
+}
+
+/// The oldest layout kept each waiting buyer's entry time in a field
+/// named by the user. Such a time is read by a poll and an admission
+/// pass (into the token's record), and its field goes as its user leaves
+/// the line: admitted, leaving, or dropped as absent; buyers marked since
+/// have no such field, so a pass deletes none for them.
+#[tokio::test]
+async fn entry_times_kept_per_user_are_read_and_go_with_their_users() {
+    crate::needs_redis!();
+    let (store, q, mut conn, base) = fresh("upgrade-per-user").await;
+    let entered = format!("{base}entered");
+    let mut entries = Vec::new();
+    for i in 0..40 {
+        entries.push(join(&store, &q, &format!("old{i:03}")).await.entry.unwrap());
+    }
+    // What the oldest version left: a field per user, no marks, no last
+    // mark beside the counter.
+    let _: () = conn
+        .del(&[&entered, &format!("{base}seq:mark")])
+        .await
+        .unwrap();
+    let t0: u64 = 1_700_000_000_000;
+    for i in 0..40u64 {
+        let _: () = conn
+            .hset(&entered, format!("old{i:03}"), t0 + i * 5)
+            .await
+            .unwrap();
+    }
+    for i in 0..10 {
+        join(&store, &q, &format!("new{i:03}")).await;
+    }
+    for i in [0u64, 17, 39] {
+        let s = store
+            .status(&q, &user(&format!("old{i:03}")), false)
+            .await
+            .unwrap();
+        assert_eq!(entered_at(&s), t0 + i * 5, "old{i:03}");
+    }
+
+    // A pass of 25: each token records its buyer's own time, and their
+    // fields are gone; those behind them keep theirs.
+    assert_eq!(admit(&store, &q, 25).await, 25);
+    for i in [0u64, 24] {
+        let s = store
+            .status(&q, &user(&format!("old{i:03}")), false)
+            .await
+            .unwrap();
+        assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+        assert_eq!(s.entered_at_ms, Some(t0 + i * 5), "old{i:03}'s token");
+    }
+    let mut kept: Vec<String> = conn.hkeys(&entered).await.unwrap();
+    kept.retain(|f| f.starts_with("old"));
+    kept.sort();
+    let behind: Vec<String> = (25..40).map(|i| format!("old{i:03}")).collect();
+    assert_eq!(kept, behind, "the admitted buyers' fields go with them");
+
+    // Leaving takes the field with the place.
+    assert!(store.leave(&q, &user("old030"), entries[30]).await.unwrap());
+    let kept: bool = conn.hexists(&entered, "old030").await.unwrap();
+    assert!(!kept, "old030 left");
+
+    // Not seen for a minute, by their own field's time: dropped as absent
+    // at the next pass, fields and all, where the buyers who joined since
+    // entered now and stay.
+    let sweeping = Policy {
+        abandon_after_ms: Some(60_000),
+        ..policy(1)
+    };
+    let pass = store
+        .admit(&q, &sweeping, &[EntryToken::generate()])
+        .await
+        .unwrap();
+    let mut dropped: Vec<String> = pass
+        .abandoned
+        .iter()
+        .map(|a| a.user.as_str().to_owned())
+        .collect();
+    dropped.sort();
+    let absent: Vec<String> = (25..40)
+        .filter(|i| *i != 30)
+        .map(|i| format!("old{i:03}"))
+        .collect();
+    assert_eq!(dropped, absent, "{pass:?}");
+    let fields: Vec<String> = conn.hkeys(&entered).await.unwrap();
+    assert!(
+        fields.iter().all(|f| !f.starts_with("old")),
+        "no field of the oldest layout is left: {fields:?}"
+    );
+    assert_eq!(store.stats(&q).await.unwrap().waiting, 10);
 }
 
 #[tokio::test]

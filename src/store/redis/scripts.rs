@@ -286,7 +286,7 @@ mod tests {
             (
                 &[COMMON, GCRA, JOIN][..],
                 include_str!("lua/enter.lua"),
-                "tonumber(v[1] or '0'), v[2] and 2 or 0}",
+                "v[1] and v[1] + 0 or 0, v[2] and 2 or 0}",
             ),
             (
                 &[COMMON, GCRA, JOIN][..],

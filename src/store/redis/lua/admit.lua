@@ -19,19 +19,65 @@
 -- (a crash in between would lose users), the budget shared by every
 -- instance must be read and spent in the same step (N instances admit no
 -- more than one would), and the published pass must match what happened.
-local ttl, batch, interval, max_active, abandon_after =
-  tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 -- KEYS[9] the queue's settings HASH (put_settings.lua): when it exists its
 -- values replace ARGV[3..7], so a change made on any instance applies from
 -- the very next pass of every instance, whatever policy they still cache.
-local stored = redis.call('HMGET', KEYS[9], 'tokenTtlMs', 'batch', 'intervalMs', 'maxActive', 'abandonAfterMs')
-if stored[2] then
-  ttl, batch, interval, max_active, abandon_after =
-    tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3]), tonumber(stored[4]), tonumber(stored[5])
+local policy = redis.call('HMGET', KEYS[9], 'tokenTtlMs', 'batch', 'intervalMs', 'maxActive',
+  'abandonAfterMs')
+if not policy[2] then
+  policy = {ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}
 end
+local ttl, batch, interval, max_active, abandon_after =
+  policy[1] + 0, policy[2] + 0, policy[3] + 0, policy[4] + 0, policy[5] + 0
 local now = now_ms()
 expire_active(now)
-local busy = redis.call('ZCARD', K.waiting) > 0
+local waiting = redis.call('ZCARD', K.waiting)
+local busy = waiting > 0
+local stock = stock_read(KEYS[10])
+
+-- Span offsets as the marks print them (0..15), to numbers by a look-up.
+local OFFSET = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6,
+  ['7'] = 7, ['8'] = 8, ['9'] = 9, ['10'] = 10, ['11'] = 11, ['12'] = 12, ['13'] = 13,
+  ['14'] = 14, ['15'] = 15}
+
+-- entered_at (common.lua) for the entries a pass reads in line order (its
+-- head, the absence walk): each span's marks are read and parsed once
+-- into offset -> time, in `cache` (a table kept for the pass, in which the
+-- marks do not change), where a search of the text per entry cost more
+-- than the rest of an admission. `seq_s`: the entry id as the line
+-- printed it. Returns the time (or nil), and whether it came from the
+-- user's own field (the oldest layout: see entered_at).
+local function pass_entered(user, seq_s, cache)
+  local seq = seq_s + 0
+  local b = math.floor(seq / MARK_SPAN)
+  if cache.span ~= b then
+    local marks = redis.call('HGET', K.entered, '^' .. string.format('%d', b))
+    local times = false
+    if marks then
+      times = {}
+      local t0
+      for o, d in marks:gmatch('(%d+),(%d+)') do
+        if t0 then
+          times[OFFSET[o]] = t0 + d
+        else
+          t0 = d + 0
+          times[OFFSET[o]] = t0
+        end
+      end
+    end
+    cache.span, cache.times = b, times
+  end
+  local times = cache.times
+  if times then
+    for o = seq - b * MARK_SPAN, 0, -1 do
+      local at = times[o]
+      if at then
+        return at, false
+      end
+    end
+  end
+  return entered_at(user, seq, nil)
+end
 
 -- Buyers not seen since they entered have no presence entry (a new place
 -- writes none, join.lua): their entry time is their presence. The line is
@@ -41,13 +87,15 @@ local busy = redis.call('ZCARD', K.waiting) > 0
 -- entry walked past was either seen (presence then covers it until it
 -- leaves the line: nothing removes a waiting user from presence) or is
 -- dropped here, so each entry is walked once. At most `visits` entries a
--- pass, and drops while `out` holds fewer than `room`, so a pass stays short. Appends {user, seq} to `out`.
+-- pass, and drops while `out` holds fewer than `room`, so a pass stays
+-- short. Appends {user, seq} to `out`.
 local function absent_since_entry(now, cutoff, visits, room, out, marks)
   local last = redis.call('HGET', K.entered, '~seen')
   local walked, done = 0, false
-  -- Pages of 16, then 64, then 250 entries (at most `visits` in all): a
-  -- walk usually stops at its first entry, a buyer who entered recently.
-  local page = 16
+  -- Pages of 4, then 16, 64 and 250 entries (at most `visits` in all): a
+  -- walk usually stops at its first entry, a buyer who entered recently,
+  -- and each row read prints its score (a printf in Redis 7.0).
+  local page = 4
   while not done and walked < visits do
     local size = math.min(page, visits - walked)
     local rows = redis.call('ZRANGE', K.waiting, last and '(' .. last or '-inf', '+inf',
@@ -64,7 +112,7 @@ local function absent_since_entry(now, cutoff, visits, room, out, marks)
     page = math.min(page * 4, 250)
     for i, user in ipairs(users) do
       if not seen[i] then
-        local entered = entered_at(user, tonumber(rows[2 * i]), marks)
+        local entered = pass_entered(user, rows[2 * i], marks)
         if not entered then
           -- No entry time on record: counted as seen now rather than
           -- dropped on a guess.
@@ -90,10 +138,10 @@ end
 -- (bounded per pass so a pass stays short): the seen ones by their last
 -- presence, then those not seen since they entered.
 local abandoned = {}
--- The span of marks read last (entered_at's cache): the line's head is
+-- The span of marks read last (pass_entered's cache): the line's head is
 -- a few spans at most.
 local marks = {}
-if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
+if abandon_after > 0 and stock_sweeps(stock, now, abandon_after) then
   local cutoff = now - abandon_after
   local stale = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. cutoff, 'LIMIT', 0, 500)
   for _, user in ipairs(stale) do
@@ -104,13 +152,14 @@ if abandon_after > 0 and stock_sweeps(KEYS[10], now, abandon_after) then
   end
   absent_since_entry(now, cutoff, 2000, 500, abandoned, marks)
 end
+waiting = waiting - #abandoned
 
-local admitted = {}
--- The admitted buyers as the audit log records them: "<entry id> <user>"
--- (audit_each); `admitted` holds their JSON objects.
-local audited = {}
+-- The admitted buyers' JSON objects, and the audit log's "entry user"
+-- pairs (audit_each, flat: entry, user, entry, user, ...).
+local admitted, audited = {}, {}
+local count = 0
 local level, at = refill(batch, interval, now)
-local stock_left, sold = stock_room(KEYS[10])
+local stock_left, sold = stock_room(KEYS[10], stock)
 local n = math.min(math.floor(level), room(max_active), #ARGV - 7, batch, stock_left)
 -- The hold and the sold-out flag's copy (sold_out_key, common.lua) in
 -- one read; the copy set right when it differs from the stock's flag.
@@ -122,70 +171,87 @@ end
 if held then
   n = 0 -- held by an operator: the line waits, presence still counts
 end
+-- The line's head after the pass, as trim_marks takes it (nil: not read).
+local next_head
 if n > 0 then
-  -- The head with its entry ids in one read; the tokens, the line, its
-  -- indexes and the active set gain or lose the whole head in one
-  -- command each (500 users a command).
-  local head = redis.call('ZRANGE', K.waiting, 0, n - 1, 'WITHSCORES')
+  -- The head with its entry ids in one read, and the entry after it (the
+  -- head the pass leaves, for trim_marks); the tokens, the line, its
+  -- presence and the active set gain or lose the whole head in one
+  -- command each (500 users a command), their arguments gathered as the
+  -- head is walked.
+  local head = redis.call('ZRANGE', K.waiting, 0, n, 'WITHSCORES')
+  next_head = head[2 * n + 2] or false
   -- Every token of the pass expires at once: formatted once (a number
   -- passed to redis.call is printed as a float, %.17g, each time).
   local exp_s = string.format('%d', now + ttl)
-  local users, records, indexes = {}, {}, {}
   local now_s, ttl_s = string.format('%d', now), string.format('%d', ttl)
-  for i = 1, #head, 2 do
+  local fields, members, users, own = {}, {}, {}, {}
+  local owns = 0
+  local last_at, last_at_s
+  for i = 1, math.min(#head, 2 * n), 2 do
     -- The entry id as the line printed it: the token's, unprinted again.
     local user, seq_s = head[i], head[i + 1]
-    local entered = entered_at(user, tonumber(seq_s), marks)
-    local token = ARGV[7 + #users + 1]
-    users[#users + 1] = user
-    -- token_value's text, all parts strings already.
-    records[#records + 1] = token .. ' ' .. exp_s .. ' '
-      .. (entered and string.format('%d', entered) or now_s) .. ' ' .. seq_s
-    indexes[#indexes + 1] = index_field(token)
+    count = count + 1
+    local entered, by_user = pass_entered(user, seq_s, marks)
+    local entered_s = now_s
+    if entered then
+      -- Entries of one mark share its text (a burst's head).
+      if entered ~= last_at then
+        last_at, last_at_s = entered, string.format('%d', entered)
+      end
+      entered_s = last_at_s
+    end
+    if by_user then
+      owns = owns + 1
+      own[owns] = user
+    end
+    local token = ARGV[7 + count]
+    -- The user's field (token_value's text, from strings already made)
+    -- and the token's index field (index_field), common.lua.
+    local f = 4 * count
+    fields[f - 3], fields[f - 2], fields[f - 1], fields[f] =
+      user, token .. ' ' .. exp_s .. ' ' .. entered_s .. ' ' .. seq_s, '#' .. token, user
+    members[2 * count - 1], members[2 * count] = exp_s, user
+    users[count] = user
     -- The pass's JSON (below) by hand: user ids and tokens are plain
     -- ASCII with nothing to escape (crate::queue::UserId, EntryToken),
     -- and cjson printed each number with a printf of its own.
-    admitted[#admitted + 1] = '{"user":"' .. user .. '","seq":' .. seq_s .. ',"token":"'
+    admitted[count] = '{"user":"' .. user .. '","seq":' .. seq_s .. ',"token":"'
       .. token .. '","ttlMs":' .. ttl_s .. '}'
-    audited[#audited + 1] = seq_s .. ' ' .. user
+    audited[2 * count - 1], audited[2 * count] = seq_s, user
   end
-  if #users > 0 then
-    redis.call('ZREMRANGEBYRANK', K.waiting, 0, #users - 1)
+  if count > 0 then
+    redis.call('ZREMRANGEBYRANK', K.waiting, 0, count - 1)
   end
-  -- The pass's tokens, its line and active set: one command each per 500
-  -- buyers.
-  for from = 1, #users, 500 do
-    local to = math.min(from + 499, #users)
-    local chunk, pairs_, tokens = {}, {}, {}
-    for i = from, to do
-      local user = users[i]
-      chunk[#chunk + 1] = user
-      pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = exp_s, user
-      local t = #tokens
-      tokens[t + 1], tokens[t + 2], tokens[t + 3], tokens[t + 4] = user, records[i], indexes[i], user
-    end
-    redis.call('HSET', tokens_key(), unpack(tokens))
-    redis.call('HDEL', K.entered, unpack(chunk))
-    redis.call('ZREM', K.seen, unpack(chunk))
-    redis.call('ZADD', K.active, unpack(pairs_))
+  for from = 1, count, 500 do
+    local to = math.min(from + 499, count)
+    redis.call('HSET', tokens_key(), unpack(fields, 4 * from - 3, 4 * to))
+    redis.call('ZREM', K.seen, unpack(users, from, to))
+    redis.call('ZADD', K.active, unpack(members, 2 * from - 1, 2 * to))
   end
+  -- Entry times of the oldest layout go with their users (drop_from_line);
+  -- no later layout writes one, so a pass usually has none.
+  for from = 1, owns, 500 do
+    redis.call('HDEL', K.entered, unpack(own, from, math.min(from + 499, owns)))
+  end
+  waiting = waiting - count
 end
-save_bucket(level - #admitted, at)
-trim_marks()
+save_bucket(level - count, at)
+trim_marks(next_head)
 
 local pass = redis.call('INCR', K.pass)
 local dropped, dropped_json = {}, {}
 for i, a in ipairs(abandoned) do
   local seq_s = string.format('%d', a.seq)
-  dropped[i] = seq_s .. ' ' .. a.user
+  dropped[2 * i - 1], dropped[2 * i] = seq_s, a.user
   dropped_json[i] = '{"user":"' .. a.user .. '","seq":' .. seq_s .. '}'
 end
 audit_each(KEYS[11], 'abandoned', now, dropped, pass)
 audit_each(KEYS[11], 'admitted', now, audited, pass)
 local msg = string.format(
   '{"kind":"pass","pass":%d,"at":%d,"admitted":[%s],"abandoned":[%s],"waiting":%d,"busy":%s,"held":%s}',
-  pass, now, table.concat(admitted, ','), table.concat(dropped_json, ','),
-  redis.call('ZCARD', K.waiting), tostring(busy), tostring(held))
+  pass, now, table.concat(admitted, ','), table.concat(dropped_json, ','), waiting,
+  tostring(busy), tostring(held))
 if PUBLISH_PASS and (busy or #abandoned > 0) then
   publish(msg)
 end

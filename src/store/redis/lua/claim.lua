@@ -7,7 +7,7 @@
 -- (a pointer compare), so its time does not depend on how much matched.
 -- The claim is a lease: if the order service dies it lapses back to READY,
 -- and the token lives at least until the lease ends.
-local user, presented, lease, claim_id = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local user, presented, lease, claim_id = ARGV[3], ARGV[4], ARGV[5] + 0, ARGV[6]
 local now = now_ms()
 local t = token_get(user, K.token)
 if not t or t.exp <= now or t.token ~= presented then

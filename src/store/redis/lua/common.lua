@@ -66,20 +66,27 @@ local function publish(msg)
   redis.call(PUBLISH, K.channel, msg)
 end
 
+-- Numbers Redis printed (TIME, a score, a counter, a field written as
+-- digits) and digits a pattern captured are made numbers by arithmetic,
+-- `s + 0`, where no nil can reach it: one strtod, where tonumber makes two
+-- (it asks lua_isnumber, then converts again), each about 700 instructions
+-- for a 13-digit id. tonumber stays where a value may be absent or not a
+-- number.
+
 -- The store clock: Redis TIME, so every instance shares one clock.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- Token bucket: starts full, refills continuously at batch per interval
 -- (fractions carry over), holds at most one interval's worth.
 local function refill(batch, interval, now)
   local b = redis.call('HMGET', K.bucket, 'level', 'at')
-  local level, at = tonumber(b[1]), tonumber(b[2])
-  if not level then
+  if not b[1] then
     return batch, now
   end
+  local level, at = b[1] + 0, b[2] + 0
   if now > at then
     level = math.min(batch, level + (now - at) * batch / interval)
     at = now
@@ -149,8 +156,8 @@ local function token_record(v)
   for part in v:gmatch('%S+') do
     f[#f + 1] = part
   end
-  return {token = f[1], exp = tonumber(f[2]), entered = tonumber(f[3]), entry = tonumber(f[4]),
-          entry_s = f[4], claim = f[5], claim_until = tonumber(f[6])}
+  return {token = f[1], exp = f[2] + 0, entered = f[3] + 0, entry = f[4] + 0,
+          entry_s = f[4], claim = f[5], claim_until = f[6] and f[6] + 0}
 end
 
 -- A record (its times numbers) as its user's field of tokens_key();
@@ -325,9 +332,11 @@ local function mark_entry(seq, now, known)
   end
   if known then
     local kb, kt = known:match('^%^(%d+),(%d+)$')
-    kt = tonumber(kt)
-    if kt and tonumber(kb) == b and now <= kt then
-      return kt, nil
+    if kt then
+      kt = kt + 0
+      if kb + 0 == b and now <= kt then
+        return kt, nil
+      end
     end
   end
   local field, offset = span_of(seq)
@@ -337,13 +346,13 @@ local function mark_entry(seq, now, known)
     redis.call('HSETNX', KEYS[3], '^lo', string.format('%d', b))
     return now, here
   end
-  local first = tonumber(marks:match('^%d+,(%d+)'))
+  local first = marks:match('^%d+,(%d+)') + 0
   local last = first
   if marks:find(' ', 1, true) then
     -- The last mark's time after the first: the string's trailing number,
     -- looked for in its last bytes only (a mark is at most 18 of them; a
     -- pattern ending in '$' alone would be tried from every byte).
-    last = first + tonumber(marks:sub(-24):match('(%d+)$'))
+    last = first + marks:sub(-24):match('(%d+)$')
   end
   if now > last then
     redis.call('HSET', KEYS[3], field, marks .. string.format(' %d,%d', offset, now - first))
@@ -362,13 +371,13 @@ end
 -- a script, so the fewer the better.
 local function mark_time(marks, offset)
   local o, t = marks:match('^(%d+),(%d+)')
-  o, t = tonumber(o), tonumber(t)
+  o, t = o + 0, t + 0
   if o >= offset then
     return o == offset and t or nil
   end
   local _, own = marks:find(' ' .. offset .. ',', 1, true)
   if own then
-    return t + tonumber(marks:match('^%d+', own + 1))
+    return t + marks:match('^%d+', own + 1)
   end
   -- lo: the first byte of a mark at or before offset; hi: the first
   -- byte of one after it (or past the end). A mark starts after a space.
@@ -381,7 +390,7 @@ local function mark_time(marks, offset)
         break
       end
     end
-    if tonumber(marks:match('^%d+', s + 1)) <= offset then
+    if marks:match('^%d+', s + 1) + 0 <= offset then
       lo = s + 1
     else
       hi = s + 1
@@ -390,49 +399,17 @@ local function mark_time(marks, offset)
   if lo == 1 then
     return t
   end
-  return t + tonumber(marks:match('^%d+,(%d+)', lo))
+  return t + marks:match('^%d+,(%d+)', lo)
 end
 
 -- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
--- if nothing recorded it. With `cache` (a table the caller keeps for one
--- call, in which the marks do not change), a span's marks are read and
--- parsed once for consecutive entries of one span (an admission pass's
--- head).
-local function entered_at(user, seq, cache)
-  local at
-  if cache then
-    -- The span's marks parsed once into offset -> time: an admission
-    -- pass's head reads every entry of a span, and a search of the text
-    -- per entry cost more than the rest of its admission.
-    local b = math.floor(seq / MARK_SPAN)
-    if cache.span ~= b then
-      local marks = redis.call('HGET', KEYS[3], '^' .. string.format('%d', b))
-      local times = false
-      if marks then
-        times = {}
-        local t0
-        for o, d in marks:gmatch('(%d+),(%d+)') do
-          d = tonumber(d)
-          if t0 then
-            times[tonumber(o)] = t0 + d
-          else
-            t0 = d
-            times[tonumber(o)] = d
-          end
-        end
-      end
-      cache.span, cache.times = b, times
-    end
-    local times = cache.times
-    if times then
-      for o = seq - b * MARK_SPAN, 0, -1 do
-        at = times[o]
-        if at then
-          break
-        end
-      end
-    end
-  else
+-- if nothing recorded it. `at`: its time in its span of 16 when the
+-- caller found it there (admit.lua reads a pass's spans itself). The
+-- second result is true when the time came from the user's own field
+-- (the oldest layout: the caller deletes it as the user leaves the line;
+-- no later layout writes one).
+local function entered_at(user, seq, at)
+  if not at then
     local field, offset = span_of(seq)
     local marks = redis.call('HGET', KEYS[3], field)
     at = marks and mark_time(marks, offset)
@@ -444,7 +421,10 @@ local function entered_at(user, seq, cache)
     local old = redis.call('HGET', KEYS[3], '~' .. string.format('%d', ob))
     at = old and mark_time(old, seq - ob * OLD_SPAN)
   end
-  return at or tonumber(redis.call('HGET', KEYS[3], user))
+  if at then
+    return at, false
+  end
+  return tonumber(redis.call('HGET', KEYS[3], user)), true
 end
 
 -- Drops the fields of spans `lo`.. before the head's span `hb` (at most
@@ -468,19 +448,22 @@ end
 -- the line (at most 1000 a call; the rest on later calls), or all of them
 -- once the line is empty. An earlier version's spans of 128 ('~lo' their
 -- lowest) go the same way; once a call finds none of them left, '~lo'
--- goes too.
-local function trim_marks()
-  local head = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')[2]
+-- goes too. `head`: the head's entry id as the line printed it, or false
+-- for an empty line, when the caller read it (nil: read here).
+local function trim_marks(head)
+  if head == nil then
+    head = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')[2] or false
+  end
   if not head then
     redis.call('DEL', K.entered, last_mark_key())
     return
   end
-  head = tonumber(head)
+  head = head + 0
   local lo = redis.call('HMGET', K.entered, '^lo', '~lo')
   if lo[1] then
-    drop_spans('^', '^lo', tonumber(lo[1]), math.floor(head / MARK_SPAN))
+    drop_spans('^', '^lo', lo[1] + 0, math.floor(head / MARK_SPAN))
   end
-  if lo[2] and drop_spans('~', '~lo', tonumber(lo[2]), math.floor(head / OLD_SPAN)) == 0 then
+  if lo[2] and drop_spans('~', '~lo', lo[2] + 0, math.floor(head / OLD_SPAN)) == 0 then
     redis.call('HDEL', K.entered, '~lo')
   end
 end
@@ -542,10 +525,15 @@ end
 -- report), soldout (1/0), reopened (ms). Absent: the queue is not linked.
 -- Buyers the stock lets in beside the holders: ceil(remaining / per) less
 -- the holders and the tokens used since the report, math.huge when not
--- linked; and whether the queue is sold out, read in the same HMGET.
--- Call after expire_active.
-local function stock_room(key)
-  local s = redis.call('HMGET', key, 'remaining', 'per', 'consumed', 'soldout')
+-- linked; and whether the queue is sold out, read in the same HMGET
+-- (stock_read: `s`, when the caller read it already). Call after
+-- expire_active.
+local function stock_read(key)
+  return redis.call('HMGET', key, 'remaining', 'per', 'consumed', 'soldout', 'reopened')
+end
+
+local function stock_room(key, s)
+  s = s or stock_read(key)
   local remaining = tonumber(s[1])
   if not remaining then
     return math.huge, false
@@ -590,13 +578,12 @@ local function with_stock(row, key)
 end
 
 -- Whether a pass may drop absent buyers: not while sold out, nor for
--- abandon_after after a restock reopened the line.
-local function stock_sweeps(key, now, abandon_after)
-  local s = redis.call('HMGET', key, 'soldout', 'reopened')
-  if s[1] == '1' then
+-- abandon_after after a restock reopened the line (`s`: stock_read's).
+local function stock_sweeps(s, now, abandon_after)
+  if s[4] == '1' then
     return false
   end
-  local at = tonumber(s[2])
+  local at = tonumber(s[5])
   return not at or now - at >= abandon_after
 end
 
@@ -625,10 +612,11 @@ local function audit(key, kind, now, user, entry, pass)
   redis.call('XADD', key, 'MAXLEN', '~', AUDIT_MAXLEN, '*', unpack(f))
 end
 
--- audit() for each of `items`, all of one kind, time and pass, each
--- "<entry id> <user>" (neither holds a space), in ONE stream entry: its
--- fields kind, at, pass and, for two or more, buyers (the items joined by
--- spaces); one item is written as audit() writes it. The entry's id is
+-- audit() for each of `items`, all of one kind, time and pass, given as
+-- entry id and user in turn ({entry, user, entry, user, ...}; neither
+-- holds a space), in ONE stream entry: its fields kind, at, pass and, for
+-- two or more, buyers (the items joined by spaces: "entry user entry
+-- user ..."); one item is written as audit() writes it. The entry's id is
 -- chosen so that the items' ids (src/store/redis/audit.rs gives the i-th
 -- of n the entry's id less n - 1 - i) are those n entries written one
 -- after another would have had: the entry takes the stream's next id plus
@@ -638,7 +626,7 @@ end
 -- newest entry); should Redis refuse the id all the same, the items are
 -- written one entry each.
 local function audit_each(key, kind, now, items, pass)
-  local n = #items
+  local n = #items / 2
   if AUDIT_MAXLEN <= 0 or n == 0 then
     return
   end
@@ -649,7 +637,7 @@ local function audit_each(key, kind, now, items, pass)
     local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
     if last then
       local lms, lseq = last[1]:match('^(%d+)-(%d+)$')
-      lms, lseq = tonumber(lms), tonumber(lseq)
+      lms, lseq = lms + 0, lseq + 0
       if lms >= now then
         ms, seq = lms, lseq + 1
       end
@@ -661,8 +649,8 @@ local function audit_each(key, kind, now, items, pass)
       return
     end
   end
-  for _, item in ipairs(items) do
-    local entry, user = item:match('^(%d+) (.+)$')
+  for i = 1, #items, 2 do
+    local entry, user = items[i], items[i + 1]
     redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'kind', kind, 'at', at,
       'user', user, 'entry', entry, 'pass', p)
   end

@@ -46,7 +46,7 @@ if neither and not score and not KEYS[15] then
   if total > 0 then
     local mark_key = last_mark_key()
     local v = redis.call('MGET', pass_key, seq_key, paused_key, mark_key)
-    local seq = tonumber(v[2] or select(4, join_head(ARGV[5]))) + 1
+    local seq = (v[2] or select(4, join_head(ARGV[5]))) + 1
     local seq_s = string.format('%d', seq)
     local entered, mark = mark_entry(seq, now, v[4])
     if mark then
@@ -55,7 +55,7 @@ if neither and not score and not KEYS[15] then
       redis.call('SET', seq_key, seq_s)
     end
     redis.call('ZADD', waiting_key, seq_s, user)
-    return {'waiting', 1, total, seq, '', -1, entered, total + 1, tonumber(v[1] or '0'),
+    return {'waiting', 1, total, seq, '', -1, entered, total + 1, v[1] and v[1] + 0 or 0,
             v[3] and 2 or 0}
   end
 end
@@ -64,7 +64,7 @@ end
 -- grace) once their entry is older than the grace, then their standing,
 -- marked seen; all join() does for them.
 if neither and score then
-  local seq = tonumber(score)
+  local seq = score + 0
   local period, burst, grace = join_head(ARGV[5])
   local v = redis.call('MGET', pass_key, paused_key, KEYS[10])
   local entered = entered_at(user, seq)
@@ -77,7 +77,7 @@ if neither and score then
   total = redis.call('ZCARD', waiting_key)
   seen_now(user, now)
   return {'waiting', 0, redis.call('ZRANK', waiting_key, user), seq, '', -1, entered or -1, total,
-          tonumber(v[1] or '0'), v[2] and 2 or 0}
+          v[1] and v[1] + 0 or 0, v[2] and 2 or 0}
 end
 --@helpers
 local g = group(now, KEYS[11], KEYS[12], KEYS[13], KEYS[14])

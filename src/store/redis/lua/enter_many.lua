@@ -53,7 +53,7 @@ local fence = KEYS[#KEYS - 4]
 -- The queue's keys by name (K, common.lua, is made after the head).
 local waiting_key, seq_key, pass_key, paused_key = KEYS[1], KEYS[2], KEYS[7], KEYS[8]
 local last = redis.call('SET', fence, ARGV[4], 'PX', '60000', 'GET')
-if last and tonumber(last) > tonumber(ARGV[4]) then
+if last and last + 0 > ARGV[4] + 0 then
   redis.call('SET', fence, last, 'PX', '60000')
   return 'overtaken'
 end
@@ -117,8 +117,8 @@ if neither and m == 2 and scores then
     once[users[i]] = true
   end
   if fresh then
-    local pass, flags = tonumber(v[1] or '0'), v[3] and 2 or 0
-    local seq, mark, mark_moved = tonumber(v[2] or select(4, join_head(ARGV[3]))), v[4], false
+    local pass, flags = v[1] and v[1] + 0 or 0, v[3] and 2 or 0
+    local seq, mark, mark_moved = (v[2] or select(4, join_head(ARGV[3]))) + 0, v[4], false
     local line, marked, entered = {}, nil, nil
     local out, o, run = {now, pass, flags}, 3, nil
     for i = 1, n do

@@ -10,7 +10,7 @@
 -- stored, ...) is the same with the bucket's value already read (the
 -- caller's MGET; false when absent).
 local function gcra_stored(key, stored, now, period, burst)
-  local tat = tonumber(stored or '0') or 0
+  local tat = stored and stored + 0 or 0
   if tat < now then
     tat = now
   end

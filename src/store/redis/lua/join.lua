@@ -64,18 +64,18 @@
 -- a lean head (one anchored match, no table).
 local function join_head(packed)
   local bp, bb, grace, first = packed:match('^(%d+) (%d+) (%d+) (%d+)')
-  return tonumber(bp), tonumber(bb), tonumber(grace), first
+  return bp + 0, bb + 0, grace + 0, first
 end
 
 local function join_config(packed)
   local bp, bb, grace, first, ttl, batch, interval, max_active, jp, jb, places = packed:match(
     '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%d+) (%d+) (%d+)$')
   return {
-    ttl = tonumber(ttl), batch = tonumber(batch), interval = tonumber(interval),
-    max_active = tonumber(max_active), first = first,
-    budget_period = tonumber(bp), budget_burst = tonumber(bb),
-    grace = tonumber(grace), join_period = tonumber(jp),
-    join_burst = tonumber(jb), max_places = tonumber(places),
+    ttl = ttl + 0, batch = batch + 0, interval = interval + 0,
+    max_active = max_active + 0, first = first,
+    budget_period = bp + 0, budget_burst = bb + 0,
+    grace = grace + 0, join_period = jp + 0,
+    join_burst = jb + 0, max_places = places + 0,
   }
 end
 

@@ -17,7 +17,8 @@ end
 -- wait.
 local seq
 local t
-if tonumber(redis.call('ZSCORE', K.waiting, user)) == entry then
+local score = redis.call('ZSCORE', K.waiting, user)
+if score and score + 0 == entry then
   seq = entry
   drop_from_line(user)
 else

@@ -6,7 +6,7 @@
 -- was consumed, released, expired or claimed anew (nothing is written).
 -- Atomic because check-and-extend must be one step: a renewal read before
 -- and written after another order's claim would steal that order's token.
-local user, claim_id, lease = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local user, claim_id, lease = ARGV[3], ARGV[4], ARGV[5] + 0
 local now = now_ms()
 local t = token_get(user, K.token)
 if not t or t.claim ~= claim_id or t.exp <= now then

@@ -17,7 +17,7 @@
 -- and is logged as ended in one step: no instance can count it live after
 -- its slot was given away, nor miss it in the log.
 -- Cost: O(ended × log n), bounded by the 500.
-local only, keep, hold = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local only, keep, hold = ARGV[3], ARGV[4] + 0, ARGV[5] + 0
 local now = now_ms()
 
 local function finish(id)

@@ -18,7 +18,7 @@
 -- token starts one session only.
 -- Cost: a handful of O(1)/O(log n) commands.
 local user, entry, id = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local idle, life, hold = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local idle, life, hold = ARGV[6] + 0, ARGV[7] + 0, ARGV[8] + 0
 local now = now_ms()
 local live = redis.call('HGET', KEYS[12], user)
 if live then

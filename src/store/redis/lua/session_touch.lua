@@ -10,7 +10,7 @@
 -- Atomic so a session past its deadline is never revived (the sweep may
 -- have freed its slot already) and the two scores never disagree.
 -- Cost: O(ids × log n); an instance sends at most one batch a second.
-local idle, hold = tonumber(ARGV[3]), tonumber(ARGV[4])
+local idle, hold = ARGV[3] + 0, ARGV[4] + 0
 local now = now_ms()
 local moved = 0
 for i = 5, #ARGV do

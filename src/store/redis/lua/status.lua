@@ -32,30 +32,34 @@ local user = ARGV[3]
 -- The queue's keys by name (K, common.lua, is made after the head).
 local waiting_key, pass_key, paused_key = KEYS[1], KEYS[7], KEYS[8]
 local now = now_ms()
-local period = tonumber(ARGV[5])
+local period = ARGV[5] + 0
 -- The budget, the pass counter, the hold and the sold-out flag: the
 -- STRINGs, in one MGET.
 local v = redis.call('MGET', KEYS[10], pass_key, paused_key, sold_out_key(KEYS[11]))
 if period > 0 then
-  local wait = gcra_stored(KEYS[10], v[1], now, period, tonumber(ARGV[6]))
+  local wait = gcra_stored(KEYS[10], v[1], now, period, ARGV[6] + 0)
   if wait > 0 then
     return limited('buyer', wait)
   end
 end
-local pass, held = tonumber(v[2] or '0'), v[3] and 2 or 0
+local pass, held = v[2] and v[2] + 0 or 0, v[3] and 2 or 0
 -- A buyer in line (the common case) holds no token (admission takes its
 -- buyers out of the line as it issues theirs, and a join puts nobody who
 -- holds one in line), so their score alone says they wait: the line
 -- answers, each of its reads once, before the helpers below are made (a
 -- closure each, per call).
-local seq = tonumber(redis.call('ZSCORE', waiting_key, user))
-if seq then
+local score = redis.call('ZSCORE', waiting_key, user)
+if score then
+  local seq = score + 0
   local soldout = v[4] and 1 or 0
   if ARGV[4] == '1' then
     seen_now(user, now)
   end
-  local entered = tonumber(ARGV[8])
-  if seq ~= tonumber(ARGV[7]) then
+  -- The entry id as the line printed it against the caller's, as text.
+  local entered
+  if score == ARGV[7] then
+    entered = ARGV[8] + 0
+  else
     entered = entered_at(user, seq) or -1
   end
   return {'waiting', 0, redis.call('ZRANK', waiting_key, user), seq, '', -1,

@@ -13,7 +13,7 @@
 -- the rank first is as safe as reading the token first.
 local now = now_ms()
 local v = redis.call('MGET', K.pass, K.paused, sold_out_key(KEYS[#KEYS]))
-local total, pass = redis.call('ZCARD', K.waiting), tonumber(v[1] or '0')
+local total, pass = redis.call('ZCARD', K.waiting), v[1] and v[1] + 0 or 0
 local soldout = (v[3] and 1 or 0) + (v[2] and 2 or 0)
 local users = {}
 for i = 3, #ARGV do
@@ -51,7 +51,7 @@ local out = {}
 for i, user in ipairs(users) do
   local seq = scores[i]
   if seq then
-    out[i] = {'waiting', 0, redis.call('ZRANK', K.waiting, user), tonumber(seq), '', -1, -1, total, pass,
+    out[i] = {'waiting', 0, redis.call('ZRANK', K.waiting, user), seq + 0, '', -1, -1, total, pass,
               soldout}
   else
     local tok = held[i] and token_record(held[i]) or KEYS[8 + i]
