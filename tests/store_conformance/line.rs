@@ -394,6 +394,42 @@ async fn absent_users_are_dropped_before_admission(store: SharedStore) {
 }
 conformance!(absent_users_are_dropped_before_admission);
 
+/// A pass's `waiting` is the line it leaves behind, however many it
+/// dropped as absent and admitted (the Redis store counts it from the
+/// line's length at the pass's start, rather than reading it again).
+async fn a_pass_counts_the_line_it_leaves(store: SharedStore) {
+    let joining = slow(3);
+    drain_budget(&store, &joining).await;
+    let users = fill(&store, &joining, "wl", 7).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // wl0000 and wl0003 unseen since they joined; the rest seen now.
+    let seen: Vec<UserId> = users
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![0, 3].contains(i))
+        .map(|(_, u)| u.clone())
+        .collect();
+    store.touch(&q(), &seen).await.unwrap();
+    let p = Policy {
+        abandon_after_ms: Some(1_000),
+        interval_ms: 50,
+        ..slow(3)
+    };
+    let pass = store.admit(&q(), &p, &tokens(3)).await.unwrap();
+    assert_eq!(dropped(&pass), ["wl0000", "wl0003"], "{pass:?}");
+    let admitted: Vec<&str> = pass.admitted.iter().map(|a| a.user.as_str()).collect();
+    assert_eq!(admitted, ["wl0001", "wl0002", "wl0004"]);
+    assert_eq!(pass.waiting, 2, "{pass:?}");
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 2);
+    // The next pass takes the rest: nobody is left.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let pass = store.admit(&q(), &p, &tokens(3)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 2, "{pass:?}");
+    assert_eq!(pass.waiting, 0, "{pass:?}");
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 0);
+}
+conformance!(a_pass_counts_the_line_it_leaves);
+
 /// A buyer never seen since joining counts as seen at their entry time;
 /// once seen (a stream's touch, a poll, a repeat join) their last sighting
 /// counts. Over two passes, each buyer is judged by the right one of the

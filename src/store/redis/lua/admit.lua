@@ -76,7 +76,7 @@ local function pass_entered(user, seq_s, cache)
       end
     end
   end
-  return entered_at(user, seq, nil)
+  return entered_at(user, seq)
 end
 
 -- Buyers not seen since they entered have no presence entry (a new place

@@ -403,17 +403,15 @@ local function mark_time(marks, offset)
 end
 
 -- The entry time (ms) of waiting `user`, whose entry id is `seq`, or nil
--- if nothing recorded it. `at`: its time in its span of 16 when the
--- caller found it there (admit.lua reads a pass's spans itself). The
+-- if nothing recorded it (admit.lua reads a pass's spans of 16 itself,
+-- pass_entered, and asks here for what it does not find there). The
 -- second result is true when the time came from the user's own field
 -- (the oldest layout: the caller deletes it as the user leaves the line;
 -- no later layout writes one).
-local function entered_at(user, seq, at)
-  if not at then
-    local field, offset = span_of(seq)
-    local marks = redis.call('HGET', KEYS[3], field)
-    at = marks and mark_time(marks, offset)
-  end
+local function entered_at(user, seq)
+  local field, offset = span_of(seq)
+  local marks = redis.call('HGET', KEYS[3], field)
+  local at = marks and mark_time(marks, offset)
   if not at then
     -- Not marked in its span: an entry an earlier version marked, in
     -- its span of 128, or (older still) by its user.
