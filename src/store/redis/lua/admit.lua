@@ -57,12 +57,9 @@ local function pass_entered(user, seq_s, cache)
       times = {}
       local t0
       for o, d in marks:gmatch('(%d+),(%d+)') do
-        if t0 then
-          times[OFFSET[o]] = t0 + d
-        else
-          t0 = d + 0
-          times[OFFSET[o]] = t0
-        end
+        local at = t0 and t0 + d or d + 0
+        t0 = t0 or at
+        times[OFFSET[o] or o + 0] = at
       end
     end
     cache.span, cache.times = b, times
