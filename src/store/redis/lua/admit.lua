@@ -204,10 +204,10 @@ if n > 0 then
     end
     local token = ARGV[7 + count]
     -- The user's field (token_value's text, from strings already made)
-    -- and the token's index field (index_field), common.lua.
+    -- and the token's index field, common.lua.
     local f = 4 * count
     fields[f - 3], fields[f - 2], fields[f - 1], fields[f] =
-      user, token .. ' ' .. exp_s .. ' ' .. entered_s .. ' ' .. seq_s, '#' .. token, user
+      user, token .. ' ' .. exp_s .. ' ' .. entered_s .. ' ' .. seq_s, index_field(token), user
     members[2 * count - 1], members[2 * count] = exp_s, user
     users[count] = user
     -- The pass's JSON (below) by hand: user ids and tokens are plain
