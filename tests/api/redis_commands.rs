@@ -13,7 +13,10 @@
 //! redis-server) measures Redis µs per call of every buyer-facing script
 //! through the store, next to the plain one-Lua-call join of
 //! `loadtest/plain-join` measured in the same run, at the line lengths
-//! asked for.
+//! asked for. With `REDIS_COST_CALLGRIND` (that redis-server run under
+//! valgrind's callgrind) it counts the instructions Redis spent instead
+//! of its µs: the same for the same scripts and data whatever else the
+//! machine does, where µs move by a fifth from run to run.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +36,9 @@ use waitroom::store::{
 };
 
 use crate::common::RedisProcess;
+
+mod meter;
+use meter::{Cost, Meter};
 
 /// Commands per call of each script, by command ("name count, ..." in
 /// `INFO commandstats` names, sorted), in the case the test
@@ -63,7 +69,10 @@ use crate::common::RedisProcess;
 /// look-up reads its span whole, and a long one cost more than a command);
 /// an admission pass, here 16 buyers from a span's first entry, drops the
 /// span its head passed in one `HDEL` and reads both layouts' lowest span
-/// in one `HMGET` (where it read the one layout's with an `HGET`).
+/// in one `HMGET` (where it read the one layout's with an `HGET`). Its
+/// absence walk reads a page of the line without entry ids and asks for
+/// the few it needs (`zscore`: here the buyer it stops at), where each row
+/// printed its own.
 const EXPECTED: &[(&str, &str)] = &[
     (
         "join (enter.lua)",
@@ -96,7 +105,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "admit (admit.lua, 16 a pass)",
-        "hdel 1, hget 2, hmget 4, hset 3, incr 1, mget 1, publish 1, time 1, xadd 1, xrevrange 1, zadd 1, zcard 1, zmscore 1, zrange 3, zrangebyscore 1, zrem 1, zremrangebyrank 1",
+        "hdel 1, hget 2, hmget 4, hset 3, incr 1, mget 1, publish 1, time 1, xadd 1, xrevrange 1, zadd 1, zcard 1, zmscore 1, zrange 3, zrangebyscore 1, zrem 1, zremrangebyrank 1, zscore 1",
     ),
     ("claim (claim.lua)", "hget 1, hset 1, time 1"),
     (
@@ -127,130 +136,6 @@ const EXPECTED: &[(&str, &str)] = &[
 /// The baseline: one join as the plainest server makes it (`ZSCORE`,
 /// `INCR`, `ZADD`, `ZRANK`, `ZCARD` in one Lua call).
 const PLAIN_JOIN: &str = include_str!("../../loadtest/plain-join/src/join.lua");
-
-/// Rows of `INFO commandstats` that are not a script's own commands: the
-/// measurement's, a connection's set-up, a script (re)load.
-fn is_script_command(name: &str) -> bool {
-    !matches!(
-        name,
-        "info" | "evalsha" | "eval" | "ping" | "hello" | "select"
-    ) && !name.starts_with("config|")
-        && !name.starts_with("script|")
-        && !name.starts_with("client|")
-}
-
-/// What Redis counted since the last reset: script calls, the µs inside
-/// them, and the commands the scripts ran, by name.
-#[derive(Debug, Clone, Default)]
-struct Cost {
-    calls: u64,
-    usec: u64,
-    commands: BTreeMap<String, u64>,
-}
-
-impl Cost {
-    fn parse(info: &str) -> Self {
-        let mut cost = Cost::default();
-        for line in info.lines() {
-            let Some((name, rest)) = line
-                .strip_prefix("cmdstat_")
-                .and_then(|l| l.split_once(':'))
-            else {
-                continue;
-            };
-            let field = |key: &str| -> u64 {
-                rest.split(',')
-                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(0.0) as u64
-            };
-            if name == "evalsha" {
-                cost.calls = field("calls");
-                cost.usec = field("usec");
-            } else if is_script_command(name) {
-                cost.commands.insert(name.to_owned(), field("calls"));
-            }
-        }
-        cost
-    }
-
-    fn add(&mut self, other: &Cost) {
-        self.calls += other.calls;
-        self.usec += other.usec;
-        for (name, n) in &other.commands {
-            *self.commands.entry(name.clone()).or_default() += n;
-        }
-    }
-
-    /// Commands per script call, all kinds together.
-    fn commands_per_call(&self) -> f64 {
-        self.commands.values().sum::<u64>() as f64 / self.calls.max(1) as f64
-    }
-
-    /// Commands per script call by name, "zscore 1, hget 2.5".
-    fn breakdown(&self) -> String {
-        self.commands
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(name, n)| {
-                let per = *n as f64 / self.calls.max(1) as f64;
-                if per.fract() == 0.0 {
-                    format!("{name} {per}")
-                } else {
-                    format!("{name} {per:.2}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// Reads and resets the counters of one redis-server (never the shared
-/// one: `CONFIG RESETSTAT` would clear everyone's counters).
-struct Meter {
-    conn: redis::aio::MultiplexedConnection,
-}
-
-impl Meter {
-    async fn connect(url: &str) -> Self {
-        let client = redis::Client::open(url).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let server: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert!(
-            !server.lines().any(|l| l.trim() == "tcp_port:6379"),
-            "the counters are reset: never on the shared Redis (6379), on a redis-server of one's own"
-        );
-        Self { conn }
-    }
-
-    async fn reset(&mut self) {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut self.conn)
-            .await
-            .unwrap();
-    }
-
-    async fn read(&mut self) -> Cost {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut self.conn)
-            .await
-            .unwrap();
-        Cost::parse(&info)
-    }
-
-    /// What the script calls of `work` cost.
-    async fn measure<T>(&mut self, work: impl Future<Output = T>) -> (Cost, T) {
-        self.reset().await;
-        let out = work.await;
-        (self.read().await, out)
-    }
-}
 
 fn user(name: &str) -> UserId {
     UserId::parse(name).unwrap()
@@ -303,6 +188,17 @@ fn admit_policy() -> Policy {
 /// batch).
 const ADMIT_PASS: usize = 50;
 
+/// Buyers holding places before the measured line forms: past the small
+/// encodings of Redis's sets (a ZSET listpack of at most 128 members, a
+/// HASH listpack of at most 512 fields, where each look-up walks it).
+const HOLDERS: usize = 600;
+
+/// A protected site's sessions in the measurement.
+const SESSION_LIMITS: SessionLimits = SessionLimits {
+    idle_ms: 60_000,
+    max_ms: 600_000,
+};
+
 /// Calls in flight at once when not paced.
 const IN_FLIGHT: usize = 8;
 
@@ -342,7 +238,11 @@ struct Bench {
     queue: QueueName,
     plain: redis::Script,
     plain_conn: redis::aio::MultiplexedConnection,
+    /// The plain join's line and counter, new for each of its phases.
     plain_keys: [String; 2],
+    /// A plain line as long as the measured one (fill_plain), for the
+    /// plain join at the same length.
+    long_keys: [String; 2],
     /// Names handed out so far (every new buyer is new).
     next: usize,
     pace: Duration,
@@ -379,6 +279,10 @@ impl Bench {
                 format!("{prefix}:{{plain}}:line"),
                 format!("{prefix}:{{plain}}:seq"),
             ],
+            long_keys: [
+                format!("{prefix}:{{plainlong}}:line"),
+                format!("{prefix}:{{plainlong}}:seq"),
+            ],
             next: 0,
             pace,
         }
@@ -407,10 +311,43 @@ impl Bench {
             .snapshot
     }
 
-    /// `n` plain joins, new buyers each.
-    async fn plain(&mut self, meter: &mut Meter, n: usize) -> Cost {
+    /// The long plain line: `length` buyers, numbered as the plain join
+    /// numbers them.
+    async fn fill_plain(&mut self, length: usize) {
+        let mut conn = self.plain_conn.clone();
+        for from in (0..length).step_by(1_000) {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(&self.long_keys[0]);
+            for i in from..(from + 1_000).min(length) {
+                zadd.arg(i + 1).arg(format!("l{i:08}"));
+            }
+            let _: () = zadd.query_async(&mut conn).await.unwrap();
+        }
+        let _: () = redis::cmd("SET")
+            .arg(&self.long_keys[1])
+            .arg(length)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    /// `n` plain joins, new buyers each: on a line of their own (gone after
+    /// them, as the baseline has always been measured), then on the long
+    /// line (their places taken back after, so it keeps its length).
+    async fn plain(&mut self, meter: &mut Meter, n: usize) -> Plain {
+        let fresh = self.plain_on(meter, n, false).await;
+        let long = self.plain_on(meter, n, true).await;
+        Plain { fresh, long }
+    }
+
+    async fn plain_on(&mut self, meter: &mut Meter, n: usize, long: bool) -> Cost {
         let names: Vec<String> = self.fresh(n).iter().map(|u| u.to_string()).collect();
-        let (script, keys, pace) = (&self.plain, &self.plain_keys, self.pace);
+        let keys = if long {
+            &self.long_keys
+        } else {
+            &self.plain_keys
+        };
+        let (script, pace) = (&self.plain, self.pace);
         let mut conn = self.plain_conn.clone();
         let (cost, _) = meter
             .measure(paced(n, pace, |i| {
@@ -427,13 +364,30 @@ impl Bench {
                 }
             }))
             .await;
-        let _: () = redis::cmd("DEL")
-            .arg(&self.plain_keys[..])
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let _: () = if long {
+            redis::cmd("ZREM")
+                .arg(&keys[0])
+                .arg(&names[..])
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        } else {
+            redis::cmd("DEL")
+                .arg(&keys[..])
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        };
         cost
     }
+}
+
+/// The plain join's cost measured right before a script's: on a line of
+/// its own of at most the phase's calls (the baseline as first measured),
+/// and on a line as long as the measured one.
+struct Plain {
+    fresh: Cost,
+    long: Cost,
 }
 
 /// One script's measurement: its cost (rounds added up), per round the
@@ -447,13 +401,27 @@ struct Row {
     /// What a unit is, when not a call: "buyer", "leaf".
     per_what: &'static str,
     cost: Cost,
-    rounds: Vec<(f64, f64)>,
+    /// Per round: the unit's cost, the plain join's on its own line and
+    /// on the long one.
+    rounds: Vec<(f64, f64, f64)>,
 }
 
 impl Row {
-    fn record(&mut self, plain: &Cost, cost: Cost) {
-        let unit = |c: &Cost| c.usec as f64 / c.calls.max(1) as f64;
-        self.rounds.push((unit(&cost) / self.per_call, unit(plain)));
+    fn record(&mut self, plain: &Plain, cost: Cost) {
+        // Thousands of instructions under callgrind, else µs.
+        let unit = |c: &Cost| {
+            let total = if c.instructions > 0 {
+                c.instructions as f64 / 1000.0
+            } else {
+                c.usec as f64
+            };
+            total / c.calls.max(1) as f64
+        };
+        self.rounds.push((
+            unit(&cost) / self.per_call,
+            unit(&plain.fresh),
+            unit(&plain.long),
+        ));
         self.cost.add(&cost);
     }
 
@@ -466,14 +434,18 @@ impl Row {
         v[v.len() / 2]
     }
 
-    /// µs per unit, the plain join's µs per call, and their ratio
-    /// (medians over the rounds; the ratio of each round's pair).
-    fn summary(&self) -> (f64, f64, f64) {
-        (
-            Self::median(self.rounds.iter().map(|r| r.0)),
-            Self::median(self.rounds.iter().map(|r| r.1)),
-            Self::median(self.rounds.iter().map(|r| r.0 / r.1)),
-        )
+    /// µs per unit, the plain join's µs per call on its own line and
+    /// their ratio, the same on the long line (medians over the rounds;
+    /// each ratio of its round's pair).
+    fn summary(&self) -> [f64; 5] {
+        let m = |f: fn(&(f64, f64, f64)) -> f64| Self::median(self.rounds.iter().map(f));
+        [
+            m(|r| r.0),
+            m(|r| r.1),
+            m(|r| r.0 / r.1),
+            m(|r| r.2),
+            m(|r| r.0 / r.2),
+        ]
     }
 }
 
@@ -504,9 +476,11 @@ async fn redis_cost() {
     let rounds: usize = env_or("REDIS_COST_ROUNDS", 3);
     let pace = Duration::from_micros(env_or("REDIS_COST_PACE_US", 0));
     let mut table = String::from(
-        "mode\tlength\tscript\tunit\tcalls\tus_per_unit\tplain_us_per_call\tratio\tcommands_per_call\tcommands\n",
+        "mode\tlength\tscript\tunit\tcalls\tus_per_unit\tplain_us_per_call\tratio\tcommands_per_call\tcommands\tplain_at_length_us_per_call\tratio_at_length\n",
     );
-    let mode = if pace.is_zero() {
+    let mode = if std::env::var_os("REDIS_COST_CALLGRIND").is_some() {
+        "instructions (thousands)".to_owned()
+    } else if pace.is_zero() {
         "busy".to_owned()
     } else {
         format!("paced {} us", pace.as_micros())
@@ -514,14 +488,16 @@ async fn redis_cost() {
     for &length in &lines {
         let rows = measure_line(&url, length, calls, rounds, pace).await;
         for row in rows {
-            let (us, plain, ratio) = row.summary();
+            let [us, plain, ratio, plain_long, ratio_long] = row.summary();
+            let each: Vec<String> = row.rounds.iter().map(|r| format!("{:.2}", r.0)).collect();
+            eprintln!("{length} {}: per round {}", row.name, each.join(" "));
             let unit = if row.per_call == 1.0 {
                 "call".to_owned()
             } else {
                 format!("{} ({} a call)", row.per_what, row.per_call)
             };
             table.push_str(&format!(
-                "{mode}\t{length}\t{}\t{unit}\t{}\t{us:.2}\t{plain:.2}\t{ratio:.2}\t{:.2}\t{}\n",
+                "{mode}\t{length}\t{}\t{unit}\t{}\t{us:.2}\t{plain:.2}\t{ratio:.2}\t{:.2}\t{}\t{plain_long:.2}\t{ratio_long:.2}\n",
                 row.name,
                 row.cost.calls,
                 row.cost.commands_per_call(),
@@ -547,11 +523,49 @@ async fn measure_line(
     let mut b = Bench::open(url, &prefix, pace).await;
     let mut meter = Meter::connect(url).await;
     warm_up(url, &prefix).await;
+    b.fill_plain(length).await;
     let started = Instant::now();
+
+    // A sale in progress: HOLDERS buyers admitted before the line forms
+    // hold places, so the active set, the token HASH and the sessions' are
+    // past Redis's small encodings (HOLDERS), as in any sale of more than
+    // a few hundred holders; empty ones made the first rounds' admissions,
+    // claims and sessions pay for walking them.
+    let holders = b.fresh(HOLDERS);
+    for who in &holders {
+        b.join(&b.grouped, who).await;
+    }
+    let hold = Policy {
+        batch: 1_000,
+        ..admit_policy()
+    };
+    let tokens: Vec<EntryToken> = (0..HOLDERS).map(|_| EntryToken::generate()).collect();
+    let held = b.single.admit(&b.queue, &hold, &tokens).await.unwrap();
+    // The first holder took the fast track as they joined.
+    assert_eq!(held.admitted.len(), HOLDERS - 1, "the holders admitted");
+    // And, as on a protected site, each holder's token is a live session
+    // (the sessions' set, too, past the small encoding).
+    for a in &held.admitted {
+        let started = b
+            .single
+            .start_session(
+                &b.queue,
+                &a.user,
+                a.seq,
+                &SessionId::generate(),
+                SESSION_LIMITS,
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(started, SessionStart::Started { .. }),
+            "{started:?}"
+        );
+    }
 
     // The line: the first min(length, 1,000) joined one a millisecond (each
     // entry its own time mark: the measured buyers are these), the rest in
-    // groups as fast as they go. The very first takes the fast track.
+    // groups as fast as they go.
     let slow_n = length.min(1_000);
     assert!(
         rounds * calls <= slow_n,
@@ -579,6 +593,12 @@ async fn measure_line(
             .buffer_unordered(2_048)
             .for_each(|_| async {})
             .await;
+    }
+    // The buyers the rounds do not measure are present (their streams
+    // open: the push loop touches them), so presence, too, is past the
+    // small encoding; the measured ones are touched first by their rounds.
+    for chunk in slow[rounds * calls..].chunks(500) {
+        b.single.touch(&b.queue, chunk).await.unwrap();
     }
     // Repeat joins are counted against the budget past their grace.
     let grace = Duration::from_millis(buyer_budget().grace_ms + 100);
@@ -763,10 +783,7 @@ async fn measure_line(
         // Sessions (a protected site's): the released half hold their
         // tokens again; each starts a session, reports activity once, and
         // is ended by an operator.
-        let limits = SessionLimits {
-            idle_ms: 60_000,
-            max_ms: 600_000,
-        };
+        let limits = SESSION_LIMITS;
         let ids: Vec<SessionId> = (0..calls).map(|_| SessionId::generate()).collect();
         let p = b.plain(&mut meter, calls).await;
         let (c, started) = meter
@@ -951,6 +968,37 @@ async fn warm_up(url: &str, prefix: &str) {
         store.release(&q, &a, &claim_id).await.unwrap();
         store.consume(&q, &a, &claim_id).await.unwrap();
     }
+    // A session on a second buyer's token (the line is empty again, so
+    // they take the fast track), and a fairness log: every
+    // script in the script cache before anything is measured (a script's
+    // first call loads it, which no row should pay).
+    let s = user("warm-s");
+    store
+        .enter_limited(&q, &s, &policy, &EntryToken::generate(), &limits)
+        .await
+        .unwrap()
+        .unwrap();
+    let seq = store.status(&q, &s, false).await.unwrap().entry.unwrap();
+    let limits = SESSION_LIMITS;
+    let id = SessionId::generate();
+    let started = store.start_session(&q, &s, seq, &id, limits).await.unwrap();
+    assert!(
+        matches!(started, SessionStart::Started { .. }),
+        "{started:?}"
+    );
+    store
+        .touch_sessions(&q, std::slice::from_ref(&id), limits.idle_ms)
+        .await
+        .unwrap();
+    assert!(store.end_session(&q, &id).await.unwrap(), "ended");
+    let append = LocalLog::default().append(2);
+    assert!(store.log_append(&q, &append).await.unwrap(), "appended");
+    let proof: Vec<Node> = inclusion_ranges(0, 2)
+        .into_iter()
+        .flat_map(|(start, end)| range_nodes(start, end))
+        .collect();
+    store.log_nodes(&q, &proof).await.unwrap();
+    assert!(store.log_put_head(&q, 2, "a-head").await.unwrap());
 }
 
 /// How many times each counted case runs (the counts must be the same
@@ -1250,10 +1298,7 @@ async fn every_script_runs_the_commands_counted() {
     actual.push(("release (release.lua)", c));
 
     // Sessions: the admitted buyers no claim touched hold their tokens.
-    let limits = SessionLimits {
-        idle_ms: 60_000,
-        max_ms: 600_000,
-    };
+    let limits = SESSION_LIMITS;
     let ids: Vec<SessionId> = (0..=RUNS).map(|_| SessionId::generate()).collect();
     let holders = &admitted[2 * (RUNS + 1)..];
     let c = commands_per_call(&mut meter, "session start", |i| {

@@ -472,6 +472,30 @@ async fn presence_counts_from_entry_until_first_seen(store: SharedStore) {
 }
 conformance!(presence_counts_from_entry_until_first_seen);
 
+/// The absence walk that stops at a buyer who entered too recently to be
+/// judged resumes at them: the next pass, once they are stale, drops them,
+/// while the present buyer walked past before them stays.
+async fn a_walk_stopped_at_a_recent_buyer_resumes_at_them(store: SharedStore) {
+    let p = Policy {
+        abandon_after_ms: Some(1_000),
+        ..slow(2)
+    };
+    drain_budget(&store, &slow(2)).await;
+    let users = fill(&store, &p, "wr", 2).await;
+    store.touch(&q(), &[users[0].clone()]).await.unwrap();
+    let pass = store.admit(&q(), &p, &[]).await.unwrap();
+    assert!(dropped(&pass).is_empty(), "{pass:?}");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    store.touch(&q(), &[users[0].clone()]).await.unwrap();
+    let pass = store.admit(&q(), &p, &[]).await.unwrap();
+    assert_eq!(dropped(&pass), ["wr0001"], "{pass:?}");
+    assert!(matches!(
+        store.status(&q(), &users[0], false).await.unwrap().standing,
+        Standing::Waiting { .. }
+    ));
+}
+conformance!(a_walk_stopped_at_a_recent_buyer_resumes_at_them);
+
 /// A stream's touch after its buyer left the line does not bring them
 /// back: they are not in line, and a later pass drops nobody for them.
 async fn a_touch_after_leaving_keeps_nobody(store: SharedStore) {

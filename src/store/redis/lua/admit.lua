@@ -90,26 +90,32 @@ local function absent_since_entry(now, cutoff, visits, room, out, marks)
   local last = redis.call('HGET', K.entered, '~seen')
   local walked, done = 0, false
   -- Pages of 4, then 16, 64 and 250 entries (at most `visits` in all): a
-  -- walk usually stops at its first entry, a buyer who entered recently,
-  -- and each row read prints its score (a printf in Redis 7.0).
+  -- walk usually stops at its first entry, a buyer who entered recently.
+  -- A page is read without its entry ids: each one Redis prints is a
+  -- printf in Redis 7.0 (the presence scores ZMSCORE prints are another),
+  -- and a walk needs only those of the rows not seen and the last row it
+  -- walks, read one at a time (a present buyer, the most walked row in a
+  -- sale where everyone's page is open, costs one printed number, not two).
   local page = 4
   while not done and walked < visits do
     local size = math.min(page, visits - walked)
-    local rows = redis.call('ZRANGE', K.waiting, last and '(' .. last or '-inf', '+inf',
-      'BYSCORE', 'LIMIT', 0, size, 'WITHSCORES')
-    if #rows == 0 then
+    local users = redis.call('ZRANGE', K.waiting, last and '(' .. last or '-inf', '+inf',
+      'BYSCORE', 'LIMIT', 0, size)
+    if #users == 0 then
       break
     end
-    local users = {}
-    for i = 1, #rows, 2 do
-      users[#users + 1] = rows[i]
-    end
     local seen = redis.call('ZMSCORE', K.seen, unpack(users))
-    done = #rows < 2 * size
+    done = #users < size
     page = math.min(page * 4, 250)
+    -- The last row walked when it is a present buyer still in line (its
+    -- entry id read after the page), else nil (`last` holds it).
+    local tail
     for i, user in ipairs(users) do
-      if not seen[i] then
-        local entered = pass_entered(user, rows[2 * i], marks)
+      if seen[i] then
+        tail = user
+      else
+        local seq_s = redis.call('ZSCORE', K.waiting, user)
+        local entered = pass_entered(user, seq_s, marks)
         if not entered then
           -- No entry time on record: counted as seen now rather than
           -- dropped on a guess.
@@ -121,9 +127,12 @@ local function absent_since_entry(now, cutoff, visits, room, out, marks)
           local seq = unline(user)
           out[#out + 1] = {user = user, seq = seq}
         end
+        last, tail = seq_s, nil
       end
-      last = rows[2 * i]
       walked = walked + 1
+    end
+    if tail then
+      last = redis.call('ZSCORE', K.waiting, tail)
     end
   end
   if walked > 0 then

@@ -151,13 +151,16 @@ end
 
 -- A user's field of tokens_key() as a record: {token, exp, entered, entry,
 -- entry_s (as written), claim, claim_until} (absent parts nil).
+-- One match for the four parts every record has (a gmatch loop cost a
+-- C call and a table write a part), one more for a claim's two.
 local function token_record(v)
-  local f = {}
-  for part in v:gmatch('%S+') do
-    f[#f + 1] = part
+  local token, exp, entered, entry, rest = v:match('^(%S+) (%S+) (%S+) (%S+)(.*)$')
+  local claim, claim_until
+  if rest ~= '' then
+    claim, claim_until = rest:match('^ (%S+) ?(%S*)')
   end
-  return {token = f[1], exp = f[2] + 0, entered = f[3] + 0, entry = f[4] + 0,
-          entry_s = f[4], claim = f[5], claim_until = f[6] and f[6] + 0}
+  return {token = token, exp = exp + 0, entered = entered + 0, entry = entry + 0,
+          entry_s = entry, claim = claim, claim_until = tonumber(claim_until)}
 end
 
 -- A record (its times numbers) as its user's field of tokens_key();
