@@ -979,15 +979,17 @@ async fn warm_up(url: &str, prefix: &str) {
         .unwrap()
         .unwrap();
     let seq = store.status(&q, &s, false).await.unwrap().entry.unwrap();
-    let limits = SESSION_LIMITS;
     let id = SessionId::generate();
-    let started = store.start_session(&q, &s, seq, &id, limits).await.unwrap();
+    let started = store
+        .start_session(&q, &s, seq, &id, SESSION_LIMITS)
+        .await
+        .unwrap();
     assert!(
         matches!(started, SessionStart::Started { .. }),
         "{started:?}"
     );
     store
-        .touch_sessions(&q, std::slice::from_ref(&id), limits.idle_ms)
+        .touch_sessions(&q, std::slice::from_ref(&id), SESSION_LIMITS.idle_ms)
         .await
         .unwrap();
     assert!(store.end_session(&q, &id).await.unwrap(), "ended");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Rows of `INFO commandstats` that are not a script's own commands: the
 /// measurement's, a connection's set-up, a script (re)load.
-pub(super) fn is_script_command(name: &str) -> bool {
+fn is_script_command(name: &str) -> bool {
     !matches!(
         name,
         "info" | "evalsha" | "eval" | "ping" | "hello" | "select"
