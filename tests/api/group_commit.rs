@@ -92,14 +92,24 @@ fn reset_stats(redis: &RedisProcess) {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
 }
 
-/// Loads the scripts (a first call may miss the cache) and resets the
+/// Loads the scripts (a first call may miss the cache): a group of two
+/// (`enter_many.lua`), then a group of one (`enter.lua`); and resets the
 /// counts, so a test counts its own calls only.
 async fn warmed(redis: &RedisProcess, store: &RedisStore) {
     let other = QueueName::parse("warm").unwrap();
-    store
-        .enter(&other, &u("warm"), &closed(), &EntryToken::generate())
-        .await
-        .unwrap();
+    let enter = |who: &'static str| {
+        let other = &other;
+        async move {
+            let policy = closed();
+            store
+                .enter(other, &u(who), &policy, &EntryToken::generate())
+                .await
+        }
+    };
+    for joined in futures::future::join_all([enter("warm0"), enter("warm1")]).await {
+        joined.unwrap();
+    }
+    enter("warm2").await.unwrap();
     reset_stats(redis);
 }
 
@@ -362,6 +372,7 @@ async fn new_repeat_and_limited_joins_in_one_group_keep_their_outcomes() {
     crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
+    warmed(&redis, &store).await;
     let budget = JoinLimits {
         buyer: Some(BuyerBudget {
             rate: only(1),
@@ -431,6 +442,7 @@ async fn holders_joining_again_in_a_group_keep_their_tokens() {
     crate::needs_redis!();
     let redis = RedisProcess::start(false);
     let store = grouped(&redis, 64).await;
+    warmed(&redis, &store).await;
     let none = JoinLimits::default();
     for name in ["h0", "h1", "w0", "w1"] {
         join(&store, name.into(), none.clone())

@@ -79,8 +79,8 @@ const EXPECTED: &[(&str, &str)] = &[
         "exists 1, hexists 1, hget 1, hset 1, mget 1, mset 1, time 1, zadd 1, zcard 1, zscore 1",
     ),
     (
-        "join (enter_many.lua, 1 a call)",
-        "exists 1, hget 1, hmget 1, hset 1, mget 1, mset 1, set 1, time 1, zadd 1, zcard 1, zmscore 1",
+        "join, group of one (enter.lua, fenced)",
+        "exists 1, hexists 1, hget 1, hset 1, mget 1, mset 1, set 1, time 1, zadd 1, zcard 1, zscore 1",
     ),
     (
         "repeat join (enter.lua)",
@@ -229,8 +229,8 @@ async fn paced<T, F: Future<Output = T>>(
 
 /// One queue on a redis-server of the measurement's own, with a store that
 /// sends one `enter.lua` per join, one that groups joins (`enter_many.lua`,
-/// the default) and one that sends each join as a group of its own
-/// (`enter_many.lua` of one join, as a server whose joins do not overlap).
+/// the default) and one that sends each join as a group of its own (as a
+/// server whose joins do not overlap: `enter.lua` with the task's fence).
 struct Bench {
     single: RedisStore,
     grouped: RedisStore,
@@ -612,7 +612,7 @@ async fn measure_line(
 
     let mut rows: Vec<Row> = [
         ("join (enter.lua)", 1.0),
-        ("join (enter_many.lua, 1 a call)", 1.0),
+        ("join, group of one (enter.lua, fenced)", 1.0),
         ("repeat join (enter.lua)", 1.0),
         ("poll (status.lua)", 1.0),
         ("touch (touch.lua, 1 buyer)", 1.0),
@@ -1142,7 +1142,7 @@ async fn every_script_runs_the_commands_counted() {
         }
     })
     .await;
-    actual.push(("join (enter_many.lua, 1 a call)", c));
+    actual.push(("join, group of one (enter.lua, fenced)", c));
 
     let grace = Duration::from_millis(buyer_budget().grace_ms + 100);
     tokio::time::sleep(grace.saturating_sub(since.elapsed())).await;

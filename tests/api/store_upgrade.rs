@@ -512,3 +512,58 @@ async fn expired_tokens_leave_the_token_hash_with_their_index() {
     let fields: u64 = conn.hlen(&tokens).await.unwrap();
     assert_eq!(fields, 0, "nothing is left once every token ended");
 }
+
+/// The last mark beside the counter is trusted only when it names the
+/// span the join falls in, in the current layout: a value naming another
+/// span whose number starts with this one's digits (`^` + the span + `0`),
+/// or one without the `^` (an earlier version's), with a time far ahead of
+/// the clock, does not lend a join that time; and a join a millisecond or
+/// more after a trusted mark of its span gets its own time, kept in the
+/// marks, so reads agree with the join.
+#[tokio::test]
+async fn a_last_mark_of_another_span_or_layout_lends_no_time() {
+    crate::needs_redis!();
+    let (store, q, mut conn, base) = fresh("upgrade-last-mark").await;
+    let mark_key = format!("{base}seq:mark");
+    let first = join(&store, &q, "m0").await;
+    let t0 = entered_at(&first);
+    let mark: String = conn.get(&mark_key).await.unwrap();
+    let (span, time) = mark
+        .strip_prefix('^')
+        .and_then(|m| m.split_once(','))
+        .expect("the last mark, ^span,ms");
+    assert_eq!(time.parse::<u64>().unwrap(), t0, "the first join's mark");
+    let ahead = t0 + 3_600_000;
+    for (i, planted) in [format!("^{span}0,{ahead}"), format!("{span},{ahead}")]
+        .into_iter()
+        .enumerate()
+    {
+        let _: () = conn.set(&mark_key, &planted).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        let who = format!("m{}", i + 1);
+        let joined = entered_at(&join(&store, &q, &who).await);
+        assert!(
+            joined > t0 && joined < ahead,
+            "{who} after {planted:?}: entered at {joined}, t0 {t0}"
+        );
+        let read = store.status(&q, &user(&who), false).await.unwrap();
+        assert_eq!(entered_at(&read), joined, "{who} read back");
+    }
+    // Trusted now (written by the last join): later joins get their own
+    // times, later than the last, each read back as joined.
+    let mut last = 0;
+    for i in 3..8 {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let who = format!("m{i}");
+        let joined = entered_at(&join(&store, &q, &who).await);
+        assert!(joined > last && joined < ahead, "{who}: {joined}");
+        let read = store.status(&q, &user(&who), false).await.unwrap();
+        assert_eq!(entered_at(&read), joined, "{who} read back");
+        last = joined;
+    }
+    for i in 0..8 {
+        let who = format!("m{i}");
+        let read = store.status(&q, &user(&who), false).await.unwrap();
+        assert!(entered_at(&read) < ahead, "{who}");
+    }
+}

@@ -309,6 +309,7 @@ impl RedisStore {
             Batcher::new(
                 self.conn.clone(),
                 self.scripts.enter_many.clone(),
+                self.scripts.enter.clone(),
                 &self.prefix,
                 self.wait_replicas,
                 batch,

@@ -333,29 +333,37 @@ local function mark_entry(seq, now, known)
   if known == here then
     return now, nil
   end
-  if known then
-    local kb, kt = known:match('^%^(%d+),(%d+)$')
-    if kt then
-      kt = kt + 0
-      if kb + 0 == b and now <= kt then
-        return kt, nil
-      end
+  -- The span's field is `here` before its comma; `known` is this span's
+  -- when it starts as `here` does (substrings and a plain find: no
+  -- pattern, no number printed again). The span's last mark's time, then.
+  local comma = here:find(',', 3, true)
+  local last
+  if known and known:sub(1, comma) == here:sub(1, comma) then
+    local kt = known:sub(comma + 1) + 0
+    if now <= kt then
+      return kt, nil
     end
+    last = kt
   end
-  local field, offset = span_of(seq)
+  local field, offset = here:sub(1, comma - 1), seq - b * MARK_SPAN
   local marks = redis.call('HGET', KEYS[3], field)
   if not marks then
     redis.call('HSET', KEYS[3], field, string.format('%d,%d', offset, now))
-    redis.call('HSETNX', KEYS[3], '^lo', string.format('%d', b))
+    redis.call('HSETNX', KEYS[3], '^lo', field:sub(2))
     return now, here
   end
   local first = marks:match('^%d+,(%d+)') + 0
-  local last = first
-  if marks:find(' ', 1, true) then
-    -- The last mark's time after the first: the string's trailing number,
-    -- looked for in its last bytes only (a mark is at most 18 of them; a
-    -- pattern ending in '$' alone would be tried from every byte).
-    last = first + marks:sub(-24):match('(%d+)$')
+  -- Unless `known` named the last mark's time (every writer of the '^'
+  -- value keeps it with the marks it adds; a lottery's commit, which adds
+  -- marks out of order, drops it), the marks' text says it.
+  if not last then
+    last = first
+    if marks:find(' ', 1, true) then
+      -- The string's trailing number, looked for in its last bytes only
+      -- (a mark is at most 18 of them; a pattern ending in '$' alone
+      -- would be tried from every byte).
+      last = first + marks:sub(-24):match('(%d+)$')
+    end
   end
   if now > last then
     redis.call('HSET', KEYS[3], field, marks .. string.format(' %d,%d', offset, now - first))

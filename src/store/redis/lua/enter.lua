@@ -14,15 +14,26 @@
 --          zero); absent, the join has none
 -- ARGV[3..4]  the user and the fast-track token
 -- ARGV[5]     the join's further arguments, packed as join.lua's join_config reads them
--- Returns join()'s row: describe(), or limited(...) changing nothing.
+-- ARGV[6]     sent only by a grouping task (batch.rs) for a group of one
+--             join: the group's number in the task's order; the last key
+--             is then the task's fence (overtaken, join.lua), after the
+--             address's keys when they are sent
+-- Returns join()'s row: describe(), or limited(...) changing nothing; or
+-- 'overtaken', changing nothing, for a group a later one overtook.
 -- Atomic for the reasons join.lua gives.
 -- Cost: a lean head (up to --@helpers, see scripts.rs) answers a new
 -- buyer behind a line (8 commands: TIME, EXISTS, ZSCORE, the token
 -- HASH's HEXISTS, ZCARD, MGET, the counter's SET or MSET, ZADD; a mark's
 -- HGET and HSET when the span or millisecond is new) and a buyer in line
 -- joining again (9) before the join helpers' closures are made.
+if ARGV[6] and overtaken(KEYS[#KEYS], ARGV[6]) then
+  return 'overtaken'
+end
 local now = now_ms()
 local user = ARGV[3]
+-- The address's keys, when its limits are sent (with a fence or without,
+-- KEYS[16] is the places only then).
+local joins_key, places_key = KEYS[16] and KEYS[15], KEYS[16]
 -- The queue's keys by name (K, common.lua, is made after the head).
 local waiting_key, seq_key, pass_key, paused_key = KEYS[1], KEYS[2], KEYS[7], KEYS[8]
 -- The common case in three reads at most: no token, no lottery, no stock
@@ -37,11 +48,11 @@ if neither and not score then
   neither = redis.call('HEXISTS', tokens_key(), user) == 0
 end
 local total
--- A new buyer, no address limits (no KEYS[15]), a line that is not empty
+-- A new buyer, no address limits (no places key), a line that is not empty
 -- (no fast track): a new place, which is all join() would do
 -- (new_place). Answered here, before the helpers below are made (a
 -- closure each, per call).
-if neither and not score and not KEYS[15] then
+if neither and not score and not places_key then
   total = redis.call('ZCARD', waiting_key)
   if total > 0 then
     local mark_key = last_mark_key()
@@ -87,7 +98,7 @@ if neither then
 end
 g.total = total -- the head's ZCARD, if it read it
 group_read(g, c.budget_period > 0 and KEYS[10] or nil)
-local row, rank, seq, entered = join(g, KEYS[9], KEYS[10], KEYS[15], KEYS[16], user, ARGV[4],
+local row, rank, seq, entered = join(g, KEYS[9], KEYS[10], joins_key, places_key, user, ARGV[4],
   c, neither, score)
 flush(g)
 return row or waiting_row(g, rank, seq, entered)

@@ -3,7 +3,8 @@
 -- them, so the line keeps strict FIFO within the group and across groups
 -- (an instance's groups of one queue reach Redis in the order it made
 -- them, several may be in flight; the fence below refuses a group that a
--- later one overtook, so none is ever run out of order).
+-- later one overtook, so none is ever run out of order; a group of one
+-- goes as enter.lua with the same fence).
 -- KEYS[1..8], ARGV[1..2]: see common.lua. All in the queue's hash tag.
 -- ARGV[3]       what every join of the group shares (the queue's policy
 --               and the limits' numbers), packed as join.lua's
@@ -16,10 +17,8 @@
 --               limits (address join period or places per address above
 --               zero: m = 4, else m = 2), the client address's join rate
 --               and places (as enter.lua's KEYS[9..12])
--- KEYS[#KEYS-4] the sending task's fence STRING: the number of the last
---               group of that task run (expires 60 s after it: 30 times a
---               call's response timeout, and gone soon after the queue's
---               last join, like the tokens)
+-- KEYS[#KEYS-4] the sending task's fence STRING (overtaken, join.lua):
+--               the number of the last group of that task run
 -- KEYS[#KEYS-3] the queue's stock HASH (see common.lua)
 -- KEYS[#KEYS-2] the queue's audit STREAM (common.lua): fast-track admissions
 -- KEYS[#KEYS-1] the lottery HASH, KEYS[#KEYS] the pre-queue HASH (see
@@ -49,12 +48,9 @@
 -- or MSET, one ZADD; a
 -- mark's HGET and HSET when the span or millisecond is new), without
 -- making the join helpers' closures; any other group goes on below.
-local fence = KEYS[#KEYS - 4]
 -- The queue's keys by name (K, common.lua, is made after the head).
 local waiting_key, seq_key, pass_key, paused_key = KEYS[1], KEYS[2], KEYS[7], KEYS[8]
-local last = redis.call('SET', fence, ARGV[4], 'PX', '60000', 'GET')
-if last and last + 0 > ARGV[4] + 0 then
-  redis.call('SET', fence, last, 'PX', '60000')
+if overtaken(KEYS[#KEYS - 4], ARGV[4]) then
   return 'overtaken'
 end
 

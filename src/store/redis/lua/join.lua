@@ -59,6 +59,25 @@
 -- token (a burst cannot bypass the rate or maxActive), and an address's
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
+-- The joins of one grouping task (batch.rs) reach Redis in the order it
+-- made them, several calls may be in flight, and a call sent again (a
+-- retry after a lost connection, a reloaded script cache) may arrive
+-- behind a later one. `fence` (a STRING of the task's own) holds the
+-- number of the task's last call run: sets it to `number` and returns
+-- false, or returns true, changing nothing, when it holds a later one
+-- (the caller then refuses the call: its joins fail rather than take
+-- places behind later arrivals). Expires 60 s after the task's last call:
+-- 30 times a call's response timeout.
+local function overtaken(fence, number)
+  local last = redis.call('SET', fence, number, 'PX', '60000', 'GET')
+  -- Compared as the digits they are (no leading zeros), not converted.
+  if last and (#last > #number or #last == #number and last > number) then
+    redis.call('SET', fence, last, 'PX', '60000')
+    return true
+  end
+  return false
+end
+
 -- The first four numbers of a join's packed arguments (join_config):
 -- budget period, budget burst, grace, and the first entry id as sent, for
 -- a lean head (one anchored match, no table).
