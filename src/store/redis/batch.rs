@@ -390,7 +390,8 @@ impl Runner {
         while in_flight.next().await.is_some() {}
     }
 
-    /// One `enter_many.lua` call for `calls`, the task's group `number`:
+    /// One `enter_many.lua` call for `calls`, the task's group `number`
+    /// (one `enter.lua` call for a group of one, [`Runner::run_one`]):
     /// one row per call, in order. The command is written in one buffer:
     /// the shared arguments once, each join's keys and arguments straight
     /// from its user and address.
@@ -405,8 +406,7 @@ impl Runner {
     ) -> StoreResult<Vec<Joined>> {
         if let [call] = calls {
             return Ok(vec![
-                self.run_one(conn, keys, names, number, shared, call)
-                    .await?,
+                self.run_one(conn, keys, &names.fence, number, call).await?,
             ]);
         }
         let per_join = if shared.address_limited() { 4 } else { 2 };
@@ -460,19 +460,20 @@ impl Runner {
         &self,
         conn: &Conn,
         keys: &QueueKeys,
-        names: &GroupKeys,
+        fence: &str,
         number: u64,
-        shared: JoinShared,
         call: &JoinCall,
     ) -> StoreResult<Joined> {
-        let address = shared
+        let address = call
+            .shared
             .address_limited()
             .then(|| call.address.as_deref().unwrap_or("-"));
         let mut extra = keys.enter(&call.user, address);
-        extra.push(names.fence.clone());
+        extra.push(fence.to_owned());
         let mut cmd = evalsha_for(&self.single, keys, &[&call.user], extra);
         cmd.arg(call.user.as_str()).arg(call.token.as_str());
-        shared.push_args(crate::store::first_entry_id(), &mut cmd);
+        call.shared
+            .push_args(crate::store::first_entry_id(), &mut cmd);
         cmd.arg(number);
         let value =
             send_durable(conn, &self.single, &cmd, &keys.channel, self.wait_replicas).await?;
