@@ -25,14 +25,15 @@
 -- buyer behind a line (8 commands: TIME, EXISTS, ZSCORE, the token
 -- HASH's HEXISTS, ZCARD, MGET, the counter's SET or MSET, ZADD; a mark's
 -- HGET and HSET when the span or millisecond is new) and a buyer in line
--- joining again (9) before the join helpers' closures are made.
+-- joining again (9) before the join helpers' closures are made; a group
+-- of one adds the fence's SET.
 if ARGV[6] and overtaken(KEYS[#KEYS], ARGV[6]) then
   return 'overtaken'
 end
 local now = now_ms()
 local user = ARGV[3]
--- The address's keys, when its limits are sent (with a fence or without,
--- KEYS[16] is the places only then).
+-- The address's keys, KEYS[15..16], sent only when it has limits (a
+-- fence comes after them, so KEYS[16] exists only with them).
 local joins_key, places_key = KEYS[16] and KEYS[15], KEYS[16]
 -- The queue's keys by name (K, common.lua, is made after the head).
 local waiting_key, seq_key, pass_key, paused_key = KEYS[1], KEYS[2], KEYS[7], KEYS[8]
