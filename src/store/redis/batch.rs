@@ -95,6 +95,26 @@ pub(super) struct JoinCall {
     pub shared: JoinShared,
 }
 
+impl JoinCall {
+    /// `enter.lua`'s keys after the queue's and the user's token
+    /// ([`QueueKeys::enter`]): the address's only when it has limits (a
+    /// placeholder address for a join without one).
+    pub(super) fn enter_keys(&self, keys: &QueueKeys) -> Vec<String> {
+        let address = self
+            .shared
+            .address_limited()
+            .then(|| self.address.as_deref().unwrap_or("-"));
+        keys.enter(&self.user, address)
+    }
+
+    /// `enter.lua`'s `ARGV[3..5]`: the user, the fast-track token and the
+    /// packed numbers.
+    pub(super) fn push_enter_args(&self, cmd: &mut redis::Cmd) {
+        cmd.arg(self.user.as_str()).arg(self.token.as_str());
+        self.shared.push_args(crate::store::first_entry_id(), cmd);
+    }
+}
+
 /// The arguments of a join besides who joins: the queue's policy and the
 /// numbers of the limits. Every join of one group has the same (one call
 /// sends them once, and the script parses them once); a join whose differ
@@ -464,16 +484,10 @@ impl Runner {
         number: u64,
         call: &JoinCall,
     ) -> StoreResult<Joined> {
-        let address = call
-            .shared
-            .address_limited()
-            .then(|| call.address.as_deref().unwrap_or("-"));
-        let mut extra = keys.enter(&call.user, address);
+        let mut extra = call.enter_keys(keys);
         extra.push(fence.to_owned());
         let mut cmd = evalsha_for(&self.single, keys, &[&call.user], extra);
-        cmd.arg(call.user.as_str()).arg(call.token.as_str());
-        call.shared
-            .push_args(crate::store::first_entry_id(), &mut cmd);
+        call.push_enter_args(&mut cmd);
         cmd.arg(number);
         let value =
             send_durable(conn, &self.single, &cmd, &keys.channel, self.wait_replicas).await?;

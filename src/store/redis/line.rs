@@ -104,15 +104,10 @@ impl LineStore for RedisStore {
         let reply = match &self.batcher {
             Some(batcher) => batcher.join(queue, call).await?,
             None => {
-                let address = call
-                    .shared
-                    .address_limited()
-                    .then(|| call.address.as_deref().unwrap_or("-"));
-                let keys = self.keys(queue).enter(user, address);
+                let keys = call.enter_keys(&self.keys(queue));
                 let reply: redis::Value = self
                     .run_durable(&self.scripts.enter, queue, &[user], keys, |cmd| {
-                        cmd.arg(user.as_str()).arg(call.token.as_str());
-                        call.shared.push_args(crate::store::first_entry_id(), cmd);
+                        call.push_enter_args(cmd)
                     })
                     .await?;
                 line_reply("enter.lua", reply)?
