@@ -3,8 +3,8 @@
 # call (join, repeat join, poll, touch, stream re-read, leave, admission per
 # admitted buyer, claim, consume, release, a protected site's session
 # start, touch and end, the fairness log's append per leaf, proof and
-# head), next to the plain one-Lua-call
-# join of loadtest/plain-join measured in the same run, and the Redis
+# head, the absence walk per present buyer it passes), next to the plain
+# one-Lua-call join of loadtest/plain-join measured in the same run, and the Redis
 # commands each call runs. Counted by Redis itself (INFO commandstats after
 # CONFIG RESETSTAT, on a redis-server of its own; the shared one is never
 # touched), through the store API (tests/api/redis_commands.rs,

@@ -70,9 +70,12 @@ use meter::{Cost, Meter};
 /// an admission pass, here 16 buyers from a span's first entry, drops the
 /// span its head passed in one `HDEL` and reads both layouts' lowest span
 /// in one `HMGET` (where it read the one layout's with an `HGET`). Its
-/// absence walk reads a page of the line without entry ids and asks for
-/// the few it needs (`zscore`: here the buyer it stops at), where each row
-/// printed its own.
+/// absence walk copies a page of the line into a scratch set
+/// (`zcount` for where it goes on, `zrangestore`, `del`), asks which of
+/// it are absent from presence (`zdiff`: a present buyer's last sighting
+/// is never printed, where `zmscore` printed each one's) and the entry ids
+/// of the few it needs (`zscore`: here the buyer it stops at), and keeps
+/// where it stopped (`hset`).
 const EXPECTED: &[(&str, &str)] = &[
     (
         "join (enter.lua)",
@@ -105,7 +108,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "admit (admit.lua, 16 a pass)",
-        "hdel 1, hget 2, hmget 4, hset 3, incr 1, mget 1, publish 1, time 1, xadd 1, xrevrange 1, zadd 1, zcard 1, zmscore 1, zrange 3, zrangebyscore 1, zrem 1, zremrangebyrank 1, zscore 1",
+        "del 1, hdel 1, hget 2, hmget 4, hset 4, incr 1, mget 1, publish 1, time 1, xadd 1, xrevrange 1, zadd 1, zcard 1, zcount 1, zdiff 1, zrange 2, zrangebyscore 1, zrangestore 1, zrem 1, zremrangebyrank 1, zscore 1",
     ),
     ("claim (claim.lua)", "hget 1, hset 1, time 1"),
     (
@@ -630,6 +633,7 @@ async fn measure_line(
         ("fairness append (fair_append.lua)", APPEND_LEAVES as f64),
         ("fairness proof (fair_nodes.lua)", 1.0),
         ("fairness head (fair_head.lua)", 1.0),
+        ("absence walk (admit.lua, present buyers)", WALK_LINE as f64),
     ]
     .into_iter()
     .map(|(name, per_call)| Row {
@@ -637,6 +641,8 @@ async fn measure_line(
         per_call,
         per_what: if name.starts_with("fairness append") {
             "leaf"
+        } else if name.starts_with("absence walk") {
+            "buyer walked"
         } else {
             "buyer"
         },
@@ -860,8 +866,73 @@ async fn measure_line(
             .await;
         rows[18].record(&p, c);
     }
+
+    // The absence walk where every buyer is present and entered before the
+    // abandon window (a sale whose waits are longer than it: each buyer is
+    // walked once, the pass that walks them admitting others): passes that
+    // admit nobody, each over a line of WALK_LINE present buyers of its
+    // own, all of them walked. Per buyer served in such a sale, an
+    // admission costs the admit row plus this one.
+    let walk = Policy {
+        abandon_after_ms: Some(WALK_WINDOW_MS),
+        ..admit_policy()
+    };
+    let passes = (calls / 25).max(1);
+    let lines: Vec<Vec<QueueName>> = (0..rounds)
+        .map(|r| {
+            (0..passes)
+                .map(|i| QueueName::parse(&format!("walk{r}x{i}")).unwrap())
+                .collect()
+        })
+        .collect();
+    let mut present = Vec::new();
+    for line in lines.iter().flatten() {
+        // One more than the line: the first to join takes the fast track.
+        let users = b.fresh(WALK_LINE + 1);
+        let b = &b;
+        futures::stream::iter(users.iter())
+            .map(|who| async move {
+                b.grouped
+                    .enter(line, who, &line_policy(), &EntryToken::generate())
+                    .await
+                    .unwrap()
+            })
+            .buffer_unordered(256)
+            .for_each(|_| async {})
+            .await;
+        present.push(users);
+    }
+    tokio::time::sleep(Duration::from_millis(WALK_WINDOW_MS + 100)).await;
+    for (round, queues) in lines.iter().enumerate() {
+        // Seen just now: within the window, so none of them is stale.
+        for (i, line) in queues.iter().enumerate() {
+            for chunk in present[round * passes + i].chunks(500) {
+                b.single.touch(line, chunk).await.unwrap();
+            }
+        }
+        let p = b.plain(&mut meter, calls).await;
+        let (c, done) = meter
+            .measure(paced(passes, pace, |i| {
+                b.single.admit(&queues[i], &walk, &[])
+            }))
+            .await;
+        for pass in done {
+            let pass = pass.unwrap();
+            assert!(pass.abandoned.is_empty(), "nobody is absent: {pass:?}");
+            assert_eq!(pass.waiting, WALK_LINE as u64, "{pass:?}");
+        }
+        rows[19].record(&p, c);
+    }
     rows
 }
+
+/// Present buyers on each line an absence-walk pass walks.
+const WALK_LINE: usize = 250;
+
+/// The abandon window of the absence-walk measurement: its buyers joined
+/// before it and were seen within it (wide enough for a pass of a
+/// redis-server under callgrind).
+const WALK_WINDOW_MS: u64 = 3_000;
 
 /// Leaves per fairness-log append in the measurement.
 const APPEND_LEAVES: usize = 50;

@@ -496,6 +496,48 @@ async fn a_walk_stopped_at_a_recent_buyer_resumes_at_them(store: SharedStore) {
 }
 conformance!(a_walk_stopped_at_a_recent_buyer_resumes_at_them);
 
+/// A walk over a long line where nearly everyone is present (every page
+/// open) passes the present buyers and drops exactly the absent ones
+/// scattered through it, across the walk's pages (the last of them more
+/// than a small set holds) and however many each page drops; the next
+/// pass, with nobody left to drop, drops nobody and keeps the line whole.
+async fn a_long_walk_drops_exactly_the_absent(store: SharedStore) {
+    let p = Policy {
+        abandon_after_ms: Some(1_000),
+        ..slow(2)
+    };
+    drain_budget(&store, &slow(2)).await;
+    let users = fill(&store, &p, "lw", 300).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Absent: the very first, runs of neighbours, one in each later
+    // stretch, and the very last.
+    let absent = |i: usize| i == 0 || i == 299 || (3..=6).contains(&i) || i % 37 == 11;
+    let present: Vec<UserId> = (0..300)
+        .filter(|&i| !absent(i))
+        .map(|i| users[i].clone())
+        .collect();
+    store.touch(&q(), &present).await.unwrap();
+    let pass = store.admit(&q(), &p, &[]).await.unwrap();
+    let mut expected: Vec<String> = (0..300)
+        .filter(|&i| absent(i))
+        .map(|i| users[i].to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(dropped(&pass), expected, "{pass:?}");
+    assert_eq!(pass.waiting, present.len() as u64, "{pass:?}");
+    let again = store.admit(&q(), &p, &[]).await.unwrap();
+    assert!(dropped(&again).is_empty(), "{again:?}");
+    assert_eq!(again.waiting, present.len() as u64, "{again:?}");
+    for (rank, user) in present.iter().enumerate() {
+        let standing = store.status(&q(), user, false).await.unwrap().standing;
+        assert!(
+            matches!(standing, Standing::Waiting { rank: r, .. } if r == rank as u64),
+            "{user}: {standing:?}"
+        );
+    }
+}
+conformance!(a_long_walk_drops_exactly_the_absent);
+
 /// A stream's touch after its buyer left the line does not bring them
 /// back: they are not in line, and a later pass drops nobody for them.
 async fn a_touch_after_leaving_keeps_nobody(store: SharedStore) {

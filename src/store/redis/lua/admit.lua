@@ -19,6 +19,8 @@
 -- (a crash in between would lose users), the budget shared by every
 -- instance must be read and spent in the same step (N instances admit no
 -- more than one would), and the published pass must match what happened.
+-- Also KEYS[1]..':walk', a scratch ZSET in the line's slot (the absence
+-- walk's page, absent_since_entry): written and deleted within the pass.
 -- KEYS[9] the queue's settings HASH (put_settings.lua): when it exists its
 -- values replace ARGV[3..7], so a change made on any instance applies from
 -- the very next pass of every instance, whatever policy they still cache.
@@ -79,64 +81,79 @@ end
 -- Buyers not seen since they entered have no presence entry (a new place
 -- writes none, join.lua): their entry time is their presence. The line is
 -- in entry order, so they are found by walking it from where the last walk
--- stopped ('~seen' in the entered hash, the last entry id passed) up to the
--- first one who entered at or after `cutoff` and was not seen since. An
--- entry walked past was either seen (presence then covers it until it
--- leaves the line: nothing removes a waiting user from presence) or is
--- dropped here, so each entry is walked once. At most `visits` entries a
--- pass, and drops while `out` holds fewer than `room`, so a pass stays
--- short. Appends {user, seq} to `out`.
+-- stopped ('~seen' in the entered hash: the walk goes on after that entry
+-- id) up to the first one who entered at or after `cutoff` and was not
+-- seen since. An entry walked past was either seen (presence then covers
+-- it until it leaves the line: nothing removes a waiting user from
+-- presence) or is dropped here, so each entry is walked once. At most
+-- `visits` entries a pass, and drops while `out` holds fewer than `room`,
+-- so a pass stays short. Appends {user, seq} to `out`.
 local function absent_since_entry(now, cutoff, visits, room, out, marks)
-  local last = redis.call('HGET', K.entered, '~seen')
+  local stored = redis.call('HGET', K.entered, '~seen')
+  local last = stored
+  -- A page of the line is copied into a scratch ZSET (the line's key with
+  -- ':walk', in its slot; deleted before the pass ends) and only its
+  -- members absent from presence come back (ZDIFF): a present buyer, the
+  -- most walked row in a sale where everyone's page is open, is copied and
+  -- looked up inside Redis and never printed (the presence score ZMSCORE
+  -- printed cost about 3,800 instructions in Redis 7.0's %.17g, more than
+  -- the copy and the look-up together). Pages of 4 and 16 (a walk usually
+  -- stops at its first entry, a buyer who entered recently), then of 250:
+  -- a page is copied by rank, so one of more than 128 entries is made a
+  -- skiplist at once, where a copy into a listpack searches it from the
+  -- start for each entry (quadratic).
+  local scratch = K.waiting .. ':walk'
+  -- The rank the walk goes on from: the entries at or before `last`.
+  local from = last and redis.call('ZCOUNT', K.waiting, '-inf', last) or 0
   local walked, done = 0, false
-  -- Pages of 4, then 16, 64 and 250 entries (at most `visits` in all): a
-  -- walk usually stops at its first entry, a buyer who entered recently.
-  -- A page is read without its entry ids: each one Redis prints is a
-  -- printf in Redis 7.0 (the presence scores ZMSCORE prints are another),
-  -- and a walk needs only those of the rows not seen and the last row it
-  -- walks, read one at a time (a present buyer, the most walked row in a
-  -- sale where everyone's page is open, costs one printed number, not two).
   local page = 4
   while not done and walked < visits do
     local size = math.min(page, visits - walked)
-    local users = redis.call('ZRANGE', K.waiting, last and '(' .. last or '-inf', '+inf',
-      'BYSCORE', 'LIMIT', 0, size)
-    if #users == 0 then
+    local n = redis.call('ZRANGESTORE', scratch, K.waiting, from, from + size - 1)
+    if n == 0 then
       break
     end
-    local seen = redis.call('ZMSCORE', K.seen, unpack(users))
-    done = #users < size
-    page = math.min(page * 4, 250)
-    -- The last row walked when it is a present buyer still in line (its
-    -- entry id read after the page), else nil (`last` holds it).
-    local tail
-    for i, user in ipairs(users) do
-      if seen[i] then
-        tail = user
+    done = n < size
+    page = page < 16 and page * 4 or 250
+    -- The absent ones' entry ids are read one at a time, as each is
+    -- reached: a walk stops at the first who entered recently.
+    local absent = redis.call('ZDIFF', 2, scratch, K.seen)
+    local stopped, dropped = false, 0
+    for _, user in ipairs(absent) do
+      local seq_s = redis.call('ZSCORE', K.waiting, user)
+      local entered = pass_entered(user, seq_s, marks)
+      if not entered then
+        -- No entry time on record: counted as seen now rather than
+        -- dropped on a guess.
+        seen_now(user, now)
+      elseif entered >= cutoff or #out >= room then
+        -- Not passed: the next walk starts at this entry (ids are whole
+        -- numbers: none lies between it and the one before).
+        last, stopped = string.format('%d', seq_s - 1), true
+        break
       else
-        local seq_s = redis.call('ZSCORE', K.waiting, user)
-        local entered = pass_entered(user, seq_s, marks)
-        if not entered then
-          -- No entry time on record: counted as seen now rather than
-          -- dropped on a guess.
-          seen_now(user, now)
-        elseif entered >= cutoff or #out >= room then
-          done = true
-          break
-        else
-          local seq = unline(user)
-          out[#out + 1] = {user = user, seq = seq}
-        end
-        last, tail = seq_s, nil
+        drop_from_line(user)
+        dropped = dropped + 1
+        out[#out + 1] = {user = user, seq = seq_s + 0}
       end
-      walked = walked + 1
     end
-    if tail then
-      last = redis.call('ZSCORE', K.waiting, tail)
+    walked = walked + n
+    if stopped then
+      done = true
+    else
+      last = redis.call('ZRANGE', scratch, -1, -1, 'WITHSCORES')[2]
+      -- The next page starts after this one, less the entries dropped
+      -- from it (the line moved up by as many).
+      from = from + n - dropped
     end
   end
   if walked > 0 then
-    redis.call('HSET', K.entered, '~seen', last)
+    redis.call('DEL', scratch)
+    -- A walk that stops where the last one did (at a buyer who entered
+    -- recently, the most common walk) leaves it as it was.
+    if last ~= stored then
+      redis.call('HSET', K.entered, '~seen', last)
+    end
   end
 end
 
