@@ -877,7 +877,7 @@ async fn measure_line(
         abandon_after_ms: Some(WALK_WINDOW_MS),
         ..admit_policy()
     };
-    let passes = (calls / 25).max(1);
+    let passes = (calls / 100).max(1);
     let lines: Vec<Vec<QueueName>> = (0..rounds)
         .map(|r| {
             (0..passes)
@@ -927,7 +927,7 @@ async fn measure_line(
 }
 
 /// Present buyers on each line an absence-walk pass walks.
-const WALK_LINE: usize = 250;
+const WALK_LINE: usize = 1_000;
 
 /// The abandon window of the absence-walk measurement: its buyers joined
 /// before it and were seen within it (wide enough for a pass of a
@@ -1480,4 +1480,85 @@ async fn every_script_runs_the_commands_counted() {
          call pays. If the change is meant, measure it (loadtest/redis-cost.sh) and set \
          EXPECTED in tests/api/redis_commands.rs to what the scripts now run:\n{rows}"
     );
+}
+
+/// The absence walk copies the line a page at a time and pages widen to
+/// 250 only where the server makes a set that long a skiplist: on a
+/// server that keeps a thousand as a listpack (a copy into a listpack
+/// costs each row a search of the page, quadratic in its length) it goes
+/// on in pages of 16 after its probe of 129. Either way it drops exactly
+/// the absent buyers and keeps the present ones.
+#[tokio::test]
+async fn the_absence_walk_pages_by_what_the_server_keeps_as_a_listpack() {
+    if crate::common::skip_redis("a private redis-server") {
+        return;
+    }
+    // 400 waiting: pages of 4, 16 and 129 (the probe), then 251 rows in
+    // pages of 250 (two) or of 16 (sixteen). 100 waiting: 4, 16, then the
+    // 80 left in pages of 16, no probe (a copy of 17 to 128 rows would be
+    // a listpack on any server).
+    for (listpack_entries, waiting, copies, probes) in [
+        (128, 400, 3 + 2, 1),
+        (1_000, 400, 3 + 251_usize.div_ceil(16), 1),
+        (128, 100, 2 + 80 / 16, 0),
+    ] {
+        let redis = RedisProcess::start(false);
+        let url = redis.url();
+        let mut config = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("zset-max-listpack-entries")
+            .arg(listpack_entries)
+            .query_async(&mut config)
+            .await
+            .unwrap();
+        let mut meter = Meter::connect(&url).await;
+        let store = RedisStore::connect(&url, "walk")
+            .await
+            .unwrap()
+            .with_join_batch(None);
+        let q = QueueName::parse("walk").unwrap();
+        // The first to join takes the fast track; the line waits behind.
+        join_many(&store, &q, &[user("fast")]).await;
+        let line: Vec<UserId> = (0..waiting).map(|i| user(&format!("w{i:03}"))).collect();
+        join_many(&store, &q, &line).await;
+        let window = 1_000;
+        tokio::time::sleep(Duration::from_millis(window + 100)).await;
+        let absent = |i: usize| i % 50 == 7 || i == waiting - 1;
+        let present: Vec<UserId> = (0..waiting)
+            .filter(|&i| !absent(i))
+            .map(|i| line[i].clone())
+            .collect();
+        for chunk in present.chunks(500) {
+            store.touch(&q, chunk).await.unwrap();
+        }
+        let policy = Policy {
+            abandon_after_ms: Some(window),
+            ..admit_policy()
+        };
+        let (cost, pass) = meter.measure(store.admit(&q, &policy, &[])).await;
+        let pass = pass.unwrap();
+        let mut dropped: Vec<String> = pass.abandoned.iter().map(|a| a.user.to_string()).collect();
+        dropped.sort();
+        let expected: Vec<String> = (0..waiting)
+            .filter(|&i| absent(i))
+            .map(|i| line[i].to_string())
+            .collect();
+        assert_eq!(
+            dropped, expected,
+            "zset-max-listpack-entries {listpack_entries}"
+        );
+        assert_eq!(pass.waiting, present.len() as u64);
+        let count = |name: &str| cost.commands.get(name).copied().unwrap_or(0);
+        assert_eq!(
+            (count("zrangestore"), count("object|encoding")),
+            (copies as u64, probes),
+            "zset-max-listpack-entries {listpack_entries}, {waiting} waiting: {:?}",
+            cost.commands
+        );
+    }
 }

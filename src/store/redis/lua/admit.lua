@@ -87,8 +87,9 @@ end
 -- it until it leaves the line: nothing removes a waiting user from
 -- presence) or is dropped here, so each entry is walked once. At most
 -- `visits` entries a pass, and drops while `out` holds fewer than `room`,
--- so a pass stays short. Appends {user, seq} to `out`.
-local function absent_since_entry(now, cutoff, visits, room, out, marks)
+-- so a pass stays short. `length`: the line's length as the walk starts.
+-- Appends {user, seq} to `out`.
+local function absent_since_entry(now, cutoff, visits, room, out, marks, length)
   local stored = redis.call('HGET', K.entered, '~seen')
   local last = stored
   -- A page of the line is copied into a scratch ZSET (the line's key with
@@ -98,23 +99,41 @@ local function absent_since_entry(now, cutoff, visits, room, out, marks)
   -- looked up inside Redis and never printed (the presence score ZMSCORE
   -- printed cost about 3,800 instructions in Redis 7.0's %.17g, more than
   -- the copy and the look-up together). Pages of 4 and 16 (a walk usually
-  -- stops at its first entry, a buyer who entered recently), then of 250:
-  -- a page is copied by rank, so one of more than 128 entries is made a
+  -- stops at its first entry, a buyer who entered recently), then wide
+  -- ones: a page is copied by rank, so one longer than the server keeps
+  -- as a listpack (zset-max-listpack-entries, 128 by default) is made a
   -- skiplist at once, where a copy into a listpack searches it from the
-  -- start for each entry (quadratic).
+  -- start for each row (quadratic: about 24,000 instructions a row at
+  -- 128). So no page is copied of 17 to 128 rows (what is left of the
+  -- line or of `visits` is walked in pages of 16), and the first wide
+  -- page, 129, tells which the server does: where it keeps that many as
+  -- a listpack the walk goes on in pages of 16 (as dear a row as the
+  -- printed presence was), else in pages of 250.
   local scratch = K.waiting .. ':walk'
   -- The rank the walk goes on from: the entries at or before `last`.
   local from = last and redis.call('ZCOUNT', K.waiting, '-inf', last) or 0
   local walked, done = 0, false
-  local page = 4
+  -- `wide`: the page after the probe (nil until then).
+  local page, wide = 4, nil
   while not done and walked < visits do
-    local size = math.min(page, visits - walked)
+    local size = math.min(page, visits - walked, length - from)
+    if size > 16 and size < 129 then
+      size = 16
+    end
+    if size <= 0 then
+      break
+    end
     local n = redis.call('ZRANGESTORE', scratch, K.waiting, from, from + size - 1)
     if n == 0 then
       break
     end
     done = n < size
-    page = page < 16 and page * 4 or 250
+    if not wide and n == 129 then
+      wide = redis.call('OBJECT', 'ENCODING', scratch) == 'listpack' and 16 or 250
+      page = wide
+    elseif not wide then
+      page = page < 16 and page * 4 or 129
+    end
     -- The absent ones' entry ids are read one at a time, as each is
     -- reached: a walk stops at the first who entered recently.
     local absent = redis.call('ZDIFF', 2, scratch, K.seen)
@@ -145,6 +164,7 @@ local function absent_since_entry(now, cutoff, visits, room, out, marks)
       -- The next page starts after this one, less the entries dropped
       -- from it (the line moved up by as many).
       from = from + n - dropped
+      length = length - dropped
     end
   end
   if walked > 0 then
@@ -173,7 +193,7 @@ if abandon_after > 0 and stock_sweeps(stock, now, abandon_after) then
       abandoned[#abandoned + 1] = {user = user, seq = seq}
     end
   end
-  absent_since_entry(now, cutoff, 2000, 500, abandoned, marks)
+  absent_since_entry(now, cutoff, 2000, 500, abandoned, marks, waiting - #abandoned)
 end
 waiting = waiting - #abandoned
 
