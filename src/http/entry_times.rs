@@ -1,7 +1,8 @@
 //! The entry times this instance has answered with, so a poll need not
 //! have the store read one again.
 //!
-//! An entry's time never changes while the entry lasts, and reading it is
+//! An entry's time never changes while the entry lasts (in line, then as
+//! the entry its buyer's token was issued to), and reading it is
 //! the dearest part of a poll's store step (its span of marks, read whole
 //! and searched: about a sixth of the step). A join's or a poll's answer
 //! carries the entry id and its time as the store gave them; the next poll
@@ -67,11 +68,18 @@ impl EntryTimes {
     }
 
     /// Keeps the entry time `snapshot` answered for `user`, if it shows
-    /// them waiting with one.
+    /// them waiting with one, or holding a token issued to one (admitted:
+    /// a token keeps its entry's id, and the time is the entry's).
     pub fn remember(&self, queue: &QueueName, user: &UserId, snapshot: &Snapshot) {
-        let (&Standing::Waiting { seq, .. }, Some(entered_at_ms)) =
-            (&snapshot.standing, snapshot.entered_at_ms)
-        else {
+        let seq = match snapshot.standing {
+            Standing::Waiting { seq, .. } => seq,
+            Standing::Ready { .. } => match snapshot.entry {
+                Some(seq) => seq,
+                None => return,
+            },
+            _ => return,
+        };
+        let Some(entered_at_ms) = snapshot.entered_at_ms else {
             return;
         };
         let key = self.key(queue, user);
@@ -127,6 +135,33 @@ mod tests {
         times.remember(&q, &u, &waiting(9, None));
         assert_eq!(times.get(&q, &u, 9), None);
         assert_eq!(times.get(&q, &u, 8).unwrap().entered_at_ms, 2_000);
+    }
+
+    /// An admitted buyer's answer names the entry their token was issued
+    /// to: its time is kept like a waiting one's; a buyer with no place
+    /// leaves nothing.
+    #[test]
+    fn a_holders_entry_is_known_too() {
+        let times = EntryTimes::default();
+        let q = QueueName::parse("a").unwrap();
+        let u = UserId::parse("u1").unwrap();
+        let ready = Snapshot {
+            standing: Standing::Ready {
+                token: crate::queue::EntryToken::generate(),
+                expires_in_ms: 60_000,
+            },
+            ..waiting(12, Some(3_000))
+        };
+        times.remember(&q, &u, &ready);
+        assert_eq!(times.get(&q, &u, 12).unwrap().entered_at_ms, 3_000);
+        let gone = Snapshot {
+            standing: Standing::NotEntered,
+            entry: Some(13),
+            ..waiting(13, Some(4_000))
+        };
+        times.remember(&q, &u, &gone);
+        assert_eq!(times.get(&q, &u, 13), None);
+        assert_eq!(times.get(&q, &u, 12).unwrap().entered_at_ms, 3_000);
     }
 
     #[test]

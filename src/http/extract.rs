@@ -108,13 +108,13 @@ impl Member {
             .status_known(&self.queue, &self.user, Some(limits.budget()), known)
             .await?
             .map_err(|limited| limits.refused(&self.queue, &self.user, address, limited))?;
-        if matches!(snapshot.standing, Standing::Waiting { .. }) {
-            times.remember(&self.queue, &self.user, &snapshot);
-            if !state.hub().note_seen(&self.queue, &self.user) {
-                store
-                    .touch(&self.queue, std::slice::from_ref(&self.user))
-                    .await?;
-            }
+        times.remember(&self.queue, &self.user, &snapshot);
+        if matches!(snapshot.standing, Standing::Waiting { .. })
+            && !state.hub().note_seen(&self.queue, &self.user)
+        {
+            store
+                .touch(&self.queue, std::slice::from_ref(&self.user))
+                .await?;
         }
         Ok(snapshot)
     }

@@ -181,8 +181,9 @@ pub trait LineStore: Send + Sync + 'static {
 
     /// [`LineStore::status_limited`] without `touch`, by a caller that
     /// holds `known` (an entry's id and time this store answered with): an
-    /// answer that finds `user` waiting with that entry carries its time
-    /// without reading it again; any other answer is as without it. A
+    /// answer that finds `user` waiting with that entry, or holding a token
+    /// issued to it, carries its time without reading it again; any other
+    /// answer is as without it. A
     /// store whose entry times cost nothing to read ignores it.
     async fn status_known(
         &self,

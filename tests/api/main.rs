@@ -19,6 +19,7 @@ mod cluster_failover;
 mod cluster_rebuild;
 mod config_file;
 mod console;
+mod entry_marks;
 mod eta_range;
 mod failures;
 mod fairness;

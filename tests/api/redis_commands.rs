@@ -28,7 +28,7 @@ use waitroom::queue::audit::AuditId;
 use waitroom::queue::fairness::{
     Hash, Leaf, LeafKind, Node, append_nodes, inclusion_ranges, leaf_hash, range_nodes, root_nodes,
 };
-use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, UserId};
+use waitroom::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use waitroom::store::redis::{JoinBatch, RedisStore};
 use waitroom::store::{
     BuyerBudget, ClaimOutcome, ClaimStore, FairnessLogStore, JoinLimits, KnownEntry, LineStore,
@@ -67,10 +67,18 @@ use meter::{Cost, Meter};
 /// `MGET` (where it made an `EXISTS` of the hold), to set the copy right.
 /// Entry-time marks are kept per span of 16 entry ids (128 before: a
 /// look-up reads its span whole, and a long one cost more than a command);
-/// an admission pass, here 16 buyers from a span's first entry, drops the
-/// span its head passed in one `HDEL` and reads both layouts' lowest span
-/// in one `HMGET` (where it read the one layout's with an `HGET`). Its
-/// absence walk copies a page of the line into a scratch set
+/// an admission pass, here 16 buyers from a span's first entry, reads no
+/// marks for them: their tokens carry no entry time, the marks are kept
+/// while those tokens may live and read when a holder asks (a holder's
+/// poll: its token's `HGET`, and the marks' when the HTTP layer sends no
+/// time). So a pass drops no span while its holders' tokens live (no
+/// `HDEL`; its `HMGET` reads both layouts' lowest span and how long marks
+/// stay, `zcard` whether anyone holds a token), and asks whether its
+/// first buyer has a time of the oldest layout, kept per user (`hget`:
+/// none here, so no other is asked). A holder's
+/// poll reads the sold-out flag's copy with its STRINGs, as a waiting
+/// buyer's does (no `HGET` of the stock). An admission pass's absence
+/// walk copies a page of the line into a scratch set
 /// (`zcount` for where it goes on, `zrangestore`, `del`), asks which of
 /// it are absent from presence (`zdiff`: a present buyer's last sighting
 /// is never printed, where `zmscore` printed each one's) and the entry ids
@@ -108,7 +116,15 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "admit (admit.lua, 16 a pass)",
-        "del 1, hdel 1, hget 2, hmget 4, hset 4, incr 1, mget 1, publish 1, time 1, xadd 1, xrevrange 1, zadd 1, zcard 1, zcount 1, zdiff 1, zrange 2, zrangebyscore 1, zrangestore 1, zrem 1, zremrangebyrank 1, zscore 1",
+        "del 1, hget 3, hmget 4, hset 3, incr 1, mget 1, publish 1, time 1, xadd 1, xrevrange 1, zadd 1, zcard 2, zcount 1, zdiff 1, zrange 2, zrangebyscore 1, zrangestore 1, zrem 1, zremrangebyrank 1, zscore 1",
+    ),
+    (
+        "poll, holder (status.lua)",
+        "hget 1, mget 1, set 1, time 1, zcard 1, zscore 1",
+    ),
+    (
+        "poll, holder, entry time read (status.lua)",
+        "hget 2, mget 1, set 1, time 1, zcard 1, zscore 1",
     ),
     ("claim (claim.lua)", "hget 1, hset 1, time 1"),
     (
@@ -634,6 +650,8 @@ async fn measure_line(
         ("fairness proof (fair_nodes.lua)", 1.0),
         ("fairness head (fair_head.lua)", 1.0),
         ("absence walk (admit.lua, present buyers)", WALK_LINE as f64),
+        ("poll, holder (status.lua)", 1.0),
+        ("poll, holder, entry time read (status.lua)", 1.0),
     ]
     .into_iter()
     .map(|(name, per_call)| Row {
@@ -651,6 +669,10 @@ async fn measure_line(
     .collect();
     let (q, pace) = (b.queue.clone(), b.pace);
     let budget = Some(buyer_budget().rate);
+    // The entry times the slow buyers' joins answered, by buyer (the
+    // holder polls send them, as the HTTP layer does).
+    let known_of: std::collections::HashMap<&UserId, KnownEntry> =
+        slow.iter().zip(known.iter().copied()).collect();
 
     for round in 0..rounds {
         // This round's buyers: waiting, each their own time mark.
@@ -752,6 +774,27 @@ async fn measure_line(
         let admitted: Vec<_> = passes.into_iter().flat_map(|p| p.admitted).collect();
         assert_eq!(admitted.len(), 2 * calls, "every pass admits a full batch");
         rows[9].record(&p, c);
+
+        // A holder's poll (the page polling once the buyer is let in): with
+        // the entry time the HTTP layer kept from the buyer's answers while
+        // they waited, then as to an instance that kept none (the token
+        // carries no time: it is read from the marks kept for holders).
+        for (row, send) in [(20, true), (21, false)] {
+            let p = b.plain(&mut meter, calls).await;
+            let (c, answers) = meter
+                .measure(paced(calls, pace, |i| {
+                    let known = send.then(|| known_of[&admitted[i].user]);
+                    b.single.status_known(&q, &admitted[i].user, budget, known)
+                }))
+                .await;
+            rows[row].record(&p, c);
+            for (i, answer) in answers.into_iter().enumerate() {
+                let s = answer.unwrap().expect("within the budget");
+                assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+                let at = known_of[&admitted[i].user].entered_at_ms;
+                assert_eq!(s.entered_at_ms, Some(at), "a holder's entry time");
+            }
+        }
 
         let p = b.plain(&mut meter, calls).await;
         let (c, claims) = meter
@@ -1324,6 +1367,42 @@ async fn every_script_runs_the_commands_counted() {
     .await;
     let admitted = admitted.into_inner();
     actual.push(("admit (admit.lua, 16 a pass)", c));
+
+    // A holder's poll (the page polling once the buyer is let in): the
+    // entry time the HTTP layer kept from the buyer's polls while they
+    // waited sent along, then as to an instance that kept none (the token
+    // carries no time: it is read from the marks kept for holders).
+    let times: std::collections::HashMap<&UserId, KnownEntry> = line
+        .iter()
+        .zip(&joined)
+        .map(|(who, s)| {
+            let known = KnownEntry {
+                entry: s.entry.unwrap(),
+                entered_at_ms: s.entered_at_ms.unwrap(),
+            };
+            (who, known)
+        })
+        .collect();
+    for (row, send) in [
+        ("poll, holder (status.lua)", true),
+        ("poll, holder, entry time read (status.lua)", false),
+    ] {
+        let c = commands_per_call(&mut meter, row, |i| {
+            let (single, aq, a) = (&single, &aq, &admitted[i]);
+            let known = times[&a.user];
+            async move {
+                let s = single
+                    .status_known(aq, &a.user, budget, send.then_some(known))
+                    .await
+                    .unwrap()
+                    .expect("within the budget");
+                assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+                assert_eq!(s.entered_at_ms, Some(known.entered_at_ms));
+            }
+        })
+        .await;
+        actual.push((row, c));
+    }
 
     let claims = std::cell::RefCell::new(Vec::new());
     let c = commands_per_call(&mut meter, "claim", |i| {

@@ -139,26 +139,39 @@ async fn marks_of_the_earlier_layout_are_read_and_dropped() {
     let fields: Vec<String> = conn.hkeys(&entered).await.unwrap();
     assert!(fields.iter().any(|f| f.starts_with('^')), "{fields:?}");
 
-    // Admission drops the old spans the head passed, and the rest keep
+    // Admission keeps the spans the head passed while its tokens may live
+    // (each holder's time is read from them when asked), and the rest keep
     // their times.
-    assert_eq!(admit(&store, &q, 200).await, 200);
+    assert_eq!(admit_for(&store, &q, 200, LIFE).await, 200);
+    for i in [0usize, 127, 199] {
+        let s = store
+            .status(&q, &user(&format!("old{i:03}")), false)
+            .await
+            .unwrap();
+        assert_eq!(held_since(&s), t0 + i as u64 * 7, "old{i:03}'s token");
+    }
     let fields: Vec<String> = conn.hkeys(&entered).await.unwrap();
     assert!(
-        !fields.contains(&format!("~{lowest}")),
-        "the passed span is dropped: {fields:?}"
+        fields.contains(&format!("~{lowest}")),
+        "kept for its holders: {fields:?}"
     );
+    assert_eq!(admit_for(&store, &q, 100, LIFE).await, 100);
     let s = store.status(&q, &user("old250"), false).await.unwrap();
-    assert_eq!(entered_at(&s), t0 + 250 * 7);
+    assert_eq!(held_since(&s), t0 + 250 * 7);
     assert_eq!(
         entered_at(&store.status(&q, &user("new000"), false).await.unwrap()),
         now
     );
 
-    // Past the last old entry, only the old span the head is in is left
-    // (the spans are dropped as the head passes them).
-    assert_eq!(admit(&store, &q, 100).await, 100);
+    // Once those tokens have expired, only the old span the head is in is
+    // left (the spans go as the head passes them).
+    settle(&store, &q).await;
     let fields: Vec<String> = conn.hkeys(&entered).await.unwrap();
     let head_span = format!("~{}", fresh.entry.unwrap() / 128);
+    assert!(
+        !fields.contains(&format!("~{lowest}")),
+        "the passed span is dropped: {fields:?}"
+    );
     assert!(
         fields
             .iter()
@@ -171,24 +184,64 @@ async fn marks_of_the_earlier_layout_are_read_and_dropped() {
         now
     );
     // Buyers joined after the upgrade alone: once the head passes two
-    // spans of 128 of theirs, nothing of the old layout is left.
+    // spans of 128 of theirs, no span of the old layout is left (its
+    // lowest, '~lo', goes when a pass finds none left below the head).
     for i in 1..=300 {
         join(&store, &q, &format!("new{i:03}")).await;
     }
-    assert_eq!(admit(&store, &q, 140).await, 140);
-    assert_eq!(admit(&store, &q, 130).await, 130);
+    assert_eq!(admit_for(&store, &q, 140, LIFE).await, 140);
+    assert_eq!(admit_for(&store, &q, 130, LIFE).await, 130);
+    settle(&store, &q).await;
     let fields: Vec<String> = conn.hkeys(&entered).await.unwrap();
     assert!(
-        fields.iter().all(|f| !f.starts_with('~') || f == "~seen"),
-        "the old layout is gone: {fields:?}"
+        fields
+            .iter()
+            .all(|f| !f.starts_with('~') || f == "~seen" || f == "~lo"),
+        "the old layout's spans are gone: {fields:?}"
     );
     let s = store.status(&q, &user("new299"), false).await.unwrap();
     assert!(entered_at(&s) >= now);
 
-    // And once the line is empty, nothing of the marks is left.
-    assert_eq!(admit(&store, &q, 50).await, 31);
+    // An empty line: its last holders still read their times, and once
+    // their tokens expire nothing of the marks is left.
+    assert_eq!(admit_for(&store, &q, 50, LIFE).await, 31);
+    let s = store.status(&q, &user("new299"), false).await.unwrap();
+    assert!(held_since(&s) >= now, "{s:?}");
+    settle(&store, &q).await;
     let left: bool = conn.exists(&entered).await.unwrap();
-    assert!(!left, "the marks go with the line");
+    assert!(!left, "the marks go with the line and its holders");
+}
+
+/// How long the tokens of the passes that test the marks' clean-up live.
+const LIFE: u64 = 1_000;
+
+/// One pass admitting up to `n`, its tokens living `life_ms`: how many it
+/// admitted.
+async fn admit_for(store: &RedisStore, q: &QueueName, n: u32, life_ms: u64) -> usize {
+    let open = Policy {
+        max_active: None,
+        token_ttl_ms: life_ms,
+        ..policy(n)
+    };
+    admit_under(store, q, &open).await
+}
+
+/// Passes admitting nobody, each after the tokens of the pass before it
+/// expired (LIFE): the marks of every entry that left the line before the
+/// first go (the first pass frees those its tokens held, the second those
+/// of the passes since).
+async fn settle(store: &RedisStore, q: &QueueName) {
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(LIFE + 100)).await;
+        let pass = store.admit(q, &policy(1), &[]).await.unwrap();
+        assert!(pass.admitted.is_empty(), "{pass:?}");
+    }
+}
+
+/// The entry time a holder's answer shows.
+fn held_since(s: &Snapshot) -> u64 {
+    assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+    s.entered_at_ms.expect("an entry time")
 }
 
 /// The oldest layout kept each waiting buyer's entry time in a field

@@ -58,6 +58,32 @@ async fn a_known_entry_time_stands_only_for_its_entry(store: SharedStore) {
         (s.entry, s.entered_at_ms, rank(&s)),
         (Some(entry), Some(at), Some(1))
     );
+
+    // Admitted: the token keeps the entry, and the same holds.
+    let fast = Policy {
+        interval_ms: 50,
+        ..slow(2)
+    };
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
+    assert!(pass.admitted.iter().any(|a| a.user == users[1]), "{pass:?}");
+    for (sent, wrong) in [(entry - 1, true), (entry + 1, true), (entry, false)] {
+        let known = KnownEntry {
+            entry: sent,
+            entered_at_ms: if wrong { 42 } else { at },
+        };
+        let s = store
+            .status_known(&q(), &users[1], None, Some(known))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+        assert_eq!(
+            (s.entry, s.entered_at_ms),
+            (Some(entry), Some(at)),
+            "{sent}"
+        );
+    }
 }
 conformance!(a_known_entry_time_stands_only_for_its_entry);
 
@@ -754,6 +780,100 @@ async fn entry_times_are_kept_per_entry(store: SharedStore) {
     }
 }
 conformance!(entry_times_are_kept_per_entry);
+
+/// An admitted buyer's answers keep their entry time as long as their
+/// token lives: after the line empties, after the tokens admitted with
+/// theirs expire and later passes run, and past the token's first life
+/// when an order's claim lengthens it (Redis keeps an admitted entry's
+/// marks only while a token may first live, and a claim that lengthens
+/// one writes the time into it).
+async fn a_holder_keeps_the_entry_time_while_the_token_lives(store: SharedStore) {
+    let life = 600;
+    let p = Policy {
+        token_ttl_ms: life,
+        ..slow(2)
+    };
+    drain_budget(&store, &p).await;
+    let (a, b, c) = (u("kept-a"), u("kept-b"), u("kept-c"));
+    let mut at = Vec::new();
+    for (i, user) in [&a, &b].into_iter().enumerate() {
+        let joined = store.enter(&q(), user, &p, &EntryToken::generate()).await;
+        assert!(joined.unwrap().created);
+        at.push(store.status(&q(), user, false).await.unwrap());
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // Entries enough between b's and c's that they lie apart in any
+    // store's grouping of entry ids.
+    let gap = fill(&store, &p, "kept-gap", 40).await;
+    for user in &gap {
+        assert!(leave_current(&store, user).await);
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    store
+        .enter(&q(), &c, &p, &EntryToken::generate())
+        .await
+        .unwrap();
+    at.push(store.status(&q(), &c, false).await.unwrap());
+    let at: Vec<u64> = at
+        .iter()
+        .map(|s| s.entered_at_ms.expect("an entry has a time"))
+        .collect();
+    assert!(at[0] < at[1] && at[1] < at[2], "{at:?}");
+
+    let fast = Policy {
+        interval_ms: 50,
+        ..p.clone()
+    };
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
+    let first: Vec<UserId> = pass.admitted.iter().map(|x| x.user.clone()).collect();
+    assert_eq!(first, [a.clone(), b.clone()]);
+    let b_token = pass.admitted[1].token.clone();
+    let claimed = store
+        .claim(&q(), &b, b_token.as_str(), 20 * life)
+        .await
+        .unwrap();
+    assert!(
+        matches!(claimed, ClaimOutcome::Claimed { .. }),
+        "{claimed:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let pass = store.admit(&q(), &fast, &tokens(2)).await.unwrap();
+    assert_eq!(pass.admitted.len(), 1, "{pass:?}");
+    assert_eq!(pass.waiting, 0, "the line is empty");
+    for (user, at) in [(&a, at[0]), (&b, at[1]), (&c, at[2])] {
+        let s = store.status(&q(), user, false).await.unwrap();
+        assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+        assert_eq!(s.entered_at_ms, Some(at), "{user}'s token");
+    }
+
+    // The unclaimed tokens expire; passes run after each life.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(life + 100)).await;
+        store.admit(&q(), &fast, &[]).await.unwrap();
+    }
+    for user in [&a, &c] {
+        let s = store.status(&q(), user, false).await.unwrap();
+        assert_eq!(s.standing, Standing::NotEntered, "{user}: {s:?}");
+    }
+    let s = store.status(&q(), &b, false).await.unwrap();
+    assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+    assert_eq!(s.entered_at_ms, Some(at[1]), "the claimed token keeps it");
+    let again = store.enter(&q(), &b, &p, &EntryToken::generate()).await;
+    let again = again.unwrap().snapshot;
+    assert!(
+        matches!(again.standing, Standing::Ready { .. }),
+        "{again:?}"
+    );
+    assert_eq!(
+        again.entered_at_ms,
+        Some(at[1]),
+        "a repeat join shows it too"
+    );
+}
+conformance!(a_holder_keeps_the_entry_time_while_the_token_lives);
 
 async fn paused_queues_admit_nobody(store: SharedStore) {
     let p = Policy {

@@ -42,13 +42,12 @@ local OFFSET = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5
   ['7'] = 7, ['8'] = 8, ['9'] = 9, ['10'] = 10, ['11'] = 11, ['12'] = 12, ['13'] = 13,
   ['14'] = 14, ['15'] = 15}
 
--- entered_at (common.lua) for the entries a pass reads in line order (its
--- head, the absence walk): each span's marks are read and parsed once
+-- entered_at (common.lua) for the entries a pass reads in line order (the
+-- absence walk's absent buyers): each span's marks are read and parsed once
 -- into offset -> time, in `cache` (a table kept for the pass, in which the
 -- marks do not change), where a search of the text per entry cost more
 -- than the rest of an admission. `seq_s`: the entry id as the line
--- printed it. Returns the time (or nil), and whether it came from the
--- user's own field (the oldest layout: see entered_at).
+-- printed it. Returns the time, or nil.
 local function pass_entered(user, seq_s, cache)
   local seq = seq_s + 0
   local b = math.floor(seq / MARK_SPAN)
@@ -71,11 +70,11 @@ local function pass_entered(user, seq_s, cache)
     for o = seq - b * MARK_SPAN, 0, -1 do
       local at = times[o]
       if at then
-        return at, false
+        return at
       end
     end
   end
-  return entered_at(user, seq)
+  return (entered_at(user, seq))
 end
 
 -- Buyers not seen since they entered have no presence entry (a new place
@@ -181,8 +180,7 @@ end
 -- (bounded per pass so a pass stays short): the seen ones by their last
 -- presence, then those not seen since they entered.
 local abandoned = {}
--- The span of marks read last (pass_entered's cache): the line's head is
--- a few spans at most.
+-- The span of marks read last (pass_entered's cache).
 local marks = {}
 if abandon_after > 0 and stock_sweeps(stock, now, abandon_after) then
   local cutoff = now - abandon_after
@@ -227,33 +225,21 @@ if n > 0 then
   -- Every token of the pass expires at once: formatted once (a number
   -- passed to redis.call is printed as a float, %.17g, each time).
   local exp_s = string.format('%d', now + ttl)
-  local now_s, ttl_s = string.format('%d', now), string.format('%d', ttl)
-  local fields, members, users, own = {}, {}, {}, {}
-  local owns = 0
-  local last_at, last_at_s
+  local ttl_s = string.format('%d', ttl)
+  local fields, members, users = {}, {}, {}
   for i = 1, math.min(#head, 2 * n), 2 do
     -- The entry id as the line printed it: the token's, unprinted again.
     local user, seq_s = head[i], head[i + 1]
     count = count + 1
-    local entered, by_user = pass_entered(user, seq_s, marks)
-    local entered_s = now_s
-    if entered then
-      -- Entries of one mark share its text (a burst's head).
-      if entered ~= last_at then
-        last_at, last_at_s = entered, string.format('%d', entered)
-      end
-      entered_s = last_at_s
-    end
-    if by_user then
-      owns = owns + 1
-      own[owns] = user
-    end
     local token = ARGV[7 + count]
     -- The user's field (token_value's text, from strings already made)
-    -- and the token's index field, common.lua.
+    -- and the token's index field, common.lua. No entry time (-1): the
+    -- entry's marks stay while the token may live (trim_marks) and it is
+    -- read from them when asked (token_entered), where finding and
+    -- printing it here cost a fifth of a pass.
     local f = 4 * count
     fields[f - 3], fields[f - 2], fields[f - 1], fields[f] =
-      user, token .. ' ' .. exp_s .. ' ' .. entered_s .. ' ' .. seq_s, index_field(token), user
+      user, token .. ' ' .. exp_s .. ' -1 ' .. seq_s, index_field(token), user
     members[2 * count - 1], members[2 * count] = exp_s, user
     users[count] = user
     -- The pass's JSON (below) by hand: user ids and tokens are plain
@@ -266,21 +252,38 @@ if n > 0 then
   if count > 0 then
     redis.call('ZREMRANGEBYRANK', K.waiting, 0, count - 1)
   end
+  -- Entry times of the oldest layout, a field per user, which no mark
+  -- holds: into their tokens, and the fields go with their users
+  -- (drop_from_line). Its entries are the line's oldest, so a pass whose
+  -- first buyer has no such field looks no further (one that an instance
+  -- of that version added behind a later layout's, in a rolling upgrade,
+  -- is read by token_entered all the same, its field kept until nobody
+  -- waits or holds a place: trim_marks).
+  local oldest = count > 0 and redis.call('HGET', K.entered, users[1])
   for from = 1, count, 500 do
     local to = math.min(from + 499, count)
+    if oldest then
+      local own = redis.call('HMGET', K.entered, unpack(users, from, to))
+      local gone = {}
+      for j, at in ipairs(own) do
+        if at then
+          local i = from + j - 1
+          fields[4 * i - 2] = string.format('%s %s %d %s', ARGV[7 + i], exp_s, at + 0, head[2 * i])
+          gone[#gone + 1] = users[i]
+        end
+      end
+      if #gone > 0 then
+        redis.call('HDEL', K.entered, unpack(gone))
+      end
+    end
     redis.call('HSET', tokens_key(), unpack(fields, 4 * from - 3, 4 * to))
     redis.call('ZREM', K.seen, unpack(users, from, to))
     redis.call('ZADD', K.active, unpack(members, 2 * from - 1, 2 * to))
   end
-  -- Entry times of the oldest layout go with their users (drop_from_line);
-  -- no later layout writes one, so a pass usually has none.
-  for from = 1, owns, 500 do
-    redis.call('HDEL', K.entered, unpack(own, from, math.min(from + 499, owns)))
-  end
   waiting = waiting - count
 end
 save_bucket(level - count, at)
-trim_marks(next_head)
+trim_marks(next_head, now, ttl)
 
 local pass = redis.call('INCR', K.pass)
 local dropped, dropped_json = {}, {}

@@ -19,6 +19,9 @@ end
 local lease_end = now + lease
 t.claim, t.claim_until = claim_id, lease_end
 if lease_end > t.exp then
+  -- Its entry's marks are kept only as long as the token first lived
+  -- (trim_marks): a token that outlives that carries its time itself.
+  t.entered = token_entered(user, t)
   t.exp = lease_end
   if t.old then
     -- The earlier layout's index STRING expired with the token: the

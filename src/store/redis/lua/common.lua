@@ -19,7 +19,11 @@
 --                    one field per user (mark_entry, entered_at, trim_marks);
 --                    '^lo' the lowest span that may hold marks; '~seen'
 --                    the last entry id admit.lua's absence walk passed
---                    (absent_since_entry, admit.lua). Written by earlier
+--                    (absent_since_entry, admit.lua). The marks of
+--                    admitted entries stay while their tokens may live
+--                    (an admitted buyer's time is read from them when
+--                    asked: token_entered; '^keep' says until when,
+--                    trim_marks). Written by earlier
 --                    versions, still read and dropped: the same marks in
 --                    spans of 128, '~'..floor(id / 128) ('~lo' the
 --                    lowest), and fields named by a user id (which cannot
@@ -120,7 +124,10 @@ end
 -- token cost three writes a buyer). Two kinds of fields:
 --   user             "token exp enteredAt entry[ claim claimUntil]"
 --                    (numbers in ms; claim and claimUntil while an order
---                    holds the token, claim.lua)
+--                    holds the token, claim.lua; enteredAt -1 where an
+--                    admission pass issued it: the entry's time is read
+--                    from the marks kept for holders, token_entered, and
+--                    written in by a claim that lengthens the token)
 --   '#'..token       the user (index_field: token_holder.lua, for the
 --                    token API's claim by the token alone); '#' is in no
 --                    user id. The token itself, not a digest (a SHA-1 a
@@ -453,26 +460,68 @@ local function drop_spans(prefix, lo_field, lo, hb)
   return dropped
 end
 
--- Drops the marks no waiting entry needs: the spans before the head of
--- the line (at most 1000 a call; the rest on later calls), or all of them
--- once the line is empty. An earlier version's spans of 128 ('~lo' their
--- lowest) go the same way; once a call finds none of them left, '~lo'
--- goes too. `head`: the head's entry id as the line printed it, or false
--- for an empty line, when the caller read it (nil: read here).
-local function trim_marks(head)
+-- Drops the marks nobody needs (admit.lua, after its pass): those of
+-- entries that left the line, once no token issued to them can still be
+-- live (an admitted buyer's time is read from the marks when asked,
+-- token_entered), at most 1000 spans a call (the rest on later calls);
+-- all of them once nobody waits or holds a place. An earlier version's
+-- spans of 128 ('~lo' their lowest) go the same way; once a call finds
+-- none of them left, '~lo' goes too. `head`: the head's entry id as the
+-- line printed it, or false for an empty line, when the caller read it
+-- (nil: read here); `ttl`: the token life of the pass's tokens.
+-- How long marks stay, '^keep' = "free,past,until,ttl": the marks of
+-- entries below `free` may go; those below `past` (the entries that had
+-- left the line when it was written) may go once the clock passes
+-- `until`, by when every token issued to them has expired (`until` is
+-- then plus the longest token life of the passes before; `ttl` the
+-- longest since, for the next `until`). A claim, the one thing that
+-- lengthens a token, writes its time into the token first (claim.lua).
+-- So marks stay one to two token lives after their entries leave, and a
+-- pass writes '^keep' about once a token life.
+local function trim_marks(head, now, ttl)
   if head == nil then
     head = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')[2] or false
   end
-  if not head then
-    redis.call('DEL', K.entered, last_mark_key())
-    return
+  local r = redis.call('HMGET', K.entered, '^lo', '~lo', '^keep')
+  local bound
+  if redis.call('ZCARD', K.active) == 0 then
+    if not head then
+      redis.call('DEL', K.entered, last_mark_key())
+      return
+    end
+    bound = head + 0
+    if r[3] then
+      redis.call('HDEL', K.entered, '^keep')
+    end
+  else
+    -- Every entry below `past` has left the line.
+    local past = head and head + 0 or tonumber(redis.call('GET', K.seq) or '0') + 1
+    local free, gone, deadline, most
+    if r[3] then
+      local f, g, d, m = r[3]:match('^(%d+),(%d+),(%d+),(%d+)$')
+      if f then
+        free, gone, deadline, most = f + 0, g + 0, d + 0, m + 0
+      end
+    end
+    local changed = true
+    if not free then
+      free, gone, deadline, most = 0, past, now + ttl, ttl
+    elseif now > deadline then
+      free, gone, deadline, most = gone, past, now + math.max(most, ttl), ttl
+    elseif ttl > most then
+      most = ttl
+    else
+      changed = false
+    end
+    if changed then
+      redis.call('HSET', K.entered, '^keep', string.format('%d,%d,%d,%d', free, gone, deadline, most))
+    end
+    bound = math.min(free, past)
   end
-  head = head + 0
-  local lo = redis.call('HMGET', K.entered, '^lo', '~lo')
-  if lo[1] then
-    drop_spans('^', '^lo', lo[1] + 0, math.floor(head / MARK_SPAN))
+  if r[1] then
+    drop_spans('^', '^lo', r[1] + 0, math.floor(bound / MARK_SPAN))
   end
-  if lo[2] and drop_spans('~', '~lo', lo[2] + 0, math.floor(head / OLD_SPAN)) == 0 then
+  if r[2] and drop_spans('~', '~lo', r[2] + 0, math.floor(bound / OLD_SPAN)) == 0 then
     redis.call('HDEL', K.entered, '~lo')
   end
 end
@@ -503,18 +552,30 @@ local function seen_now(user, now)
   redis.call('ZADD', KEYS[4], string.format('%d', now), user)
 end
 
+-- The entry time of `user`'s token record `tok` (token_record), or nil:
+-- an admission pass writes none (-1: the marks are kept for its holders,
+-- trim_marks), so it is read from the marks by the token's entry id.
+local function token_entered(user, tok)
+  if tok.entered and tok.entered >= 0 then
+    return tok.entered
+  end
+  return tok.entry and entered_at(user, tok.entry)
+end
+
 -- One user's standing, token first (tok: their token record, token_get,
 -- or their key of the earlier layout, to read it by):
 -- {kind, created, rank, entry, token, ttl_ms, entered_at, total, pass}
 -- with -1 / '' where a field does not apply; entry is the arrival sequence
 -- (the line's order while waiting, kept with the token once admitted).
-local function describe(user, tok, now, created, total, pass)
+-- `times`: whether a holder's entry time is read where the token does not
+-- carry it (token_entered); a caller that shows none passes false.
+local function describe(user, tok, now, created, total, pass, times)
   if type(tok) == 'string' then
     tok = token_get(user, tok)
   end
   if tok and tok.exp > now then
     return {'ready', created, -1, tok.entry or -1, tok.token, tok.exp - now,
-            tok.entered or -1, total, pass}
+            (times and token_entered(user, tok) or tok.entered) or -1, total, pass}
   end
   local rank = redis.call('ZRANK', K.waiting, user)
   if rank then

@@ -319,7 +319,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
     if budget_period > 0 then
       -- A repeat join: counted once its entry is older than the grace.
       if tok then
-        entered = tok.entered
+        entered = token_entered(user, tok)
       else
         entered = entered_at(user, waiting)
       end
@@ -354,7 +354,7 @@ local function join(g, tokkey, budget_key, joins_key, places_key, user, fast_tok
       return group_stock(g, {'waiting', 0, redis.call('ZRANK', K.waiting, user), waiting, '',
         -1, entered or -1, total, pass})
     end
-    return group_stock(g, describe(user, tok, now, 0, total, pass))
+    return group_stock(g, describe(user, tok, now, 0, total, pass, true))
   end
 
   -- No place, and a lottery waits to be drawn: the caller puts the user in

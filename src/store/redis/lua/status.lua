@@ -9,7 +9,8 @@
 -- ARGV[5] budget period ms (0: no budget)   ARGV[6] budget burst
 -- ARGV[7], ARGV[8] an entry id and its time the caller holds from an
 --          earlier answer ('' and '': none): when the user waits with that
---          entry, its time is that one and its marks are not read
+--          entry, or holds a token issued to it, its time is that one and
+--          its marks are not read
 -- Returns describe(): {kind, created(0), rank, entry, token, ttl_ms, entered_at, total, pass, soldout},
 -- a 'none' row followed by the queue's entry counter (KEYS[2]; -1: none),
 -- or limited('buyer', ms to wait) with nothing touched. The counter lets the
@@ -68,8 +69,8 @@ end
 --@helpers
 -- Not in line: no token and no stock (one EXISTS) is a 'none'; else the
 -- token answers. A 'none' row carries the entry counter (one GET).
-local v = redis.call('HGET', tokens_key(), user)
-local t = v and token_record(v)
+local rec = redis.call('HGET', tokens_key(), user)
+local t = rec and token_record(rec)
 if not t then
   -- Neither a token of the earlier layout nor a stock: nobody.
   if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
@@ -78,8 +79,13 @@ if not t then
   end
   t = old_token(K.token)
 end
-local row = describe(user, t, now, 0, redis.call('ZCARD', K.waiting), pass)
-row[#row + 1] = (sold_out(KEYS[11]) and 1 or 0) + held
+-- An admitted buyer's token carries no entry time (admit.lua): the one the
+-- caller holds for that entry (ARGV[7..8]) spares reading the marks.
+if t and t.entry_s and t.entry_s == ARGV[7] and (t.entered or -1) < 0 then
+  t.entered = ARGV[8] + 0
+end
+local row = describe(user, t, now, 0, redis.call('ZCARD', K.waiting), pass, true)
+row[#row + 1] = (v[4] and 1 or 0) + held
 if row[1] == 'none' then
   row[#row + 1] = tonumber(redis.call('GET', K.seq) or '-1')
 end

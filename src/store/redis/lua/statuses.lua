@@ -55,7 +55,7 @@ for i, user in ipairs(users) do
               soldout}
   else
     local tok = held[i] and token_record(held[i]) or KEYS[8 + i]
-    local row = describe(user, tok, now, 0, total, pass)
+    local row = describe(user, tok, now, 0, total, pass, false)
     row[#row + 1] = soldout
     out[i] = row
   end
