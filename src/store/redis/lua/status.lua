@@ -24,7 +24,9 @@
 -- marks, at most 16: none with ARGV[7..8], the HTTP layer's polls after
 -- the first), ZCARD; and presence's ZADD only with touch (the HTTP layer
 -- polls without: its presence loop marks polling buyers seen in one write
--- with the streaming ones, crate::push).
+-- with the streaming ones, crate::push). A holder costs 6: TIME, MGET,
+-- SET, ZSCORE, the token's HGET, ZCARD; and the marks' HGET when the
+-- caller holds no time for the token's entry.
 -- Atomic so the token look-up and the rank are read at one instant: read
 -- apart, a user admitted in between would look NOT_ENTERED; the budget is
 -- spent in the same step so a poll stays one round trip and every
@@ -66,11 +68,29 @@ if score then
   return {'waiting', 0, redis.call('ZRANK', waiting_key, user), seq, '', -1,
           entered, redis.call('ZCARD', waiting_key), pass, held + soldout}
 end
---@helpers
--- Not in line: no token and no stock (one EXISTS) is a 'none'; else the
--- token answers. A 'none' row carries the entry counter (one GET).
+-- A holder (the page polling once its buyer is let in): a live token
+-- answers here too, before the helpers. Its entry time: the token's, or
+-- (an admission pass writes none) the one the caller holds for that
+-- entry (ARGV[7..8]), else the marks kept for holders (trim_marks).
 local rec = redis.call('HGET', tokens_key(), user)
 local t = rec and token_record(rec)
+if t and t.exp > now then
+  local entered = t.entered
+  if entered < 0 then
+    if t.entry_s == ARGV[7] then
+      entered = ARGV[8] + 0
+    else
+      entered = entered_at(user, t.entry) or -1
+    end
+  end
+  return {'ready', 0, -1, t.entry, t.token, t.exp - now, entered,
+          redis.call('ZCARD', waiting_key), pass, held + (v[4] and 1 or 0)}
+end
+--@helpers
+-- Not in line, no live token: no token and no stock (one EXISTS) is a
+-- 'none'; else the token answers (one of the earlier layout, or an
+-- expired one as describe() reads it). A 'none' row carries the entry
+-- counter (one GET).
 if not t then
   -- Neither a token of the earlier layout nor a stock: nobody.
   if redis.call('EXISTS', K.token, KEYS[11]) == 0 then
@@ -79,8 +99,7 @@ if not t then
   end
   t = old_token(K.token)
 end
--- An admitted buyer's token carries no entry time (admit.lua): the one the
--- caller holds for that entry (ARGV[7..8]) spares reading the marks.
+-- The earlier layout's token: its entry time as the head reads one.
 if t and t.entry_s and t.entry_s == ARGV[7] and (t.entered or -1) < 0 then
   t.entered = ARGV[8] + 0
 end
