@@ -875,6 +875,60 @@ async fn a_holder_keeps_the_entry_time_while_the_token_lives(store: SharedStore)
 }
 conformance!(a_holder_keeps_the_entry_time_while_the_token_lives);
 
+/// A token issued with a longer life than the passes around it keeps its
+/// entry time for all of that life: how long Redis keeps an admitted
+/// entry's marks follows the longest token life a pass issued, not the
+/// last pass's.
+async fn a_longer_token_life_keeps_the_entry_time_as_long(store: SharedStore) {
+    let short = Policy {
+        token_ttl_ms: 100,
+        interval_ms: 1,
+        ..slow(1)
+    };
+    let long = Policy {
+        token_ttl_ms: 4_000,
+        ..short.clone()
+    };
+    drain_budget(&store, &slow(1)).await;
+    let (x, a, b) = (u("life-x"), u("life-a"), u("life-b"));
+    for user in [&x, &a] {
+        store
+            .enter(&q(), user, &slow(1), &EntryToken::generate())
+            .await
+            .unwrap();
+    }
+    let gap = fill(&store, &slow(1), "life-gap", 40).await;
+    for user in &gap {
+        assert!(leave_current(&store, user).await);
+    }
+    store
+        .enter(&q(), &b, &slow(1), &EntryToken::generate())
+        .await
+        .unwrap();
+    let at_a = store.status(&q(), &a, false).await.unwrap().entered_at_ms;
+    assert!(at_a.is_some());
+
+    // x with a short life, a with a long one, then passes of short lives
+    // (admitting nobody: b waits) for well past the short ones; each
+    // admitting pass a few ms after the last, its budget of one refilled.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let pass = store.admit(&q(), &short, &tokens(1)).await.unwrap();
+    assert_eq!(pass.admitted.first().map(|p| &p.user), Some(&x), "{pass:?}");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let pass = store.admit(&q(), &long, &tokens(1)).await.unwrap();
+    assert_eq!(pass.admitted.first().map(|p| &p.user), Some(&a), "{pass:?}");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1_200) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        store.admit(&q(), &short, &[]).await.unwrap();
+    }
+    let s = store.status(&q(), &a, false).await.unwrap();
+    assert!(matches!(s.standing, Standing::Ready { .. }), "{s:?}");
+    assert_eq!(s.entered_at_ms, at_a, "a's token keeps its entry time");
+    assert!(rank(&store.status(&q(), &b, false).await.unwrap()) == Some(0));
+}
+conformance!(a_longer_token_life_keeps_the_entry_time_as_long);
+
 async fn paused_queues_admit_nobody(store: SharedStore) {
     let p = Policy {
         interval_ms: 10,
