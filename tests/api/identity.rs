@@ -1060,8 +1060,9 @@ async fn over_https_a_planted_unprefixed_visitor_cookie_is_ignored() {
         Some(&mine),
     )
     .await;
+    // 201: a place made now, not the buyer's (whose repeat would be 200;
+    // two joins in one millisecond may share an entry time).
     assert_eq!(attacker.status, 201, "a new place: {}", attacker.body);
-    assert_ne!(attacker.body["enteredAt"], victim.body["enteredAt"]);
     assert_ne!(
         attacker.body["entryToken"].as_str(),
         Some(victim_token.as_str())
