@@ -781,6 +781,15 @@ async fn entry_times_are_kept_per_entry(store: SharedStore) {
 }
 conformance!(entry_times_are_kept_per_entry);
 
+/// Entries enough, joined and gone, that the entries before and after
+/// them lie apart in any store's grouping of entry ids (Redis keeps entry
+/// times in spans of 16).
+async fn leave_a_gap(store: &SharedStore, policy: &Policy, prefix: &str) {
+    for user in fill(store, policy, prefix, 40).await {
+        assert!(leave_current(store, &user).await);
+    }
+}
+
 /// An admitted buyer's answers keep their entry time as long as their
 /// token lives: after the line empties, after the tokens admitted with
 /// theirs expire and later passes run, and past the token's first life
@@ -804,12 +813,7 @@ async fn a_holder_keeps_the_entry_time_while_the_token_lives(store: SharedStore)
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    // Entries enough between b's and c's that they lie apart in any
-    // store's grouping of entry ids.
-    let gap = fill(&store, &p, "kept-gap", 40).await;
-    for user in &gap {
-        assert!(leave_current(&store, user).await);
-    }
+    leave_a_gap(&store, &p, "kept-gap").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     store
         .enter(&q(), &c, &p, &EntryToken::generate())
@@ -897,10 +901,7 @@ async fn a_longer_token_life_keeps_the_entry_time_as_long(store: SharedStore) {
             .await
             .unwrap();
     }
-    let gap = fill(&store, &slow(1), "life-gap", 40).await;
-    for user in &gap {
-        assert!(leave_current(&store, user).await);
-    }
+    leave_a_gap(&store, &slow(1), "life-gap").await;
     store
         .enter(&q(), &b, &slow(1), &EntryToken::generate())
         .await

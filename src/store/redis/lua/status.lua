@@ -75,14 +75,8 @@ end
 local rec = redis.call('HGET', tokens_key(), user)
 local t = rec and token_record(rec)
 if t and t.exp > now then
-  local entered = t.entered
-  if entered < 0 then
-    if t.entry_s == ARGV[7] then
-      entered = ARGV[8] + 0
-    else
-      entered = entered_at(user, t.entry) or -1
-    end
-  end
+  local entered = t.entered < 0 and t.entry_s == ARGV[7] and ARGV[8] + 0
+    or token_entered(user, t) or -1
   return {'ready', 0, -1, t.entry, t.token, t.exp - now, entered,
           redis.call('ZCARD', waiting_key), pass, held + (v[4] and 1 or 0)}
 end
@@ -98,10 +92,6 @@ if not t then
             tonumber(redis.call('GET', K.seq) or '-1')}
   end
   t = old_token(K.token)
-end
--- The earlier layout's token: its entry time as the head reads one.
-if t and t.entry_s and t.entry_s == ARGV[7] and (t.entered or -1) < 0 then
-  t.entered = ARGV[8] + 0
 end
 local row = describe(user, t, now, 0, redis.call('ZCARD', K.waiting), pass, true)
 row[#row + 1] = (v[4] and 1 or 0) + held
