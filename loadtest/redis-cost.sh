@@ -3,7 +3,10 @@
 # call (join, repeat join, poll, touch, stream re-read, leave, admission per
 # admitted buyer, claim, consume, release, a protected site's session
 # start, touch and end, the fairness log's append per leaf, proof and
-# head, the absence walk per present buyer it passes), next to the plain
+# head, the absence walk per present buyer it passes: each buyer is walked
+# once in their life, so the admission row's passes run after ones that
+# let the walk catch up, and a buyer served costs at most the two rows
+# added), next to the plain
 # one-Lua-call join of loadtest/plain-join measured in the same run, and the Redis
 # commands each call runs. Counted by Redis itself (INFO commandstats after
 # CONFIG RESETSTAT, on a redis-server of its own; the shared one is never
@@ -147,9 +150,13 @@ cp "$TMP/rows.tsv" "docs/benchmarks/redis-cost-$STAMP.tsv"
   echo "  The line: the first min(length, 1,000) buyers joined one a millisecond"
   echo "  (each entry its own time mark, the dearest to write and read; the measured"
   echo "  buyers are these), the rest in groups. Joins and polls use the HTTP layer's"
-  echo "  budget (2/s, burst 10, 2 s grace), no address limits; admission 50 a pass"
-  echo "  with the absent sweep on (120 s), passes run as the mode runs every call"
-  echo "  (its budget never the limit); a stream re-read is 100 buyers a call;"
+  echo "  budget (2/s, burst 10, 2 s grace), no address limits; a group of one is"
+  echo "  sent pipelined behind others (its fence written) and, idle, one at a time"
+  echo "  as a server whose joins do not overlap sends it (read); admission 50 a pass"
+  echo "  with the absent sweep on (after an hour: nobody is dropped), passes run as the mode runs every call"
+  echo "  (its budget never the limit), after passes that admit nobody until the"
+  echo "  absence walk has caught up with the line (each buyer is walked once in"
+  echo "  their life: the absence-walk row); a stream re-read is 100 buyers a call;"
   echo "  sessions start on the released buyers' tokens; the fairness log gets"
   echo "  appends of 50 leaves, proofs of a random leaf, 300-byte heads."
   echo "  Mode instructions: the busy calls on a redis-server of their own run"

@@ -744,30 +744,92 @@ async fn killing_redis_with_groups_in_flight_answers_every_join() {
     }
 }
 
+/// The task's fence key of `store` (made with `prefix`), once written:
+/// a lone join (number 1: with nothing in flight it only reads the fence,
+/// so there is none yet), then three in a paused burst (numbers 2 to 4:
+/// the first sent alone, the two behind it write the fence, 4). Their
+/// places are ranks 0 to 3.
+async fn fence_of(redis: &RedisProcess, store: &Arc<RedisStore>, prefix: &str) -> String {
+    let pattern = format!("{prefix}:{{hot}}:fence:*");
+    let first = join(store, "a".into(), JoinLimits::default()).await;
+    assert_eq!(waiting(&first.unwrap().unwrap()).0, 0);
+    let none: Vec<String> = redis_cmd(redis, redis::cmd("KEYS").arg(&pattern));
+    assert!(none.is_empty(), "a lone group writes no fence: {none:?}");
+    let users = ["b1", "b2", "b3"].map(String::from).to_vec();
+    let (outcomes, _) = paused_burst(redis, store, users).await;
+    for (i, o) in outcomes.into_iter().enumerate() {
+        assert_eq!(waiting(&o.unwrap().unwrap()).0, i as u64 + 1);
+    }
+    let fences: Vec<String> = redis_cmd(redis, redis::cmd("KEYS").arg(&pattern));
+    assert_eq!(fences.len(), 1, "one task, one fence: {fences:?}");
+    let number: u64 = redis_cmd(redis, redis::cmd("GET").arg(&fences[0]));
+    assert_eq!(number, 4, "the last group sent behind one in flight");
+    fences[0].clone()
+}
+
 /// A group that reaches Redis after a later group of its task (here: the
 /// task's fence moved past it by hand, as a later group run would) is
-/// refused, changing nothing, and its joins fail `503`; the next group
-/// runs.
+/// refused, changing nothing, and its joins fail `503`, though it only
+/// reads the fence (sent alone, no failure before it). After that failure
+/// the task's groups write the fence again, and run.
 #[tokio::test]
 async fn a_group_overtaken_by_a_later_one_is_refused() {
     crate::needs_redis!();
     let redis = RedisProcess::start(false);
-    let store = deep(&redis, "fence", 8, 1).await;
-    let first = join(&store, "a".into(), JoinLimits::default()).await;
-    assert_eq!(waiting(&first.unwrap().unwrap()).0, 0);
-    let fences: Vec<String> = redis_cmd(&redis, redis::cmd("KEYS").arg("fence:{hot}:fence:*"));
-    assert_eq!(fences.len(), 1, "one task, one fence: {fences:?}");
-    let number: u64 = redis_cmd(&redis, redis::cmd("GET").arg(&fences[0]));
-    assert_eq!(number, 1, "the task's first group");
-    let _: () = redis_cmd(&redis, redis::cmd("SET").arg(&fences[0]).arg(3));
-    let second = join(&store, "b".into(), JoinLimits::default()).await;
+    let store = deep(&redis, "fence", 1, 8).await;
+    let fence = fence_of(&redis, &store, "fence").await;
+    let _: () = redis_cmd(&redis, redis::cmd("SET").arg(&fence).arg(6));
+    let fifth = join(&store, "c".into(), JoinLimits::default()).await;
     assert!(
-        matches!(second, Err(StoreError::Unavailable(_))),
-        "group 2 after group 3: {second:?}"
+        matches!(fifth, Err(StoreError::Unavailable(_))),
+        "group 5 after group 6: {fifth:?}"
     );
-    assert_eq!(store.stats(&q()).await.unwrap().waiting, 1, "b not placed");
-    let third = join(&store, "c".into(), JoinLimits::default()).await;
-    assert_eq!(waiting(&third.unwrap().unwrap()).0, 1);
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 4, "c not placed");
+    let sixth = join(&store, "d".into(), JoinLimits::default()).await;
+    assert_eq!(waiting(&sixth.unwrap().unwrap()).0, 4);
+    let seventh = join(&store, "e".into(), JoinLimits::default()).await;
+    assert_eq!(waiting(&seventh.unwrap().unwrap()).0, 5);
+    let number: u64 = redis_cmd(&redis, redis::cmd("GET").arg(&fence));
+    assert_eq!(number, 7, "written again after a failed group");
+}
+
+/// A lone group that only reads the fence is refused when it holds a
+/// later number on each of `enter.lua`'s ways: a repeat join (its lean
+/// head's second `MGET`) and a join into an empty line (past the lean
+/// head: a `GET` of its own), changing nothing.
+#[tokio::test]
+async fn a_lone_group_reading_a_passed_fence_is_refused_on_every_path() {
+    crate::needs_redis!();
+    let redis = RedisProcess::start(false);
+
+    let store = deep(&redis, "again", 1, 8).await;
+    let fence = fence_of(&redis, &store, "again").await;
+    let _: () = redis_cmd(&redis, redis::cmd("SET").arg(&fence).arg(6));
+    let before = store.status(&q(), &u("b2"), false).await.unwrap();
+    let again = join(&store, "b2".into(), JoinLimits::default()).await;
+    assert!(
+        matches!(again, Err(StoreError::Unavailable(_))),
+        "a repeat join overtaken: {again:?}"
+    );
+    let after = store.status(&q(), &u("b2"), false).await.unwrap();
+    assert_eq!(after.standing, before.standing, "b2 kept their place");
+
+    let store = deep(&redis, "empty", 1, 8).await;
+    let fence = fence_of(&redis, &store, "empty").await;
+    for who in ["a", "b1", "b2", "b3"] {
+        let s = store.status(&q(), &u(who), false).await.unwrap();
+        let Standing::Waiting { seq, .. } = s.standing else {
+            panic!("{who} waits: {s:?}");
+        };
+        assert!(store.leave(&q(), &u(who), seq).await.unwrap());
+    }
+    let _: () = redis_cmd(&redis, redis::cmd("SET").arg(&fence).arg(6));
+    let into_empty = join(&store, "z".into(), JoinLimits::default()).await;
+    assert!(
+        matches!(into_empty, Err(StoreError::Unavailable(_))),
+        "a join into an empty line overtaken: {into_empty:?}"
+    );
+    assert_eq!(store.stats(&q()).await.unwrap().waiting, 0, "z not placed");
 }
 
 /// Many joins at once against a script cache without `enter_many.lua` (a

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use redis::AsyncCommands;
 use waitroom::queue::SessionId;
 use waitroom::queue::audit::AuditId;
 use waitroom::queue::fairness::{
@@ -50,7 +51,11 @@ use meter::{Cost, Meter};
 /// prints the rows as they now are) and the "Redis µs per call" rows of
 /// docs/performance.md.
 ///
-/// Why the rows are as they are (2026-12-03): a join that marks its entry
+/// Why the rows are as they are (2026-12-04): a group of one sent with
+/// nothing of its task in flight (an idle queue's join) reads the task's
+/// fence in its `MGET` where it set it (`SET … GET`): its row is a plain
+/// join's; one sent behind another in flight adds that `set`
+/// (`src/store/redis/batch.rs`, `fence_written`). A join that marks its entry
 /// time writes the counter and the last mark (`seq:mark`, read in the
 /// join's `MGET`) in one `MSET` where it wrote the counter alone with a
 /// `SET`; a join within the millisecond of the span's last mark then
@@ -90,8 +95,8 @@ const EXPECTED: &[(&str, &str)] = &[
         "exists 1, hexists 1, hget 1, hset 1, mget 1, mset 1, time 1, zadd 1, zcard 1, zscore 1",
     ),
     (
-        "join, group of one (enter.lua, fenced)",
-        "exists 1, hexists 1, hget 1, hset 1, mget 1, mset 1, set 1, time 1, zadd 1, zcard 1, zscore 1",
+        "join, group of one, idle (enter.lua, fence read)",
+        "exists 1, hexists 1, hget 1, hset 1, mget 1, mset 1, time 1, zadd 1, zcard 1, zscore 1",
     ),
     (
         "repeat join (enter.lua)",
@@ -192,14 +197,19 @@ fn line_policy() -> Policy {
 }
 
 /// The admission pass as a server runs it by default (50 a pass, absent
-/// buyers swept after 120 s), its budget full at every pass.
+/// buyers swept), its budget full at every pass. Its tokens live an hour,
+/// and buyers are swept once absent an hour (a server's default: 120 s):
+/// a run under callgrind takes many minutes (a line of 1,000,000 fills
+/// in three), and within it no token expires (that has a row of its own,
+/// `EXPIRING`) and no buyer is dropped; what a pass walks and writes is
+/// the same.
 fn admit_policy() -> Policy {
     Policy {
         batch: 50,
         interval_ms: 1,
-        token_ttl_ms: 300_000,
+        token_ttl_ms: 3_600_000,
         max_active: None,
-        abandon_after_ms: Some(120_000),
+        abandon_after_ms: Some(3_600_000),
     }
 }
 
@@ -248,12 +258,15 @@ async fn paced<T, F: Future<Output = T>>(
 
 /// One queue on a redis-server of the measurement's own, with a store that
 /// sends one `enter.lua` per join, one that groups joins (`enter_many.lua`,
-/// the default) and one that sends each join as a group of its own (as a
-/// server whose joins do not overlap: `enter.lua` with the task's fence).
+/// the default) and two that send each join as a group of its own
+/// (`enter.lua` with the task's fence): pipelined, each sent behind
+/// others in flight (writing the fence), and one at a time, as a server
+/// whose joins do not overlap sends them (reading it).
 struct Bench {
     single: RedisStore,
     grouped: RedisStore,
     grouped_one: RedisStore,
+    grouped_idle: RedisStore,
     queue: QueueName,
     plain: redis::Script,
     plain_conn: redis::aio::MultiplexedConnection,
@@ -282,6 +295,14 @@ impl Bench {
                 max: 1,
                 depth: IN_FLIGHT,
             }));
+        let grouped_idle = RedisStore::connect(url, prefix)
+            .await
+            .unwrap()
+            .with_join_batch(Some(JoinBatch {
+                window: Duration::ZERO,
+                max: 1,
+                depth: 1,
+            }));
         let plain_conn = redis::Client::open(url)
             .unwrap()
             .get_multiplexed_async_connection()
@@ -291,6 +312,7 @@ impl Bench {
             single,
             grouped,
             grouped_one,
+            grouped_idle,
             queue: QueueName::parse("cost").unwrap(),
             plain: redis::Script::new(PLAIN_JOIN),
             plain_conn,
@@ -307,6 +329,28 @@ impl Bench {
         }
     }
 
+    /// Passes that admit nobody until the absence walk has walked the
+    /// whole line (its place, '~seen' in the entered HASH, stops moving):
+    /// each buyer is walked once in their life (absent_since_entry,
+    /// admit.lua), costed by the absence-walk row per buyer walked; left
+    /// to the measured passes it would charge them the walk of the line
+    /// ahead of them (a fifth to a third of their count), which the later
+    /// passes of a sale do not pay again.
+    async fn walk_caught_up(&self, q: &QueueName, policy: &Policy, prefix: &str) {
+        let entered = format!("{prefix}:{{{q}}}:entered");
+        let mut conn = self.plain_conn.clone();
+        let mut last: Option<String> = None;
+        for _ in 0..1_000 {
+            self.single.admit(q, policy, &[]).await.unwrap();
+            let now: Option<String> = conn.hget(&entered, "~seen").await.unwrap();
+            if now.is_some() && now == last {
+                return;
+            }
+            last = now;
+        }
+        panic!("the absence walk of {q} did not catch up in 1,000 passes");
+    }
+
     fn fresh(&mut self, n: usize) -> Vec<UserId> {
         let users = (self.next..self.next + n)
             .map(|i| user(&format!("b{i:08}")))
@@ -316,9 +360,14 @@ impl Bench {
     }
 
     async fn join(&self, store: &RedisStore, who: &UserId) -> Snapshot {
+        self.join_on(store, &self.queue, who).await
+    }
+
+    /// [`Bench::join`] on another queue.
+    async fn join_on(&self, store: &RedisStore, queue: &QueueName, who: &UserId) -> Snapshot {
         store
             .enter_limited(
-                &self.queue,
+                queue,
                 who,
                 &line_policy(),
                 &EntryToken::generate(),
@@ -652,6 +701,11 @@ async fn measure_line(
         ("absence walk (admit.lua, present buyers)", WALK_LINE as f64),
         ("poll, holder (status.lua)", 1.0),
         ("poll, holder, entry time read (status.lua)", 1.0),
+        ("join, group of one, idle (enter.lua, fence read)", 1.0),
+        (
+            "token expiry (admit.lua, tokens expired unused)",
+            EXPIRING as f64,
+        ),
     ]
     .into_iter()
     .map(|(name, per_call)| Row {
@@ -692,6 +746,13 @@ async fn measure_line(
             .measure(paced(calls, pace, |i| b.join(&b.grouped_one, &new[i])))
             .await;
         rows[1].record(&p, c);
+
+        let p = b.plain(&mut meter, calls).await;
+        let new = b.fresh(calls);
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| b.join(&b.grouped_idle, &new[i])))
+            .await;
+        rows[22].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
@@ -761,6 +822,7 @@ async fn measure_line(
         ..admit_policy()
     };
     for _ in 0..rounds {
+        b.walk_caught_up(&q, &admit, &prefix).await;
         let p = b.plain(&mut meter, calls).await;
         let passes = 2 * calls / ADMIT_PASS;
         let (c, passes) = meter
@@ -966,11 +1028,49 @@ async fn measure_line(
         }
         rows[19].record(&p, c);
     }
+
+    // Tokens that expire unused (a buyer let in who never orders): the
+    // next pass drops them, their records and index fields, and their
+    // places among the holders (expire_active, common.lua). Each round,
+    // EXPIRING holders of a queue of their own, admitted in one pass with
+    // tokens of EXPIRING_TTL_MS; once those expired, a pass that admits
+    // nobody, measured per token it drops. A token consumed or released
+    // is removed by that call instead (their rows).
+    let expiring = Policy {
+        batch: 1_000,
+        token_ttl_ms: EXPIRING_TTL_MS,
+        ..admit_policy()
+    };
+    for round in 0..rounds {
+        let eq = QueueName::parse(&format!("expiry{round}")).unwrap();
+        // One more than the holders: the first to join takes the fast
+        // track (its token the line policy's, which outlives the round).
+        let users = b.fresh(EXPIRING + 1);
+        for who in &users {
+            b.join_on(&b.grouped, &eq, who).await;
+        }
+        let tokens: Vec<EntryToken> = (0..EXPIRING).map(|_| EntryToken::generate()).collect();
+        let pass = b.single.admit(&eq, &expiring, &tokens).await.unwrap();
+        assert_eq!(pass.admitted.len(), EXPIRING, "{pass:?}");
+        tokio::time::sleep(Duration::from_millis(EXPIRING_TTL_MS + 100)).await;
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(async { b.single.admit(&eq, &expiring, &[]).await.unwrap() })
+            .await;
+        let left = b.single.stats(&eq).await.unwrap();
+        assert_eq!(left.active, 1, "the expired tokens dropped: {left:?}");
+        rows[23].record(&p, c);
+    }
     rows
 }
 
 /// Present buyers on each line an absence-walk pass walks.
 const WALK_LINE: usize = 1_000;
+
+/// Tokens that expire unused before the pass the expiry row measures
+/// drops them, and how long they live.
+const EXPIRING: usize = 500;
+const EXPIRING_TTL_MS: u64 = 1_000;
 
 /// The abandon window of the absence-walk measurement: its buyers joined
 /// before it and were seen within it (wide enough for a pass of a
@@ -1256,7 +1356,7 @@ async fn every_script_runs_the_commands_counted() {
         }
     })
     .await;
-    actual.push(("join, group of one (enter.lua, fenced)", c));
+    actual.push(("join, group of one, idle (enter.lua, fence read)", c));
 
     let grace = Duration::from_millis(buyer_budget().grace_ms + 100);
     tokio::time::sleep(grace.saturating_sub(since.elapsed())).await;

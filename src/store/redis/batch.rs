@@ -25,9 +25,14 @@
 //! made); on one connection Redis runs them in that order. A group sent
 //! again behind a later one (a retry after a lost connection, a script
 //! cache reloaded) is refused by the script's fence (its number is below
-//! the task's last group run) and its joins fail (`503`) rather than take
-//! places behind later arrivals. A failed call fails every join of its
-//! group alike (`503`); the groups around it keep their answers.
+//! that of a later group run) and its joins fail (`503`) rather than take
+//! places behind later arrivals. Every call checks the fence; a group of
+//! one sent with every earlier call of its task answered and none failed
+//! lately (an idle queue's join) only reads it, in the `MGET` it makes
+//! anyway: no earlier call can still run after it, and one that could is
+//! refused by whichever later call wrote it (`fence_written`). A failed
+//! call fails every join of its group alike (`503`); the groups around it
+//! keep their answers.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -305,6 +310,9 @@ impl Runner {
         // back to one after any failed call (a lost connection, a
         // failover, a flushed script cache) until a call succeeds.
         let warm = Arc::new(AtomicBool::new(false));
+        // When a call of the task last failed (its outcome unknown: it may
+        // still run later, overtaken), for `fence_written`.
+        let failed = Arc::new(Mutex::new(None::<Instant>));
         // The connection the groups in flight went over: the next group
         // goes over it too (one connection keeps their order), and only
         // with none in flight over the one a call made now would use (on
@@ -375,15 +383,22 @@ impl Runner {
             if in_flight.is_empty() {
                 conn = self.conn.pinned();
             }
+            let order = CallOrder {
+                number,
+                fence: fence_written(!in_flight.is_empty(), *failed.lock().unwrap()),
+            };
             let runner = self.clone();
             let conn = conn.clone();
             let (keys, names, shared) = (keys.clone(), names.clone(), group.shared);
-            let warm = warm.clone();
+            let (warm, failed) = (warm.clone(), failed.clone());
             let mut call: GroupCall = Box::pin(async move {
                 let result = runner
-                    .run(&conn, &keys, &names, number, shared, &calls)
+                    .run(&conn, &keys, &names, order, shared, &calls)
                     .await;
                 warm.store(result.is_ok(), Ordering::Relaxed);
+                if result.is_err() {
+                    *failed.lock().unwrap() = Some(Instant::now());
+                }
                 match result {
                     Ok(rows) => {
                         for (reply, row) in replies.into_iter().zip(rows) {
@@ -420,13 +435,13 @@ impl Runner {
         conn: &Conn,
         keys: &QueueKeys,
         names: &GroupKeys,
-        number: u64,
+        order: CallOrder,
         shared: JoinShared,
         calls: &[JoinCall],
     ) -> StoreResult<Vec<Joined>> {
         if let [call] = calls {
             return Ok(vec![
-                self.run_one(conn, keys, &names.fence, number, call).await?,
+                self.run_one(conn, keys, &names.fence, order, call).await?,
             ]);
         }
         let per_join = if shared.address_limited() { 4 } else { 2 };
@@ -465,7 +480,7 @@ impl Runner {
         cmd.arg(keys.token_prefix.as_str())
             .arg(keys.channel.as_str());
         shared.push_args(crate::store::first_entry_id(), &mut cmd);
-        cmd.arg(number);
+        cmd.arg(order.number);
         for call in calls {
             cmd.arg(call.user.as_str()).arg(call.token.as_str());
         }
@@ -475,26 +490,69 @@ impl Runner {
     }
 
     /// A group of one: `enter.lua` as an ungrouped join calls it (so its
-    /// lean head answers), with the group's number and the task's fence.
+    /// lean head answers), with the group's number and the task's fence,
+    /// which it only reads when `fence` says so.
     async fn run_one(
         &self,
         conn: &Conn,
         keys: &QueueKeys,
-        fence: &str,
-        number: u64,
+        fence_key: &str,
+        order: CallOrder,
         call: &JoinCall,
     ) -> StoreResult<Joined> {
         let mut extra = call.enter_keys(keys);
-        extra.push(fence.to_owned());
+        extra.push(fence_key.to_owned());
         let mut cmd = evalsha_for(&self.single, keys, &[&call.user], extra);
         call.push_enter_args(&mut cmd);
-        cmd.arg(number);
+        cmd.arg(order.number);
+        if order.fence == Fence::Read {
+            cmd.arg("read");
+        }
         let value =
             send_durable(conn, &self.single, &cmd, &keys.channel, self.wait_replicas).await?;
         if matches!(&value, redis::Value::BulkString(s) if s == b"overtaken") {
             return Err(overtaken());
         }
         line_reply("enter.lua", value)
+    }
+}
+
+/// A call's number in its task's order, and what it does with the
+/// task's fence (a group of more than one always writes it).
+#[derive(Debug, Clone, Copy)]
+struct CallOrder {
+    number: u64,
+    fence: Fence,
+}
+
+/// What a call does with its task's fence (`overtaken`, `join.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    /// Moves it to the call's number (refused if it holds a later one).
+    Write,
+    /// Only checks it (refused if it holds a later one).
+    Read,
+}
+
+/// How long after a failed call its task's calls keep writing the fence:
+/// a failed call's command may still reach Redis after later ones (resent
+/// by TCP on a connection the client gave up on), for as long as Linux
+/// retransmits (`tcp_retries2`: about 15 minutes by default).
+const FENCE_AFTER_FAILURE: Duration = Duration::from_secs(20 * 60);
+
+/// Whether a call must write its task's fence. An earlier call runs after
+/// it only if it was unanswered as this one was sent (`behind`: still in
+/// flight) or failed (its command may arrive late); such a call is refused
+/// by any later one that wrote the fence, so only those write it. A call
+/// sent with none in flight and no failure within
+/// [`FENCE_AFTER_FAILURE`] (an idle queue's every join) only reads it:
+/// every earlier call of its task has run, and none can run again.
+fn fence_written(behind: bool, failed: Option<Instant>) -> Fence {
+    let recently_failed = failed.is_some_and(|at| at.elapsed() < FENCE_AFTER_FAILURE);
+    if behind || recently_failed {
+        Fence::Write
+    } else {
+        Fence::Read
     }
 }
 

@@ -18,6 +18,10 @@
 --             join: the group's number in the task's order; the last key
 --             is then the task's fence (overtaken, join.lua), after the
 --             address's keys when they are sent
+-- ARGV[7]     'read' (with ARGV[6]): the fence is only read, in the
+--             call's first MGET (or a GET of its own past the lean head),
+--             not written: no earlier call of the task can follow this
+--             one (batch.rs)
 -- Returns join()'s row: describe(), or limited(...) changing nothing; or
 -- 'overtaken', changing nothing, for a group a later one overtook.
 -- Atomic for the reasons join.lua gives.
@@ -26,8 +30,9 @@
 -- HASH's HEXISTS, ZCARD, MGET, the counter's SET or MSET, ZADD; a mark's
 -- HGET and HSET when the span or millisecond is new) and a buyer in line
 -- joining again (9) before the join helpers' closures are made; a group
--- of one adds the fence's SET.
-if ARGV[6] and overtaken(KEYS[#KEYS], ARGV[6]) then
+-- of one adds the fence's SET, or reads it with the MGET it makes anyway.
+local fence_read = ARGV[7] ~= nil
+if ARGV[6] and not fence_read and overtaken(KEYS[#KEYS], ARGV[6]) then
   return 'overtaken'
 end
 local now = now_ms()
@@ -57,7 +62,11 @@ if neither and not score and not places_key then
   total = redis.call('ZCARD', waiting_key)
   if total > 0 then
     local mark_key = last_mark_key()
-    local v = redis.call('MGET', pass_key, seq_key, paused_key, mark_key)
+    local v = fence_read and redis.call('MGET', pass_key, seq_key, paused_key, mark_key, KEYS[#KEYS])
+      or redis.call('MGET', pass_key, seq_key, paused_key, mark_key)
+    if fence_read and fence_passed(v[5], ARGV[6]) then
+      return 'overtaken'
+    end
     local seq = (v[2] or select(4, join_head(ARGV[5]))) + 1
     local seq_s = string.format('%d', seq)
     local entered, mark = mark_entry(seq, now, v[4])
@@ -78,7 +87,11 @@ end
 if neither and score then
   local seq = score + 0
   local period, burst, grace = join_head(ARGV[5])
-  local v = redis.call('MGET', pass_key, paused_key, KEYS[10])
+  local v = fence_read and redis.call('MGET', pass_key, paused_key, KEYS[10], KEYS[#KEYS])
+    or redis.call('MGET', pass_key, paused_key, KEYS[10])
+  if fence_read and fence_passed(v[4], ARGV[6]) then
+    return 'overtaken'
+  end
   local entered = entered_at(user, seq)
   if period > 0 and (not entered or now - entered >= grace) then
     local wait = gcra_stored(KEYS[10], v[3], now, period, burst)
@@ -92,6 +105,9 @@ if neither and score then
           v[1] and v[1] + 0 or 0, v[2] and 2 or 0}
 end
 --@helpers
+if fence_read and fence_passed(redis.call('GET', KEYS[#KEYS]), ARGV[6]) then
+  return 'overtaken'
+end
 local g = group(now, KEYS[11], KEYS[12], KEYS[13], KEYS[14])
 local c = join_config(ARGV[5])
 if neither then

@@ -59,6 +59,14 @@
 -- token (a burst cannot bypass the rate or maxActive), and an address's
 -- count must be checked and raised with the add (two instances at an
 -- address's last place must not both add). No fast track while paused.
+
+-- Whether a fence holding `last` (its value, or false when it has none)
+-- is past the call `number`: compared as the digits they are (no
+-- leading zeros), not converted.
+local function fence_passed(last, number)
+  return last and (#last > #number or #last == #number and last > number)
+end
+
 -- The joins of one grouping task (batch.rs) reach Redis in the order it
 -- made them, several calls may be in flight, and a call sent again (a
 -- retry after a lost connection, a reloaded script cache) may arrive
@@ -66,12 +74,15 @@
 -- number of the task's last call run: sets it to `number` and returns
 -- false, or returns true, changing nothing, when it holds a later one
 -- (the caller then refuses the call: its joins fail rather than take
--- places behind later arrivals). Expires 60 s after the task's last call:
--- 30 times a call's response timeout.
+-- places behind later arrivals). Expires 60 s after the task's last call
+-- that wrote it: 30 times a call's response timeout. A call that no
+-- earlier one of its task can still follow (batch.rs: none in flight as
+-- it is sent, none failed lately) only reads the fence (fence_passed):
+-- an earlier call that might yet run after it is refused by the next
+-- call written behind it.
 local function overtaken(fence, number)
   local last = redis.call('SET', fence, number, 'PX', '60000', 'GET')
-  -- Compared as the digits they are (no leading zeros), not converted.
-  if last and (#last > #number or #last == #number and last > number) then
+  if fence_passed(last, number) then
     redis.call('SET', fence, last, 'PX', '60000')
     return true
   end
