@@ -195,9 +195,12 @@ if abandon_after > 0 and stock_sweeps(stock, now, abandon_after) then
 end
 waiting = waiting - #abandoned
 
--- The admitted buyers' JSON objects, and the audit log's "entry user"
--- pairs (audit_each, flat: entry, user, entry, user, ...).
-local admitted, audited = {}, {}
+-- The pass's JSON in pieces, joined once at the end (each big string a
+-- pass makes is paid again in Lua's garbage collection, by its bytes):
+-- [1] its head (made last: the pass number is taken at the end), then
+-- each admitted buyer's object, then its tail. And the audit log's
+-- "entry user" pairs (audit_each, flat: entry, user, entry, user, ...).
+local out, audited = {false}, {}
 local count = 0
 local level, at = refill(batch, interval, now)
 local stock_left, sold = stock_room(KEYS[10], stock)
@@ -245,8 +248,8 @@ if n > 0 then
     -- The pass's JSON (below) by hand: user ids and tokens are plain
     -- ASCII with nothing to escape (crate::queue::UserId, EntryToken),
     -- and cjson printed each number with a printf of its own.
-    admitted[count] = '{"user":"' .. user .. '","seq":' .. seq_s .. ',"token":"'
-      .. token .. '","ttlMs":' .. ttl_s .. '}'
+    out[count + 1] = (count > 1 and ',{"user":"' or '{"user":"') .. user .. '","seq":' .. seq_s
+      .. ',"token":"' .. token .. '","ttlMs":' .. ttl_s .. '}'
     audited[2 * count - 1], audited[2 * count] = seq_s, user
   end
   if count > 0 then
@@ -294,10 +297,10 @@ for i, a in ipairs(abandoned) do
 end
 audit_each(KEYS[11], 'abandoned', now, dropped, pass)
 audit_each(KEYS[11], 'admitted', now, audited, pass)
-local msg = string.format(
-  '{"kind":"pass","pass":%d,"at":%d,"admitted":[%s],"abandoned":[%s],"waiting":%d,"busy":%s,"held":%s}',
-  pass, now, table.concat(admitted, ','), table.concat(dropped_json, ','), waiting,
-  tostring(busy), tostring(held))
+out[1] = string.format('{"kind":"pass","pass":%d,"at":%d,"admitted":[', pass, now)
+out[#out + 1] = string.format('],"abandoned":[%s],"waiting":%d,"busy":%s,"held":%s}',
+  table.concat(dropped_json, ','), waiting, tostring(busy), tostring(held))
+local msg = table.concat(out)
 if PUBLISH_PASS and (busy or #abandoned > 0) then
   publish(msg)
 end
