@@ -280,6 +280,19 @@ struct Bench {
     pace: Duration,
 }
 
+/// A store that sends each join as a group of its own, up to `depth` of
+/// them in flight.
+async fn groups_of_one(url: &str, prefix: &str, depth: usize) -> RedisStore {
+    RedisStore::connect(url, prefix)
+        .await
+        .unwrap()
+        .with_join_batch(Some(JoinBatch {
+            window: Duration::ZERO,
+            max: 1,
+            depth,
+        }))
+}
+
 impl Bench {
     async fn open(url: &str, prefix: &str, pace: Duration) -> Self {
         let single = RedisStore::connect(url, prefix)
@@ -287,22 +300,8 @@ impl Bench {
             .unwrap()
             .with_join_batch(None);
         let grouped = RedisStore::connect(url, prefix).await.unwrap();
-        let grouped_one = RedisStore::connect(url, prefix)
-            .await
-            .unwrap()
-            .with_join_batch(Some(JoinBatch {
-                window: Duration::ZERO,
-                max: 1,
-                depth: IN_FLIGHT,
-            }));
-        let grouped_idle = RedisStore::connect(url, prefix)
-            .await
-            .unwrap()
-            .with_join_batch(Some(JoinBatch {
-                window: Duration::ZERO,
-                max: 1,
-                depth: 1,
-            }));
+        let grouped_one = groups_of_one(url, prefix, IN_FLIGHT).await;
+        let grouped_idle = groups_of_one(url, prefix, 1).await;
         let plain_conn = redis::Client::open(url)
             .unwrap()
             .get_multiplexed_async_connection()
@@ -1308,14 +1307,7 @@ async fn every_script_runs_the_commands_counted() {
         .await
         .unwrap()
         .with_join_batch(None);
-    let grouped_one = RedisStore::connect(&url, "count")
-        .await
-        .unwrap()
-        .with_join_batch(Some(JoinBatch {
-            window: Duration::ZERO,
-            max: 1,
-            depth: 1,
-        }));
+    let grouped_one = groups_of_one(&url, "count", 1).await;
     let q = QueueName::parse("line").unwrap();
     let names =
         |tag: &str| -> Vec<UserId> { (0..=RUNS).map(|i| user(&format!("{tag}{i}"))).collect() };
