@@ -154,14 +154,18 @@ async fn enter(
             };
             return Ok(answer.respond(&state, &queue, &user, &joiner.client, joiner.set_cookie));
         }
+        // A join again hands the store the entry time this instance last
+        // answered the buyer with: it need not read it again if the buyer
+        // still waits with that entry (`entry_times.rs`).
         let outcome = match state
             .store()
-            .enter_limited(
+            .enter_known(
                 &queue,
                 &user,
                 &state.policy(&queue),
                 &EntryToken::generate(),
                 &state.limits().join_limits(address),
+                state.entry_times().latest(&queue, &user),
             )
             .await?
         {

@@ -67,6 +67,16 @@ impl EntryTimes {
             .filter(|known| known.entry == entry)
     }
 
+    /// The last entry of `user`'s in `queue` this instance answered with,
+    /// and its time, whichever entry it is: a join again (which names no
+    /// entry) hands it to the store, which uses it only if `user` still
+    /// waits with that entry.
+    pub fn latest(&self, queue: &QueueName, user: &UserId) -> Option<KnownEntry> {
+        let key = self.key(queue, user);
+        let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        g.young.get(&key).or_else(|| g.old.get(&key)).copied()
+    }
+
     /// Keeps the entry time `snapshot` answered for `user`, if it shows
     /// them waiting with one, or holding a token issued to one (admitted:
     /// a token keeps its entry's id, and the time is the entry's).
@@ -135,6 +145,10 @@ mod tests {
         times.remember(&q, &u, &waiting(9, None));
         assert_eq!(times.get(&q, &u, 9), None);
         assert_eq!(times.get(&q, &u, 8).unwrap().entered_at_ms, 2_000);
+        // A join again names no entry: the last one answered, any.
+        let latest = times.latest(&q, &u).unwrap();
+        assert_eq!((latest.entry, latest.entered_at_ms), (8, 2_000));
+        assert_eq!(times.latest(&other_q, &u), None);
     }
 
     /// An admitted buyer's answer names the entry their token was issued

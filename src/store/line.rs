@@ -157,6 +157,25 @@ pub trait LineStore: Send + Sync + 'static {
         limits: &JoinLimits,
     ) -> StoreResult<Result<EnterOutcome, Limited>>;
 
+    /// [`LineStore::enter_limited`] by a caller that holds `known` (an entry
+    /// of `user`'s, with its time, as this store answered it): a repeat
+    /// join that finds `user` waiting with that entry carries its time
+    /// without reading it again; any other join is as without it. A store
+    /// whose entry times cost nothing to read ignores it.
+    async fn enter_known(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        policy: &Policy,
+        fast_track_token: &EntryToken,
+        limits: &JoinLimits,
+        known: Option<KnownEntry>,
+    ) -> StoreResult<Result<EnterOutcome, Limited>> {
+        let _ = known;
+        self.enter_limited(queue, user, policy, fast_track_token, limits)
+            .await
+    }
+
     /// Reads `user`'s standing, token first. With `touch`, also marks them
     /// as seen (a poll keeps an absent user from being dropped).
     async fn status(&self, queue: &QueueName, user: &UserId, touch: bool) -> StoreResult<Snapshot> {

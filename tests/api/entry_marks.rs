@@ -11,7 +11,7 @@ use waitroom::queue::{EntryToken, Policy, QueueName, UserId};
 use waitroom::store::LineStore;
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{redis_url, unique_prefix};
+use crate::common::{TestApp, redis_url, unique_prefix};
 
 /// The token life of the test's passes.
 const LIFE: u64 = 300;
@@ -99,4 +99,79 @@ async fn marks_stay_bounded_while_a_sale_runs_and_go_with_its_last_holder() {
     }
     let left: bool = conn.exists(&entered).await.unwrap();
     assert!(!left, "the marks go with the line's last holder");
+}
+
+/// A join again on the instance that answered the buyer's entry carries
+/// the entry time it answered with, not read again from the marks
+/// (`src/http/entry_times.rs`, `enter.lua`): with the marks gone, that
+/// instance still answers it, where one that never answered this buyer
+/// reads the marks and finds none.
+#[tokio::test]
+async fn a_join_again_carries_the_time_this_instance_answered() {
+    crate::needs_redis!();
+    // One holder at most, held for a minute: the first join takes it (the
+    // fast track), the buyer waits.
+    let args = [
+        "--admission-interval-ms",
+        "200",
+        "--admission-batch",
+        "1",
+        "--max-active",
+        "1",
+        "--token-ttl-secs",
+        "60",
+    ];
+    let app = TestApp::redis("join-known", &args).await;
+    let (code, held) = app.enter("default", "holder").await;
+    assert_eq!(
+        (code, held["status"].as_str()),
+        (201, Some("READY")),
+        "{held}"
+    );
+    let (code, first) = app.enter("default", "buyer").await;
+    assert_eq!(
+        (code, first["status"].as_str()),
+        (201, Some("WAITING")),
+        "{first}"
+    );
+    let at = first["enteredAt"]
+        .as_str()
+        .expect("an entry time")
+        .to_owned();
+
+    // The marks go: a join that read them would find no time.
+    let prefix = &app.config.key_prefix;
+    let mut conn = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = conn
+        .del(&[
+            format!("{prefix}:{{default}}:entered"),
+            format!("{prefix}:{{default}}:seq:mark"),
+        ])
+        .await
+        .unwrap();
+
+    let (code, again) = app.enter("default", "buyer").await;
+    assert_eq!(
+        (code, again["status"].as_str()),
+        (200, Some("WAITING")),
+        "{again}"
+    );
+    assert_eq!(again["position"], first["position"], "{again}");
+    assert_eq!(again["enteredAt"].as_str(), Some(at.as_str()), "{again}");
+
+    let other = TestApp::spawn_with(app.config.clone(), app.state.store().clone()).await;
+    let (code, elsewhere) = other.enter("default", "buyer").await;
+    assert_eq!(code, 200, "{elsewhere}");
+    assert_eq!(elsewhere["position"], first["position"], "{elsewhere}");
+    assert_ne!(
+        elsewhere["enteredAt"].as_str(),
+        Some(at.as_str()),
+        "{elsewhere}"
+    );
+    other.stop().await;
+    app.stop().await;
 }

@@ -67,7 +67,8 @@ use meter::{Cost, Meter};
 /// batched `touch.lua` with the streaming ones. Nor does it read the entry
 /// time (its marks' `HGET`) when the HTTP layer sends the one it answered
 /// with before (`src/http/entry_times.rs`); the next row is a poll
-/// without. A stream re-read reads the
+/// without. A repeat join likewise, when the HTTP layer sends the time it
+/// answered the buyer with (`enter.lua`'s `ARGV[5]` ending `|entry,ms|`). A stream re-read reads the
 /// flag the same way; an admission pass reads the hold and the copy in one
 /// `MGET` (where it made an `EXISTS` of the hold), to set the copy right.
 /// Entry-time marks are kept per span of 16 entry ids (128 before: a
@@ -101,6 +102,10 @@ const EXPECTED: &[(&str, &str)] = &[
     (
         "repeat join (enter.lua)",
         "exists 1, hget 1, mget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 1",
+    ),
+    (
+        "repeat join, entry time known (enter.lua)",
+        "exists 1, mget 1, set 1, time 1, zadd 1, zcard 1, zrank 1, zscore 1",
     ),
     (
         "poll (status.lua)",
@@ -239,12 +244,24 @@ const IN_FLIGHT: usize = 8;
 async fn paced<T, F: Future<Output = T>>(
     n: usize,
     pace: Duration,
+    call: impl FnMut(usize) -> F,
+) -> Vec<T> {
+    paced_by(n, pace, IN_FLIGHT, call).await
+}
+
+/// [`paced`] with `in_flight` calls at once when not paced: 1 for a
+/// baseline sent as a script under measurement is (one at a time, Redis
+/// idle for each round trip in between).
+async fn paced_by<T, F: Future<Output = T>>(
+    n: usize,
+    pace: Duration,
+    in_flight: usize,
     mut call: impl FnMut(usize) -> F,
 ) -> Vec<T> {
     if pace.is_zero() {
         return futures::stream::iter(0..n)
             .map(call)
-            .buffered(IN_FLIGHT)
+            .buffered(in_flight)
             .collect()
             .await;
     }
@@ -362,6 +379,23 @@ impl Bench {
         self.join_on(store, &self.queue, who).await
     }
 
+    /// [`Bench::join`] with `known`, the entry time an earlier answer gave.
+    async fn join_known(&self, store: &RedisStore, who: &UserId, known: KnownEntry) -> Snapshot {
+        store
+            .enter_known(
+                &self.queue,
+                who,
+                &line_policy(),
+                &EntryToken::generate(),
+                &join_limits(),
+                Some(known),
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .snapshot
+    }
+
     /// [`Bench::join`] on another queue.
     async fn join_on(&self, store: &RedisStore, queue: &QueueName, who: &UserId) -> Snapshot {
         store
@@ -402,12 +436,23 @@ impl Bench {
     /// them, as the baseline has always been measured), then on the long
     /// line (their places taken back after, so it keeps its length).
     async fn plain(&mut self, meter: &mut Meter, n: usize) -> Plain {
-        let fresh = self.plain_on(meter, n, false).await;
-        let long = self.plain_on(meter, n, true).await;
+        self.plain_by(meter, n, IN_FLIGHT).await
+    }
+
+    /// [`Bench::plain`] with `in_flight` calls at once (see [`paced_by`]).
+    async fn plain_by(&mut self, meter: &mut Meter, n: usize, in_flight: usize) -> Plain {
+        let fresh = self.plain_on(meter, n, false, in_flight).await;
+        let long = self.plain_on(meter, n, true, in_flight).await;
         Plain { fresh, long }
     }
 
-    async fn plain_on(&mut self, meter: &mut Meter, n: usize, long: bool) -> Cost {
+    async fn plain_on(
+        &mut self,
+        meter: &mut Meter,
+        n: usize,
+        long: bool,
+        in_flight: usize,
+    ) -> Cost {
         let names: Vec<String> = self.fresh(n).iter().map(|u| u.to_string()).collect();
         let keys = if long {
             &self.long_keys
@@ -417,7 +462,7 @@ impl Bench {
         let (script, pace) = (&self.plain, self.pace);
         let mut conn = self.plain_conn.clone();
         let (cost, _) = meter
-            .measure(paced(n, pace, |i| {
+            .measure(paced_by(n, pace, in_flight, |i| {
                 let mut conn = conn.clone();
                 let name = names[i].clone();
                 async move {
@@ -705,6 +750,7 @@ async fn measure_line(
             "token expiry (admit.lua, tokens expired unused)",
             EXPIRING as f64,
         ),
+        ("repeat join, entry time known (enter.lua)", 1.0),
     ]
     .into_iter()
     .map(|(name, per_call)| Row {
@@ -746,7 +792,9 @@ async fn measure_line(
             .await;
         rows[1].record(&p, c);
 
-        let p = b.plain(&mut meter, calls).await;
+        // Its grouping task sends one call at a time (the next after the
+        // answer): so is its baseline.
+        let p = b.plain_by(&mut meter, calls, 1).await;
         let new = b.fresh(calls);
         let (c, _) = meter
             .measure(paced(calls, pace, |i| b.join(&b.grouped_idle, &new[i])))
@@ -781,6 +829,16 @@ async fn measure_line(
             }))
             .await;
         rows[8].record(&p, c);
+
+        // A repeat join as the HTTP layer makes it: with the entry time
+        // it answered before.
+        let p = b.plain(&mut meter, calls).await;
+        let (c, _) = meter
+            .measure(paced(calls, pace, |i| {
+                b.join_known(&b.single, &mine[i], mine_known[i])
+            }))
+            .await;
+        rows[24].record(&p, c);
 
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
@@ -1364,6 +1422,33 @@ async fn every_script_runs_the_commands_counted() {
     })
     .await;
     actual.push(("repeat join (enter.lua)", c));
+
+    // As the HTTP layer joins again: with the entry time it answered
+    // before, not read again.
+    let c = commands_per_call(&mut meter, "repeat join, entry time known", |i| {
+        let (single, q, who, known) = (&single, &q, &early[i], early_known[i]);
+        async move {
+            let s = single
+                .enter_known(
+                    q,
+                    who,
+                    &line_policy(),
+                    &EntryToken::generate(),
+                    &join_limits(),
+                    Some(known),
+                )
+                .await
+                .unwrap()
+                .unwrap()
+                .snapshot;
+            assert_eq!(
+                (s.entry, s.entered_at_ms),
+                (Some(known.entry), Some(known.entered_at_ms))
+            );
+        }
+    })
+    .await;
+    actual.push(("repeat join, entry time known (enter.lua)", c));
 
     // As the HTTP layer polls: no presence write in the call (the push
     // loop's batched touch marks the buyer seen), and the entry time the

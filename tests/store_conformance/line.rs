@@ -87,6 +87,64 @@ async fn a_known_entry_time_stands_only_for_its_entry(store: SharedStore) {
 }
 conformance!(a_known_entry_time_stands_only_for_its_entry);
 
+/// A join again with an entry time the caller holds: the time stands only
+/// for the entry it came with while the buyer still waits with it; a wrong
+/// or stale one (another entry, a place given up since) changes nothing
+/// of the answer, a new place included.
+async fn a_join_again_with_a_known_entry_time_keeps_the_stores(store: SharedStore) {
+    let p = slow(1);
+    drain_budget(&store, &p).await;
+    let users = fill(&store, &p, "j", 2).await;
+    let own = store.status(&q(), &users[1], false).await.unwrap();
+    let (entry, at) = (own.entry.unwrap(), own.entered_at_ms.unwrap());
+    let join = |known: KnownEntry| {
+        let (store, p, user) = (store.clone(), p.clone(), users[1].clone());
+        async move {
+            store
+                .enter_known(
+                    &q(),
+                    &user,
+                    &p,
+                    &EntryToken::generate(),
+                    &JoinLimits::default(),
+                    Some(known),
+                )
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    for (sent, time) in [(entry - 1, 42), (entry + 1, 42), (0, 42), (entry, at)] {
+        let again = join(KnownEntry {
+            entry: sent,
+            entered_at_ms: time,
+        })
+        .await;
+        assert!(!again.created, "{sent}");
+        let s = &again.snapshot;
+        assert_eq!(
+            (s.entry, s.entered_at_ms, rank(s)),
+            (Some(entry), Some(at), Some(1)),
+            "{sent}"
+        );
+    }
+    // The place given up, the old entry's time is stale: the join makes a
+    // new place with its own time.
+    assert!(store.leave(&q(), &users[1], entry).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let new = join(KnownEntry {
+        entry,
+        entered_at_ms: 42,
+    })
+    .await;
+    assert!(new.created);
+    let s = &new.snapshot;
+    assert!(s.entry > Some(entry), "{s:?}");
+    assert!(s.entered_at_ms > Some(at), "{s:?}");
+    assert_eq!(rank(s), Some(1));
+}
+conformance!(a_join_again_with_a_known_entry_time_keeps_the_stores);
+
 /// A hold is read with every standing (a buyer is told the queue is
 /// paused rather than an estimate) and marks the passes it emptied.
 async fn a_hold_is_read_with_every_standing(store: SharedStore) {

@@ -51,7 +51,7 @@ use super::conn::Conn;
 use super::reply::{Flags, LineReply, line_reply, new_place};
 use super::{CALL_TIMEOUT, QueueKeys, evalsha_for, send_durable};
 use crate::queue::{EntryToken, QueueName, UserId};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{KnownEntry, StoreError, StoreResult};
 
 /// How joins are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +96,10 @@ pub(super) struct JoinCall {
     pub token: EntryToken,
     /// The client address's bucket, when the address has limits.
     pub address: Option<String>,
+    /// The user's entry and its time as the store answered them earlier
+    /// ([`crate::store::LineStore::enter_known`]): sent with an `enter.lua`
+    /// call (a group of one included); a larger group reads the time.
+    pub known: Option<KnownEntry>,
     /// What it shares with the other joins of its group.
     pub shared: JoinShared,
 }
@@ -113,10 +117,16 @@ impl JoinCall {
     }
 
     /// `enter.lua`'s `ARGV[3..5]`: the user, the fast-track token and the
-    /// packed numbers.
+    /// packed numbers, then, when the call holds one, its known entry and
+    /// time as `|entry,ms|` (in the same argument: a join without one
+    /// sends nothing more).
     pub(super) fn push_enter_args(&self, cmd: &mut redis::Cmd) {
         cmd.arg(self.user.as_str()).arg(self.token.as_str());
-        self.shared.push_args(crate::store::first_entry_id(), cmd);
+        let mut packed = self.shared.packed(crate::store::first_entry_id());
+        if let Some(k) = self.known {
+            packed.push_str(&format!("|{},{}|", k.entry, k.entered_at_ms));
+        }
+        cmd.arg(packed);
     }
 }
 
@@ -153,7 +163,12 @@ impl JoinShared {
     /// reads them with one short match), with `first_entry` as the entry
     /// counter's start should it not exist.
     pub(super) fn push_args(&self, first_entry: u64, cmd: &mut redis::Cmd) {
-        cmd.arg(format!(
+        cmd.arg(self.packed(first_entry));
+    }
+
+    /// The numbers [`JoinShared::push_args`] sends, in one string.
+    fn packed(&self, first_entry: u64) -> String {
+        format!(
             "{} {} {} {} {} {} {} {} {} {} {}",
             self.budget_period,
             self.budget_burst,
@@ -166,7 +181,7 @@ impl JoinShared {
             self.join_period,
             self.join_burst,
             self.places
-        ));
+        )
     }
 }
 

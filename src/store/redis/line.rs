@@ -32,6 +32,7 @@ impl RedisStore {
             user: user.clone(),
             token: fast_track_token.clone(),
             address: address.map(|a| a.key.clone()),
+            known: None,
             shared: JoinShared {
                 token_ttl_ms: policy.token_ttl_ms,
                 batch: policy.batch,
@@ -100,7 +101,21 @@ impl LineStore for RedisStore {
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        let call = self.join_call(user, policy, fast_track_token, limits);
+        self.enter_known(queue, user, policy, fast_track_token, limits, None)
+            .await
+    }
+
+    async fn enter_known(
+        &self,
+        queue: &QueueName,
+        user: &UserId,
+        policy: &Policy,
+        fast_track_token: &EntryToken,
+        limits: &JoinLimits,
+        known: Option<KnownEntry>,
+    ) -> StoreResult<Result<EnterOutcome, Limited>> {
+        let mut call = self.join_call(user, policy, fast_track_token, limits);
+        call.known = known;
         let reply = match &self.batcher {
             Some(batcher) => batcher.join(queue, call).await?,
             None => {

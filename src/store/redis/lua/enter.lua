@@ -13,7 +13,11 @@
 --          has limits (join_config's address join period or places above
 --          zero); absent, the join has none
 -- ARGV[3..4]  the user and the fast-track token
--- ARGV[5]     the join's further arguments, packed as join.lua's join_config reads them
+-- ARGV[5]     the join's further arguments, packed as join.lua's join_config reads them,
+--             then, when the caller holds the user's entry and its time as
+--             the store answered them earlier, '|entry,ms|': a buyer in line
+--             with that entry joining again has that time, not the marks'
+--             (not read)
 -- ARGV[6]     sent only by a grouping task (batch.rs) for a group of one
 --             join: the group's number in the task's order; the last key
 --             is then the task's fence (overtaken, join.lua), after the
@@ -29,7 +33,8 @@
 -- buyer behind a line (8 commands: TIME, EXISTS, ZSCORE, the token
 -- HASH's HEXISTS, ZCARD, MGET, the counter's SET or MSET, ZADD; a mark's
 -- HGET and HSET when the span or millisecond is new) and a buyer in line
--- joining again (9) before the join helpers' closures are made; a group
+-- joining again (9; 8 with their entry's time known, no marks' HGET)
+-- before the join helpers' closures are made; a group
 -- of one adds the fence's SET, or reads it with the MGET it makes anyway.
 local fence_read = ARGV[7] ~= nil
 if ARGV[6] and not fence_read and overtaken(KEYS[#KEYS], ARGV[6]) then
@@ -92,7 +97,17 @@ if neither and score then
   if fence_read and fence_passed(v[4], ARGV[6]) then
     return 'overtaken'
   end
-  local entered = entered_at(user, seq)
+  -- A known entry ends ARGV[5] ('|entry,ms|'): its last byte tells,
+  -- where a pattern's search costs a join without one more than a mark.
+  local entered
+  if ARGV[5]:byte(-1) == 124 then
+    local packed = ARGV[5]
+    local known, known_at = packed:match('^(%d+),(%d+)|$', packed:find('|', 1, true) + 1)
+    if known == score then
+      entered = known_at + 0
+    end
+  end
+  entered = entered or entered_at(user, seq)
   if period > 0 and (not entered or now - entered >= grace) then
     local wait = gcra_stored(KEYS[10], v[3], now, period, burst)
     if wait > 0 then

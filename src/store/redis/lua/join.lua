@@ -29,6 +29,8 @@
 --          rather than 11 arguments: Redis makes a Lua string and a table
 --          slot of every argument on every call (about 0.1 us each here),
 --          and a lean head reads at most the first four (join_head).
+--          enter.lua's may end in '|entry,ms|' (a known entry time,
+--          enter.lua), which join_config does not read.
 --          The address's limits are on exactly when the caller sends the
 --          address's keys (the Rust side decides from the same numbers).
 --   probed, score: probed is true when the caller read, at the start of
@@ -99,7 +101,7 @@ end
 
 local function join_config(packed)
   local bp, bb, grace, first, ttl, batch, interval, max_active, jp, jb, places = packed:match(
-    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%d+) (%d+) (%d+)$')
+    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%d+) (%d+) (%d+)')
   return {
     ttl = ttl + 0, batch = batch + 0, interval = interval + 0,
     max_active = max_active + 0, first = first,
