@@ -11,7 +11,7 @@ use waitroom::queue::{EntryToken, Policy, QueueName, UserId};
 use waitroom::store::LineStore;
 use waitroom::store::redis::RedisStore;
 
-use crate::common::{TestApp, redis_url, unique_prefix};
+use crate::common::{IDLE, TestApp, redis_url, unique_prefix};
 
 /// The token life of the test's passes.
 const LIFE: u64 = 300;
@@ -109,19 +109,8 @@ async fn marks_stay_bounded_while_a_sale_runs_and_go_with_its_last_holder() {
 #[tokio::test]
 async fn a_join_again_carries_the_time_this_instance_answered() {
     crate::needs_redis!();
-    // One holder at most, held for a minute: the first join takes it (the
-    // fast track), the buyer waits.
-    let args = [
-        "--admission-interval-ms",
-        "200",
-        "--admission-batch",
-        "1",
-        "--max-active",
-        "1",
-        "--token-ttl-secs",
-        "60",
-    ];
-    let app = TestApp::redis("join-known", &args).await;
+    // The first join takes the one slot (the fast track), the buyer waits.
+    let app = TestApp::redis("join-known", IDLE).await;
     let (code, held) = app.enter("default", "holder").await;
     assert_eq!(
         (code, held["status"].as_str()),

@@ -379,23 +379,6 @@ impl Bench {
         self.join_on(store, &self.queue, who).await
     }
 
-    /// [`Bench::join`] with `known`, the entry time an earlier answer gave.
-    async fn join_known(&self, store: &RedisStore, who: &UserId, known: KnownEntry) -> Snapshot {
-        store
-            .enter_known(
-                &self.queue,
-                who,
-                &line_policy(),
-                &EntryToken::generate(),
-                &join_limits(),
-                Some(known),
-            )
-            .await
-            .unwrap()
-            .unwrap()
-            .snapshot
-    }
-
     /// [`Bench::join`] on another queue.
     async fn join_on(&self, store: &RedisStore, queue: &QueueName, who: &UserId) -> Snapshot {
         store
@@ -835,7 +818,7 @@ async fn measure_line(
         let p = b.plain(&mut meter, calls).await;
         let (c, _) = meter
             .measure(paced(calls, pace, |i| {
-                b.join_known(&b.single, &mine[i], mine_known[i])
+                join_known(&b.single, &q, &mine[i], mine_known[i])
             }))
             .await;
         rows[24].record(&p, c);
@@ -1330,6 +1313,29 @@ async fn join_many(store: &RedisStore, q: &QueueName, names: &[UserId]) -> Vec<S
     out
 }
 
+/// A join again of `who`, in line with the entry `known` names, with the
+/// time an earlier answer gave it (as the HTTP layer joins again).
+async fn join_known(
+    store: &RedisStore,
+    q: &QueueName,
+    who: &UserId,
+    known: KnownEntry,
+) -> Snapshot {
+    store
+        .enter_known(
+            q,
+            who,
+            &line_policy(),
+            &EntryToken::generate(),
+            &join_limits(),
+            Some(known),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .snapshot
+}
+
 /// The entry id the next join of `q` takes.
 async fn next_entry(store: &RedisStore, q: &QueueName, probe: &UserId) -> u64 {
     let s = join_many(store, q, std::slice::from_ref(probe)).await;
@@ -1428,19 +1434,7 @@ async fn every_script_runs_the_commands_counted() {
     let c = commands_per_call(&mut meter, "repeat join, entry time known", |i| {
         let (single, q, who, known) = (&single, &q, &early[i], early_known[i]);
         async move {
-            let s = single
-                .enter_known(
-                    q,
-                    who,
-                    &line_policy(),
-                    &EntryToken::generate(),
-                    &join_limits(),
-                    Some(known),
-                )
-                .await
-                .unwrap()
-                .unwrap()
-                .snapshot;
+            let s = join_known(single, q, who, known).await;
             assert_eq!(
                 (s.entry, s.entered_at_ms),
                 (Some(known.entry), Some(known.entered_at_ms))
