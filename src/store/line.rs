@@ -155,7 +155,10 @@ pub trait LineStore: Send + Sync + 'static {
         policy: &Policy,
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
-    ) -> StoreResult<Result<EnterOutcome, Limited>>;
+    ) -> StoreResult<Result<EnterOutcome, Limited>> {
+        self.enter_known(queue, user, policy, fast_track_token, limits, None)
+            .await
+    }
 
     /// [`LineStore::enter_limited`] by a caller that holds `known` (an entry
     /// of `user`'s, with its time, as this store answered it): a repeat
@@ -170,11 +173,7 @@ pub trait LineStore: Send + Sync + 'static {
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
         known: Option<KnownEntry>,
-    ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        let _ = known;
-        self.enter_limited(queue, user, policy, fast_track_token, limits)
-            .await
-    }
+    ) -> StoreResult<Result<EnterOutcome, Limited>>;
 
     /// Reads `user`'s standing, token first. With `touch`, also marks them
     /// as seen (a poll keeps an absent user from being dropped).

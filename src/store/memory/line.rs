@@ -10,19 +10,21 @@ use super::{MemoryStore, SWEEP_LIMIT, lottery, stock};
 use crate::queue::audit::AuditKind;
 use crate::queue::{EntryToken, Policy, QueueName, Snapshot, Standing, UserId};
 use crate::store::{
-    Abandoned, Admitted, EnterOutcome, JoinLimits, LimitKind, Limited, LineStore, PLACES_RETRY_MS,
-    Pass, QueueEvent, QueueStats, Rate, StoreResult,
+    Abandoned, Admitted, EnterOutcome, JoinLimits, KnownEntry, LimitKind, Limited, LineStore,
+    PLACES_RETRY_MS, Pass, QueueEvent, QueueStats, Rate, StoreResult,
 };
 
 #[async_trait]
 impl LineStore for MemoryStore {
-    async fn enter_limited(
+    /// Entry times here cost nothing to read: `known` is not needed.
+    async fn enter_known(
         &self,
         queue: &QueueName,
         user: &UserId,
         policy: &Policy,
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
+        _known: Option<KnownEntry>,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
         let outcome = self.with_queue(queue, |q, now| {
             let limited = |kind, retry_after_ms| {

@@ -93,18 +93,6 @@ fn max_active_arg(policy: &Policy) -> i64 {
 
 #[async_trait]
 impl LineStore for RedisStore {
-    async fn enter_limited(
-        &self,
-        queue: &QueueName,
-        user: &UserId,
-        policy: &Policy,
-        fast_track_token: &EntryToken,
-        limits: &JoinLimits,
-    ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        self.enter_known(queue, user, policy, fast_track_token, limits, None)
-            .await
-    }
-
     async fn enter_known(
         &self,
         queue: &QueueName,
