@@ -35,6 +35,7 @@
 //! keep their answers.
 
 use std::collections::HashMap;
+use std::fmt::Write;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,7 +125,7 @@ impl JoinCall {
         cmd.arg(self.user.as_str()).arg(self.token.as_str());
         let mut packed = self.shared.packed(crate::store::first_entry_id());
         if let Some(k) = self.known {
-            packed.push_str(&format!("|{},{}|", k.entry, k.entered_at_ms));
+            let _ = write!(packed, "|{},{}|", k.entry, k.entered_at_ms);
         }
         cmd.arg(packed);
     }

@@ -17,13 +17,15 @@ use crate::store::{
 
 impl RedisStore {
     /// One join as `join.lua` takes it: who joins, and what every join of
-    /// a group shares (the queue's policy, the limits' numbers).
+    /// a group shares (the queue's policy, the limits' numbers), and the
+    /// entry time the caller knows.
     fn join_call(
         &self,
         user: &UserId,
         policy: &Policy,
         fast_track_token: &EntryToken,
         limits: &JoinLimits,
+        known: Option<KnownEntry>,
     ) -> JoinCall {
         let (budget_period, budget_burst) = rate_args(limits.buyer.map(|b| b.rate));
         let address = limits.address.as_ref();
@@ -32,7 +34,7 @@ impl RedisStore {
             user: user.clone(),
             token: fast_track_token.clone(),
             address: address.map(|a| a.key.clone()),
-            known: None,
+            known,
             shared: JoinShared {
                 token_ttl_ms: policy.token_ttl_ms,
                 batch: policy.batch,
@@ -102,8 +104,7 @@ impl LineStore for RedisStore {
         limits: &JoinLimits,
         known: Option<KnownEntry>,
     ) -> StoreResult<Result<EnterOutcome, Limited>> {
-        let mut call = self.join_call(user, policy, fast_track_token, limits);
-        call.known = known;
+        let call = self.join_call(user, policy, fast_track_token, limits, known);
         let reply = match &self.batcher {
             Some(batcher) => batcher.join(queue, call).await?,
             None => {
